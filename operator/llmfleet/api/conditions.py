@@ -1,0 +1,98 @@
+"""Condition catalog and a pure helper to maintain a metav1.Condition list."""
+
+from collections.abc import Sequence
+from datetime import datetime
+from enum import Enum
+
+from pydantic import Field
+
+from llmfleet.api.base import ApiModel, KubeTime
+from llmfleet.api.enums import ConditionStatus
+
+
+class ConditionType(str, Enum):
+    """Condition types an LLMDeployment reports in status.conditions."""
+
+    READY = "Ready"  # serving the current revision within the SLO
+    PLANNED = "Planned"  # a feasible plan exists (False: reason and closest option)
+    WORKLOAD_AVAILABLE = "WorkloadAvailable"  # at least one replica serves requests
+    PROGRESSING = "Progressing"  # a revision is being built or rolled out
+    DEGRADED = "Degraded"  # serving, but below the planned replicas or outside the SLO
+    AUTOSCALING_ACTIVE = "AutoscalingActive"  # the autoscaler is deciding replicas
+    METRICS_AVAILABLE = "MetricsAvailable"  # Prometheus answers for this deployment
+    ENGINE_BUILT = "EngineBuilt"  # the engine for the current revision exists
+
+
+class Condition(ApiModel):
+    """The metav1.Condition shape."""
+
+    type: str = Field(
+        max_length=316,
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+        r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+        description="Condition type, e.g. Ready, Planned, Progressing.",
+    )
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    observed_generation: int | None = Field(
+        default=None,
+        ge=0,
+        description="metadata.generation the condition was computed from.",
+    )
+    last_transition_time: KubeTime = Field(
+        description="When status last changed (RFC 3339, UTC)."
+    )
+    reason: str = Field(
+        min_length=1,
+        max_length=1024,
+        pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+        description="CamelCase reason for the last transition, for machines.",
+    )
+    message: str = Field(
+        max_length=32768, description="Human-readable detail, including how to fix a problem."
+    )
+
+
+def _type_name(condition_type: ConditionType | str) -> str:
+    return condition_type.value if isinstance(condition_type, ConditionType) else condition_type
+
+
+def find_condition(
+    conditions: Sequence[Condition], condition_type: ConditionType | str
+) -> Condition | None:
+    """The condition of that type, or None."""
+    wanted = _type_name(condition_type)
+    return next((c for c in conditions if c.type == wanted), None)
+
+
+def set_condition(
+    conditions: Sequence[Condition],
+    condition_type: ConditionType | str,
+    status: ConditionStatus,
+    reason: str,
+    message: str,
+    now: datetime,
+    observed_generation: int | None = None,
+) -> list[Condition]:
+    """A new list with the condition set; the input is not modified.
+
+    lastTransitionTime moves to `now` only when the status changes, as Kubernetes expects;
+    a new type is appended, an existing one keeps its position so patches stay small.
+    """
+    type_name = _type_name(condition_type)
+    previous = find_condition(conditions, type_name)
+    transition_time = (
+        previous.last_transition_time
+        if previous is not None and previous.status == status
+        else now
+    )
+    updated = Condition(
+        type=type_name,
+        status=status,
+        reason=reason,
+        message=message,
+        last_transition_time=transition_time,
+        observed_generation=observed_generation,
+    )
+    if previous is None:
+        return [*conditions, updated]
+    return [updated if c.type == type_name else c for c in conditions]

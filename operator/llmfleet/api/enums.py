@@ -1,0 +1,60 @@
+"""Closed value sets of the LLMDeployment API.
+
+Values are the exact strings users write in manifests; they also key the catalog.
+"""
+
+from enum import Enum
+
+
+class Quantization(str, Enum):
+    """Weight (and activation) precision of the built engine."""
+
+    BF16 = "BF16"
+    FP16 = "FP16"
+    FP8 = "FP8"
+    INT8_WEIGHT_ONLY = "INT8WeightOnly"
+    INT4_AWQ = "INT4AWQ"
+    INT8_SMOOTH_QUANT = "INT8SmoothQuant"
+    NVFP4 = "NVFP4"
+
+
+class KvCacheDtype(str, Enum):
+    """Element type of the paged KV cache."""
+
+    BF16 = "BF16"
+    FP16 = "FP16"
+    FP8 = "FP8"
+    INT8 = "INT8"
+
+
+class GpuType(str, Enum):
+    """GPU models the operator knows how to plan for (keys of the GPU catalog)."""
+
+    H100_SXM_80GB = "H100-SXM-80GB"
+    H200_SXM_141GB = "H200-SXM-141GB"
+    B200_180GB = "B200-180GB"
+    A100_SXM_80GB = "A100-SXM-80GB"
+    L40S_48GB = "L40S-48GB"
+
+
+class CatalogModel(str, Enum):
+    """Model architectures shipped in the catalog, selectable by name."""
+
+    LLAMA_3_1_8B = "llama-3.1-8b"
+    LLAMA_3_1_70B = "llama-3.1-70b"
+    LLAMA_3_1_405B = "llama-3.1-405b"
+    MISTRAL_7B = "mistral-7b"
+    MIXTRAL_8X7B = "mixtral-8x7b"
+    QWEN2_5_72B = "qwen2.5-72b"
+
+
+class ConditionStatus(str, Enum):
+    """metav1.Condition status values."""
+
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+# Tensor-parallel sizes that fit one NVLink domain and divide common head counts.
+TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)

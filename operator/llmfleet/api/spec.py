@@ -1,0 +1,651 @@
+"""`LLMDeployment.spec`: what the user asks for.
+
+Lengths are in tokens, latencies in milliseconds, rates per second. The planner turns these
+into a plan (GPU type, tensor parallelism, quantisation, KV dtype, replicas).
+"""
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from llmfleet.api.base import (
+    DNS_SUBDOMAIN_PATTERN,
+    MAX_URI_LENGTH,
+    SECRET_KEY_PATTERN,
+    URI_PATTERN,
+    ApiModel,
+    CelRule,
+    defaulted_model_field,
+    no_uri_credentials_rule,
+    set_of,
+)
+from llmfleet.api.enums import (
+    TENSOR_PARALLEL_SIZES,
+    CatalogModel,
+    GpuType,
+    KvCacheDtype,
+    Quantization,
+)
+
+TensorParallelSize = Literal[1, 2, 4, 8]
+
+DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3"
+
+# Keys people reach for when they paste a hub token into a spec. They are declared in the
+# CRD only so that admission rejects them with a pointer to secretRef: pruning alone would
+# drop them silently.
+INLINE_CREDENTIAL_FIELDS = ("apiKey", "hfToken", "password", "token")
+INLINE_CREDENTIAL_MESSAGE = (
+    "inline credentials are not allowed in spec.model; store the token in a Secret and "
+    "reference it with spec.model.secretRef {name, key}"
+)
+
+
+class SecretKeyReference(ApiModel):
+    """A key in a Secret in the LLMDeployment's namespace."""
+
+    name: str = Field(
+        max_length=253,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="Name of the Secret, in the same namespace as the LLMDeployment.",
+    )
+    key: str = Field(
+        max_length=253,
+        pattern=SECRET_KEY_PATTERN,
+        description="Key within the Secret whose value is the token.",
+    )
+
+
+class ModelArchitecture(ApiModel):
+    """Inline transformer architecture, for a model that is not in the catalog."""
+
+    num_layers: int = Field(ge=1, le=1024, description="Number of transformer layers.")
+    hidden_size: int = Field(ge=1, description="Hidden (model) dimension.")
+    num_attention_heads: int = Field(ge=1, description="Number of query attention heads.")
+    num_kv_heads: int = Field(
+        ge=1,
+        description="Number of key/value heads (fewer than numAttentionHeads with GQA/MQA); "
+        "KV-cache bytes per token scale with it.",
+    )
+    head_dim: int = Field(ge=1, description="Dimension of one attention head.")
+    vocab_size: int = Field(ge=1, description="Vocabulary size (rows of the embedding table).")
+    intermediate_size: int = Field(ge=1, description="Feed-forward (MLP) inner dimension.")
+    parameter_count_billions: float = Field(
+        gt=0,
+        description="Total parameter count in billions, all experts included "
+        "(e.g. 8.03 for Llama 3.1 8B).",
+    )
+    num_experts: int | None = Field(
+        default=None,
+        ge=2,
+        description="Mixture-of-experts only: experts per MoE layer. Omit for a dense model.",
+    )
+    experts_per_token: int | None = Field(
+        default=None,
+        ge=1,
+        description="Mixture-of-experts only: experts each token is routed to. Set together "
+        "with numExperts.",
+    )
+
+    cel_rules = (
+        CelRule(
+            rule="self.numAttentionHeads % self.numKvHeads == 0",
+            message="spec.model.architecture.numKvHeads must divide numAttentionHeads "
+            "(each KV head serves a whole group of query heads)",
+            holds=lambda a: a.num_attention_heads % a.num_kv_heads == 0,
+            field_path=".numKvHeads",
+        ),
+        CelRule(
+            rule="has(self.numExperts) == has(self.expertsPerToken)",
+            message="spec.model.architecture: set both numExperts and expertsPerToken for a "
+            "mixture-of-experts model, or neither for a dense model",
+            holds=lambda a: (a.num_experts is None) == (a.experts_per_token is None),
+        ),
+        CelRule(
+            rule="!has(self.numExperts) || !has(self.expertsPerToken) || "
+            "self.expertsPerToken <= self.numExperts",
+            message="spec.model.architecture.expertsPerToken must not exceed numExperts",
+            holds=lambda a: a.num_experts is None
+            or a.experts_per_token is None
+            or a.experts_per_token <= a.num_experts,
+            field_path=".expertsPerToken",
+        ),
+    )
+
+
+class ModelSpec(ApiModel):
+    """Which model to serve (a catalog name or an inline architecture) and where its weights are."""
+
+    name: CatalogModel | None = Field(
+        default=None,
+        description="Catalog model name. Set exactly one of name or architecture.",
+    )
+    architecture: ModelArchitecture | None = Field(
+        default=None,
+        description="Inline architecture of a model that is not in the catalog. Set exactly "
+        "one of name or architecture.",
+    )
+    source: str | None = Field(
+        default=None,
+        max_length=MAX_URI_LENGTH,
+        pattern=URI_PATTERN,
+        description="URI of the weights (e.g. hf://meta-llama/Llama-3.1-8B-Instruct, "
+        "s3://bucket/path). Defaults to the catalog's source for a catalog model. Never embed "
+        "credentials: use secretRef.",
+    )
+    tokenizer: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=512,
+        description="Tokenizer to load (hub id or URI). Defaults to the one shipped with the "
+        "weights.",
+    )
+    secret_ref: SecretKeyReference | None = Field(
+        default=None,
+        description="Secret key holding the registry/hub token used to download the weights "
+        "and tokenizer. Tokens are only ever referenced (and mounted as files), never inline.",
+    )
+
+    schema_only_properties = {
+        key: {
+            "type": "string",
+            "maxLength": 4096,
+            "description": "Not allowed: declared only so that admission can reject an inline "
+            "credential. Use secretRef.",
+        }
+        for key in INLINE_CREDENTIAL_FIELDS
+    }
+    cel_rules = (
+        CelRule(
+            rule="has(self.name) != has(self.architecture)",
+            message="spec.model: set exactly one of name (a catalog model such as "
+            "llama-3.1-8b) or architecture (an inline architecture)",
+            holds=lambda m: (m.name is None) != (m.architecture is None),
+        ),
+        CelRule(
+            rule=" && ".join(f"!has(self.{key})" for key in INLINE_CREDENTIAL_FIELDS),
+            message=INLINE_CREDENTIAL_MESSAGE,
+            holds=None,  # _reject_inline_credentials: the model has no such fields
+        ),
+        no_uri_credentials_rule("source", "source", "spec.model.source"),
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_inline_credentials(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            inline = sorted(set(data) & set(INLINE_CREDENTIAL_FIELDS))
+            if inline:
+                raise ValueError(f"{INLINE_CREDENTIAL_MESSAGE} (found: {', '.join(inline)})")
+        return data
+
+
+class EngineSpec(ApiModel):
+    """The Triton + TensorRT-LLM image and the engine build limits (trtllm-build flags)."""
+
+    image: str = Field(
+        default=DEFAULT_TRITON_IMAGE,
+        min_length=1,
+        max_length=512,
+        description="Triton Inference Server image with the TensorRT-LLM backend "
+        "(nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3).",
+    )
+    revision: str = Field(
+        default="1",
+        min_length=1,
+        max_length=63,
+        pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+        description="Engine revision. Changing it rebuilds the engine and rolls out a new "
+        "revision even when nothing else changed.",
+    )
+    max_batch_size: int = Field(
+        default=256,
+        ge=1,
+        le=4096,
+        description="trtllm-build --max_batch_size: most requests in one in-flight batch.",
+    )
+    max_input_len: int = Field(
+        default=4096,
+        ge=1,
+        le=1048576,
+        description="trtllm-build --max_input_len: longest prompt, in tokens. Must cover "
+        "spec.workload.inputTokensP99.",
+    )
+    max_seq_len: int = Field(
+        default=8192,
+        ge=2,
+        le=1048576,
+        description="trtllm-build --max_seq_len: longest prompt plus output, in tokens. Must "
+        "cover spec.workload.inputTokensP99 + outputTokensP99.",
+    )
+    max_num_tokens: int = Field(
+        default=8192,
+        ge=1,
+        le=1048576,
+        description="trtllm-build --max_num_tokens: most tokens (prefill chunks plus decode "
+        "steps) processed in one engine iteration.",
+    )
+    prebuilt_engine_uri: str | None = Field(
+        default=None,
+        max_length=MAX_URI_LENGTH,
+        pattern=URI_PATTERN,
+        description="URI of an engine already built for the planned configuration; when set "
+        "the engine build Job is skipped.",
+    )
+
+    cel_rules = (
+        CelRule(
+            rule="self.maxSeqLen > self.maxInputLen",
+            message="spec.engine.maxSeqLen must be greater than maxInputLen (it counts the "
+            "prompt plus at least one output token)",
+            holds=lambda e: e.max_seq_len > e.max_input_len,
+            field_path=".maxSeqLen",
+        ),
+        no_uri_credentials_rule(
+            "prebuiltEngineUri", "prebuilt_engine_uri", "spec.engine.prebuiltEngineUri"
+        ),
+    )
+
+
+class QualityBudget(ApiModel):
+    """How much output quality the user will trade for speed."""
+
+    allowed_quantizations: set_of(Quantization, len(Quantization)) | None = Field(
+        default=None,
+        description="Quantisations whose quality is acceptable for this model. Omit to allow "
+        "any within maxQualityLossPercent.",
+    )
+    max_quality_loss_percent: float | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="Largest accepted quality loss versus BF16, in percent, as published for "
+        "each quantisation in the catalog. Omit for no limit.",
+    )
+
+
+class SloSpec(ApiModel):
+    """Service-level objectives the plan must meet at the peak workload."""
+
+    ttft_p99_ms: int = Field(
+        ge=1,
+        description="99th-percentile time to first token (queueing plus prefill), in "
+        "milliseconds. Must be positive.",
+    )
+    tpot_p99_ms: int = Field(
+        ge=1,
+        description="99th-percentile time per output token after the first (decode step), "
+        "in milliseconds. Must be positive.",
+    )
+    goodput_floor_percent: float | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="Lowest acceptable share of requests that meet both latency objectives, "
+        "in percent.",
+    )
+    quality: QualityBudget | None = Field(
+        default=None, description="Quality budget; omit to allow any quantisation."
+    )
+
+
+class WorkloadSpec(ApiModel):
+    """The traffic the plan is sized for."""
+
+    input_tokens_mean: int = Field(ge=1, description="Mean prompt length, in tokens.")
+    input_tokens_p99: int = Field(
+        ge=1, description="99th-percentile prompt length, in tokens (at least the mean)."
+    )
+    output_tokens_mean: int = Field(ge=1, description="Mean generated length, in tokens.")
+    output_tokens_p99: int = Field(
+        ge=1, description="99th-percentile generated length, in tokens (at least the mean)."
+    )
+    peak_requests_per_second: float = Field(
+        gt=0, description="Peak arrival rate the plan must serve within the SLO, in requests "
+        "per second."
+    )
+    prefix_sharing_fraction: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Fraction (0..1) of prompt tokens expected to hit the KV-cache prefix "
+        "reuse (shared system prompts). Omit for none.",
+    )
+
+    cel_rules = (
+        CelRule(
+            rule="self.inputTokensP99 >= self.inputTokensMean",
+            message="spec.workload.inputTokensP99 must be at least inputTokensMean",
+            holds=lambda w: w.input_tokens_p99 >= w.input_tokens_mean,
+            field_path=".inputTokensP99",
+        ),
+        CelRule(
+            rule="self.outputTokensP99 >= self.outputTokensMean",
+            message="spec.workload.outputTokensP99 must be at least outputTokensMean",
+            holds=lambda w: w.output_tokens_p99 >= w.output_tokens_mean,
+            field_path=".outputTokensP99",
+        ),
+    )
+
+
+class ResourcesSpec(ApiModel):
+    """Limits on what the planner may choose. An omitted list allows every value."""
+
+    allowed_gpu_types: set_of(GpuType, len(GpuType)) | None = Field(
+        default=None,
+        description="GPU types the planner may choose from.",
+    )
+    gpu_budget: int | None = Field(
+        default=None,
+        ge=1,
+        description="Most GPUs all replicas together may use (tensorParallelSize x "
+        "pipelineParallelSize x replicas). Omit for no limit.",
+    )
+    allowed_tensor_parallel_sizes: set_of(
+        TensorParallelSize, len(TENSOR_PARALLEL_SIZES)
+    ) | None = Field(
+        default=None,
+        description="Tensor-parallel sizes the planner may choose from (each of 1, 2, 4, 8).",
+    )
+    allowed_quantizations: set_of(Quantization, len(Quantization)) | None = Field(
+        default=None,
+        description="Quantisations the planner may build engines with.",
+    )
+    allowed_kv_cache_dtypes: set_of(KvCacheDtype, len(KvCacheDtype)) | None = Field(
+        default=None,
+        description="KV-cache element types the planner may choose from.",
+    )
+
+
+class PlanOverrides(ApiModel):
+    """Pins for individual plan choices; the planner chooses whatever is not pinned."""
+
+    gpu_type: GpuType | None = Field(default=None, description="Pin the GPU type.")
+    tensor_parallel_size: TensorParallelSize | None = Field(
+        default=None, description="Pin the tensor-parallel size (1, 2, 4 or 8)."
+    )
+    quantization: Quantization | None = Field(default=None, description="Pin the quantisation.")
+    kv_cache_dtype: KvCacheDtype | None = Field(
+        default=None, description="Pin the KV-cache element type."
+    )
+    replicas: int | None = Field(
+        default=None,
+        ge=0,
+        description="Pin the replica count (0 stops serving but keeps the resource). This is "
+        "the scale subresource's spec replicas: `kubectl scale` writes it. Not allowed while "
+        "spec.autoscaling.enabled is true.",
+    )
+
+
+class AutoscalingSpec(ApiModel):
+    """Replica autoscaling on observed p99 TTFT."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Scale replicas on observed p99 TTFT. When false, replicas are the "
+        "planned count for the peak workload (or spec.plan.replicas).",
+    )
+    min_replicas: int = Field(default=1, ge=1, description="Fewest replicas.")
+    max_replicas: int = Field(default=4, ge=1, description="Most replicas.")
+    target_ttft_p99_ms: int | None = Field(
+        default=None,
+        ge=1,
+        description="p99 TTFT the autoscaler steers to, in milliseconds; at most "
+        "spec.slo.ttftP99Ms. Defaults to spec.slo.ttftP99Ms.",
+    )
+    tolerance_percent: float = Field(
+        default=10.0,
+        ge=0,
+        le=100,
+        description="Dead band around the target, in percent, within which nothing scales.",
+    )
+    scale_up_stabilization_seconds: int = Field(
+        default=0,
+        ge=0,
+        le=3600,
+        description="Window whose lowest recommendation is used for scaling up, in seconds.",
+    )
+    scale_down_stabilization_seconds: int = Field(
+        default=300,
+        ge=0,
+        le=3600,
+        description="Window whose highest recommendation is used for scaling down, in seconds.",
+    )
+    max_scale_up_step: int = Field(
+        default=4, ge=1, description="Most replicas added by one scaling decision."
+    )
+    max_scale_down_step: int = Field(
+        default=1, ge=1, description="Most replicas removed by one scaling decision."
+    )
+    cooldown_seconds: int = Field(
+        default=120,
+        ge=0,
+        le=3600,
+        description="Quiet time after any scaling decision, in seconds, so that new replicas "
+        "load their engine and show up in the metrics before the next decision.",
+    )
+
+    cel_rules = (
+        CelRule(
+            rule="self.minReplicas <= self.maxReplicas",
+            message="spec.autoscaling.minReplicas must be less than or equal to maxReplicas; "
+            "raise maxReplicas or lower minReplicas",
+            holds=lambda a: a.min_replicas <= a.max_replicas,
+            field_path=".minReplicas",
+        ),
+    )
+
+
+class PauseStep(ApiModel):
+    """Hold the canary at its current weight."""
+
+    duration_seconds: int = Field(ge=0, le=86400, description="How long to hold, in seconds.")
+
+
+class AnalysisStep(ApiModel):
+    """Hold the canary and compare it with the stable revision against the gates."""
+
+    duration_seconds: int = Field(
+        ge=1, le=86400, description="How long to collect metrics, in seconds."
+    )
+    interval_seconds: int = Field(
+        default=30, ge=1, le=3600, description="Time between gate evaluations, in seconds."
+    )
+
+
+class RolloutStep(ApiModel):
+    """One canary step: exactly one of setWeight, pause or analysis."""
+
+    set_weight: int | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="Send this percentage of traffic to the new revision.",
+    )
+    pause: PauseStep | None = Field(default=None, description="Wait before the next step.")
+    analysis: AnalysisStep | None = Field(
+        default=None, description="Evaluate the gates before the next step."
+    )
+
+    cel_rules = (
+        CelRule(
+            rule="(has(self.setWeight) ? 1 : 0) + (has(self.pause) ? 1 : 0) + "
+            "(has(self.analysis) ? 1 : 0) == 1",
+            message="spec.rollout.steps[]: each step sets exactly one of setWeight, pause or "
+            "analysis",
+            holds=lambda s: [s.set_weight, s.pause, s.analysis].count(None) == 2,
+        ),
+    )
+
+
+class RolloutGates(ApiModel):
+    """Limits a canary must stay within to be promoted."""
+
+    max_ttft_p99_regression_percent: float = Field(
+        default=10.0,
+        ge=0,
+        le=1000,
+        description="Largest accepted p99 TTFT increase of the canary over stable, in percent.",
+    )
+    max_error_rate_percent: float = Field(
+        default=1.0,
+        ge=0,
+        le=100,
+        description="Largest accepted share of failed canary requests, in percent.",
+    )
+
+
+class RolloutSpec(ApiModel):
+    """How a new revision (engine or plan change) replaces the current one."""
+
+    steps: list[RolloutStep] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=32,
+        description="Canary steps, in order. Omit to replace the revision once the new one "
+        "is ready.",
+    )
+    gates: RolloutGates = defaulted_model_field(
+        RolloutGates, "Promotion limits checked by analysis steps and throughout the canary."
+    )
+
+
+class LLMDeploymentSpec(ApiModel):
+    """Desired state of an LLMDeployment."""
+
+    model: ModelSpec = Field(description="The model to serve.")
+    engine: EngineSpec = defaulted_model_field(
+        EngineSpec, "Serving image and engine build limits."
+    )
+    slo: SloSpec = Field(description="Latency and quality objectives.")
+    workload: WorkloadSpec = Field(description="Expected traffic at peak.")
+    resources: ResourcesSpec | None = Field(
+        default=None, description="Limits on the planner's choices; omit for no limits."
+    )
+    plan: PlanOverrides | None = Field(
+        default=None, description="Pinned plan choices; omit to let the planner choose all."
+    )
+    autoscaling: AutoscalingSpec = defaulted_model_field(
+        AutoscalingSpec, "Replica autoscaling on p99 TTFT."
+    )
+    rollout: RolloutSpec | None = Field(
+        default=None, description="Canary rollout of new revisions; omit to replace directly."
+    )
+
+    cel_rules = (
+        CelRule(
+            rule="!has(self.plan) || !has(self.plan.tensorParallelSize) || "
+            "!has(self.resources) || !has(self.resources.allowedTensorParallelSizes) || "
+            "self.plan.tensorParallelSize in self.resources.allowedTensorParallelSizes",
+            message="spec.plan.tensorParallelSize must be one of "
+            "spec.resources.allowedTensorParallelSizes; change the override or allow it",
+            holds=lambda s: s.plan is None
+            or s.plan.tensor_parallel_size is None
+            or s.resources is None
+            or s.resources.allowed_tensor_parallel_sizes is None
+            or s.plan.tensor_parallel_size in s.resources.allowed_tensor_parallel_sizes,
+            field_path=".plan.tensorParallelSize",
+        ),
+        CelRule(
+            rule="!has(self.plan) || !has(self.plan.quantization) || !has(self.resources) || "
+            "!has(self.resources.allowedQuantizations) || "
+            "self.plan.quantization in self.resources.allowedQuantizations",
+            message="spec.plan.quantization must be one of spec.resources.allowedQuantizations; "
+            "change the override or allow it",
+            holds=lambda s: s.plan is None
+            or s.plan.quantization is None
+            or s.resources is None
+            or s.resources.allowed_quantizations is None
+            or s.plan.quantization in s.resources.allowed_quantizations,
+            field_path=".plan.quantization",
+        ),
+        CelRule(
+            rule="!has(self.plan) || !has(self.plan.quantization) || !has(self.slo.quality) || "
+            "!has(self.slo.quality.allowedQuantizations) || "
+            "self.plan.quantization in self.slo.quality.allowedQuantizations",
+            message="spec.plan.quantization must be one of "
+            "spec.slo.quality.allowedQuantizations; change the override or the quality budget",
+            holds=lambda s: s.plan is None
+            or s.plan.quantization is None
+            or s.slo.quality is None
+            or s.slo.quality.allowed_quantizations is None
+            or s.plan.quantization in s.slo.quality.allowed_quantizations,
+            field_path=".plan.quantization",
+        ),
+        CelRule(
+            rule="!has(self.plan) || !has(self.plan.gpuType) || !has(self.resources) || "
+            "!has(self.resources.allowedGpuTypes) || "
+            "self.plan.gpuType in self.resources.allowedGpuTypes",
+            message="spec.plan.gpuType must be one of spec.resources.allowedGpuTypes; change "
+            "the override or allow it",
+            holds=lambda s: s.plan is None
+            or s.plan.gpu_type is None
+            or s.resources is None
+            or s.resources.allowed_gpu_types is None
+            or s.plan.gpu_type in s.resources.allowed_gpu_types,
+            field_path=".plan.gpuType",
+        ),
+        CelRule(
+            rule="!has(self.plan) || !has(self.plan.kvCacheDtype) || !has(self.resources) || "
+            "!has(self.resources.allowedKvCacheDtypes) || "
+            "self.plan.kvCacheDtype in self.resources.allowedKvCacheDtypes",
+            message="spec.plan.kvCacheDtype must be one of "
+            "spec.resources.allowedKvCacheDtypes; change the override or allow it",
+            holds=lambda s: s.plan is None
+            or s.plan.kv_cache_dtype is None
+            or s.resources is None
+            or s.resources.allowed_kv_cache_dtypes is None
+            or s.plan.kv_cache_dtype in s.resources.allowed_kv_cache_dtypes,
+            field_path=".plan.kvCacheDtype",
+        ),
+        CelRule(
+            rule="!has(self.plan) || !has(self.plan.tensorParallelSize) || "
+            "!has(self.resources) || !has(self.resources.gpuBudget) || "
+            "self.plan.tensorParallelSize * (has(self.plan.replicas) ? self.plan.replicas : 1)"
+            " <= self.resources.gpuBudget",
+            message="spec.plan.tensorParallelSize x spec.plan.replicas (GPUs needed) exceeds "
+            "spec.resources.gpuBudget; raise the budget or lower the overrides",
+            holds=lambda s: s.plan is None
+            or s.plan.tensor_parallel_size is None
+            or s.resources is None
+            or s.resources.gpu_budget is None
+            or s.plan.tensor_parallel_size
+            * (1 if s.plan.replicas is None else s.plan.replicas)
+            <= s.resources.gpu_budget,
+            field_path=".plan.tensorParallelSize",
+        ),
+        CelRule(
+            rule="!has(self.plan) || !has(self.plan.replicas) || !self.autoscaling.enabled",
+            message="spec.plan.replicas pins the replica count and cannot be combined with "
+            "spec.autoscaling.enabled=true; remove one of them",
+            holds=lambda s: s.plan is None
+            or s.plan.replicas is None
+            or not s.autoscaling.enabled,
+            field_path=".plan.replicas",
+        ),
+        CelRule(
+            rule="!has(self.autoscaling.targetTtftP99Ms) || "
+            "self.autoscaling.targetTtftP99Ms <= self.slo.ttftP99Ms",
+            message="spec.autoscaling.targetTtftP99Ms must not exceed spec.slo.ttftP99Ms "
+            "(steering above the SLO would break it); lower the target or omit it",
+            holds=lambda s: s.autoscaling.target_ttft_p99_ms is None
+            or s.autoscaling.target_ttft_p99_ms <= s.slo.ttft_p99_ms,
+            field_path=".autoscaling.targetTtftP99Ms",
+        ),
+        CelRule(
+            rule="self.engine.maxInputLen >= self.workload.inputTokensP99",
+            message="spec.engine.maxInputLen must be at least spec.workload.inputTokensP99 "
+            "(the engine would refuse longer prompts); raise maxInputLen",
+            holds=lambda s: s.engine.max_input_len >= s.workload.input_tokens_p99,
+            field_path=".engine.maxInputLen",
+        ),
+        CelRule(
+            rule="self.engine.maxSeqLen >= "
+            "self.workload.inputTokensP99 + self.workload.outputTokensP99",
+            message="spec.engine.maxSeqLen must be at least spec.workload.inputTokensP99 + "
+            "outputTokensP99 (the engine would cut longer requests); raise maxSeqLen",
+            holds=lambda s: s.engine.max_seq_len
+            >= s.workload.input_tokens_p99 + s.workload.output_tokens_p99,
+            field_path=".engine.maxSeqLen",
+        ),
+    )

@@ -1,0 +1,255 @@
+"""`LLMDeployment.status`: what the operator observed and decided. Every field is optional."""
+
+from enum import Enum
+from typing import Annotated
+
+from pydantic import Field, field_validator
+
+from llmfleet.api.base import ApiModel, KubeTime
+from llmfleet.api.conditions import Condition
+from llmfleet.api.enums import GpuType, KvCacheDtype, Quantization
+from llmfleet.api.spec import TensorParallelSize
+
+# Bounds that keep the status object small; writers keep the most relevant entries.
+MAX_CONDITIONS = 16
+MAX_RATIONALE_LINES = 32
+MAX_REJECTED_OPTIONS = 32
+MAX_REVISIONS = 8
+
+
+class PlanPrediction(ApiModel):
+    """What the planner's model predicts for one replica of the chosen configuration."""
+
+    ttft_p99_ms: float | None = Field(
+        default=None, ge=0, description="Predicted p99 time to first token at peak load, ms."
+    )
+    tpot_p99_ms: float | None = Field(
+        default=None, ge=0, description="Predicted p99 time per output token at peak load, ms."
+    )
+    kv_bytes_per_token: int | None = Field(
+        default=None,
+        ge=0,
+        description="KV-cache bytes per token: layers x 2 x kvHeads x headDim x bytes per "
+        "element (whole model, all TP ranks).",
+    )
+    kv_capacity_tokens: int | None = Field(
+        default=None, ge=0, description="Tokens the KV cache of one replica holds."
+    )
+    max_concurrent_requests: int | None = Field(
+        default=None,
+        ge=0,
+        description="Requests one replica holds at once at the workload's p99 context.",
+    )
+    max_throughput_tokens_per_sec: float | None = Field(
+        default=None,
+        ge=0,
+        description="Output tokens per second of one replica at saturation.",
+    )
+
+
+class RejectedOption(ApiModel):
+    """A configuration the planner considered and did not choose."""
+
+    option: str = Field(
+        max_length=256, description="The configuration, in plan summary form (e.g. H100x1 FP16)."
+    )
+    reason: str = Field(max_length=1024, description="Why it was not chosen.")
+
+
+class PlanStatus(ApiModel):
+    """The configuration the operator serves, and why."""
+
+    gpu_type: GpuType | None = Field(default=None, description="Chosen GPU type.")
+    tensor_parallel_size: TensorParallelSize | None = Field(
+        default=None, description="GPUs per pipeline stage (tensor parallelism)."
+    )
+    pipeline_parallel_size: int | None = Field(
+        default=None, ge=1, description="Pipeline stages per replica."
+    )
+    quantization: Quantization | None = Field(default=None, description="Chosen quantisation.")
+    kv_cache_dtype: KvCacheDtype | None = Field(
+        default=None, description="Chosen KV-cache element type."
+    )
+    replicas: int | None = Field(
+        default=None, ge=0, description="Replicas needed for the peak workload."
+    )
+    gpus_total: int | None = Field(
+        default=None,
+        ge=0,
+        description="GPUs for all replicas: tensorParallelSize x pipelineParallelSize x replicas.",
+    )
+    summary: str | None = Field(
+        default=None,
+        max_length=128,
+        description="Short form for kubectl, e.g. H100x2 FP8 (GPU, GPUs per replica, "
+        "quantisation).",
+    )
+    predicted: PlanPrediction | None = Field(
+        default=None, description="Predicted performance of one replica."
+    )
+    rationale: list[Annotated[str, Field(max_length=1024)]] | None = Field(
+        default=None,
+        max_length=MAX_RATIONALE_LINES,
+        description="Why this configuration, one statement per line.",
+    )
+    rejected: list[RejectedOption] | None = Field(
+        default=None,
+        max_length=MAX_REJECTED_OPTIONS,
+        description="Closest alternatives not chosen, closest first. When no plan is "
+        "feasible, the first entry is the closest option.",
+    )
+
+
+class RevisionStatus(ApiModel):
+    """One revision (engine build inputs plus plan) that has workload objects."""
+
+    name: str = Field(
+        max_length=63, description="Revision hash; child objects are named <name>-<hash>."
+    )
+    engine_revision: str | None = Field(
+        default=None, max_length=63, description="spec.engine.revision it was built from."
+    )
+    plan_summary: str | None = Field(
+        default=None, max_length=128, description="Plan summary of this revision."
+    )
+    replicas: int | None = Field(default=None, ge=0, description="Desired replicas.")
+    ready_replicas: int | None = Field(default=None, ge=0, description="Ready replicas.")
+    traffic_percent: int | None = Field(
+        default=None, ge=0, le=100, description="Share of traffic it receives, in percent."
+    )
+
+
+class ScalingDecision(str, Enum):
+    """What the autoscaler decided last."""
+
+    SCALE_UP = "ScaleUp"
+    SCALE_DOWN = "ScaleDown"
+    HOLD = "Hold"
+
+
+class AutoscalerInputs(ApiModel):
+    """The observations behind the last scaling decision."""
+
+    observed_ttft_p99_ms: float | None = Field(
+        default=None, ge=0, description="Observed p99 TTFT over the window, ms."
+    )
+    target_ttft_p99_ms: int | None = Field(default=None, ge=1, description="Target p99 TTFT, ms.")
+    current_replicas: int | None = Field(
+        default=None, ge=0, description="Replicas when deciding."
+    )
+    ready_replicas: int | None = Field(
+        default=None, ge=0, description="Ready replicas when deciding."
+    )
+    requests_per_second: float | None = Field(
+        default=None, ge=0, description="Observed request rate, per second."
+    )
+    kv_cache_utilization_percent: float | None = Field(
+        default=None, ge=0, le=100, description="Mean KV-cache block use across replicas, %."
+    )
+
+
+class AutoscalerStatus(ApiModel):
+    """State of the p99-TTFT autoscaler."""
+
+    desired_replicas: int | None = Field(default=None, ge=0, description="Replicas it wants.")
+    last_decision: ScalingDecision | None = Field(
+        default=None, description="ScaleUp, ScaleDown or Hold."
+    )
+    last_decision_time: KubeTime | None = Field(
+        default=None, description="When the last decision was made."
+    )
+    reason: str | None = Field(
+        default=None, max_length=1024, description="Why, in words (e.g. holding: no metrics)."
+    )
+    inputs: AutoscalerInputs | None = Field(
+        default=None, description="Observations behind the last decision."
+    )
+
+
+class CanaryPhase(str, Enum):
+    """Where a canary rollout is."""
+
+    PROGRESSING = "Progressing"
+    PAUSED = "Paused"
+    ANALYZING = "Analyzing"
+    PROMOTED = "Promoted"
+    ABORTED = "Aborted"
+
+
+class CanaryStatus(ApiModel):
+    """State of the current canary rollout."""
+
+    phase: CanaryPhase | None = Field(default=None, description="Rollout phase.")
+    stable_revision: str | None = Field(
+        default=None, max_length=63, description="Revision serving most traffic."
+    )
+    canary_revision: str | None = Field(
+        default=None, max_length=63, description="Revision being rolled out."
+    )
+    step_index: int | None = Field(
+        default=None, ge=0, description="Index into spec.rollout.steps of the current step."
+    )
+    weight_percent: int | None = Field(
+        default=None, ge=0, le=100, description="Traffic share of the canary, in percent."
+    )
+    step_started_time: KubeTime | None = Field(
+        default=None, description="When the current step began."
+    )
+    message: str | None = Field(
+        default=None, max_length=1024, description="Progress or abort reason, in words."
+    )
+
+
+class LLMDeploymentStatus(ApiModel):
+    """Observed state of an LLMDeployment, written only by the operator."""
+
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="metadata.generation this status describes."
+    )
+    conditions: list[Condition] | None = Field(
+        default=None,
+        max_length=MAX_CONDITIONS,
+        description="Ready, Planned, WorkloadAvailable, Progressing, Degraded, "
+        "AutoscalingActive, MetricsAvailable, EngineBuilt.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    plan: PlanStatus | None = Field(default=None, description="The plan being served.")
+    replicas: int | None = Field(
+        default=None, ge=0, description="Desired replicas (scale subresource status replicas)."
+    )
+    ready_replicas: int | None = Field(default=None, ge=0, description="Replicas ready to serve.")
+    selector: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="Label selector of the serving pods, in string form (scale subresource).",
+    )
+    revisions: list[RevisionStatus] | None = Field(
+        default=None,
+        max_length=MAX_REVISIONS,
+        description="Revisions that have workload objects, newest first.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    current_revision: str | None = Field(
+        default=None, max_length=63, description="Revision that serves when no canary runs."
+    )
+    autoscaler: AutoscalerStatus | None = Field(default=None, description="Autoscaler state.")
+    canary: CanaryStatus | None = Field(default=None, description="Canary rollout state.")
+    ttft_p99_ms: float | None = Field(
+        default=None, ge=0, description="Observed p99 time to first token across replicas, ms."
+    )
+
+    @field_validator("conditions")
+    @classmethod
+    def _one_condition_per_type(cls, conditions: list[Condition] | None):
+        types = [c.type for c in conditions or []]
+        if len(set(types)) != len(types):
+            raise ValueError("each condition type may appear only once")
+        return conditions
+
+    @field_validator("revisions")
+    @classmethod
+    def _one_entry_per_revision(cls, revisions: list[RevisionStatus] | None):
+        names = [r.name for r in revisions or []]
+        if len(set(names)) != len(names):
+            raise ValueError("each revision may appear only once")
+        return revisions

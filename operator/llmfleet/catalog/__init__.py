@@ -1,0 +1,297 @@
+"""Packaged catalog: GPU types, model architectures, quantisation formats, calibration.
+
+The YAML files next to this module are the data; this module turns them into frozen
+dataclasses. Every entry carries a ``source`` string citing where its numbers come from.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from importlib import resources
+from typing import Mapping
+
+import yaml
+
+QUANTIZATIONS = ("BF16", "FP16", "FP8", "INT8WeightOnly", "INT4AWQ", "INT8SmoothQuant", "NVFP4")
+KV_CACHE_DTYPES = ("BF16", "FP16", "FP8", "INT8")
+
+
+@dataclass(frozen=True)
+class GpuType:
+    name: str
+    generation: str
+    compute_capability: int
+    memory_bytes: int
+    memory_mib: int
+    memory_bandwidth_bytes_per_sec: float
+    dense_tflops: Mapping[str, float | None]
+    interconnect_bandwidth_bytes_per_sec: float
+    max_gpus_per_node: int
+    gfd_product: str
+    supported_quantizations: tuple[str, ...]
+    supported_kv_cache_dtypes: tuple[str, ...]
+    relative_cost_per_gpu_hour: float
+    source: str
+
+    def dense_flops_per_sec(self, precision: str) -> float:
+        tflops = self.dense_tflops.get(precision)
+        if not tflops:
+            raise ValueError(f"{self.name} has no dense {precision} throughput")
+        return tflops * 1e12
+
+
+@dataclass(frozen=True)
+class ModelArch:
+    """A decoder-only transformer with gated MLP (Llama family), optionally MoE."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int
+    num_experts: int = 1
+    experts_per_token: int = 1
+    tie_word_embeddings: bool = False
+    source: str = "inline"
+
+    def __post_init__(self) -> None:
+        positive = {
+            "num_layers": self.num_layers, "hidden_size": self.hidden_size,
+            "num_attention_heads": self.num_attention_heads, "num_kv_heads": self.num_kv_heads,
+            "head_dim": self.head_dim, "intermediate_size": self.intermediate_size,
+            "vocab_size": self.vocab_size, "max_position_embeddings": self.max_position_embeddings,
+            "num_experts": self.num_experts, "experts_per_token": self.experts_per_token,
+        }
+        for field, value in positive.items():
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"model {self.name}: {field} must be a positive integer, got {value!r}")
+        if self.num_attention_heads % self.num_kv_heads:
+            raise ValueError(f"model {self.name}: attention heads must be a multiple of KV heads")
+        if self.experts_per_token > self.num_experts:
+            raise ValueError(f"model {self.name}: experts_per_token exceeds num_experts")
+
+    @property
+    def attention_params_per_layer(self) -> int:
+        q_and_o = 2 * self.hidden_size * self.num_attention_heads * self.head_dim
+        k_and_v = 2 * self.hidden_size * self.num_kv_heads * self.head_dim
+        return q_and_o + k_and_v
+
+    @property
+    def mlp_params_per_expert(self) -> int:
+        # gate, up and down projections
+        return 3 * self.hidden_size * self.intermediate_size
+
+    @property
+    def router_params_per_layer(self) -> int:
+        return self.hidden_size * self.num_experts if self.num_experts > 1 else 0
+
+    @property
+    def layer_params(self) -> int:
+        """Linear-layer weights of all transformer layers (what quantisation shrinks)."""
+        per_layer = (self.attention_params_per_layer + self.num_experts * self.mlp_params_per_expert
+                     + self.router_params_per_layer)
+        return self.num_layers * per_layer
+
+    @property
+    def active_layer_params(self) -> int:
+        """Linear-layer weights one token passes through (MoE: only its routed experts)."""
+        per_layer = (self.attention_params_per_layer + self.experts_per_token * self.mlp_params_per_expert
+                     + self.router_params_per_layer)
+        return self.num_layers * per_layer
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def lm_head_params(self) -> int:
+        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+
+    @property
+    def norm_params(self) -> int:
+        return (2 * self.num_layers + 1) * self.hidden_size
+
+    @property
+    def total_params(self) -> int:
+        return self.layer_params + self.embedding_params + self.lm_head_params + self.norm_params
+
+    @property
+    def active_params(self) -> int:
+        return self.active_layer_params + self.embedding_params + self.lm_head_params + self.norm_params
+
+
+@dataclass(frozen=True)
+class QuantizationFormat:
+    name: str
+    weight_bytes_per_param: float
+    activation_precision: str
+    min_compute_capability: int
+    quality_cost_percent: float
+    qformat: str
+    source: str
+
+    @property
+    def is_weight_only(self) -> bool:
+        return self.activation_precision in ("bf16", "fp16") and self.weight_bytes_per_param < 2
+
+
+@dataclass(frozen=True)
+class KvCacheDtype:
+    name: str
+    bytes_per_element: int
+    min_compute_capability: int
+    quality_cost_percent: float
+    kv_cache_dtype_flag: str | None
+    source: str
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Efficiency factors of the latency model, fitted to public measurements (see calibration.yaml)."""
+
+    prefill_compute_efficiency: float
+    decode_compute_efficiency: float
+    memory_bandwidth_efficiency: float
+    interconnect_efficiency: float
+    step_overhead_ms: float
+    allreduce_latency_us: float
+    runtime_reserve_bytes: int
+    tokens_per_block: int
+    source: str
+
+
+@dataclass(frozen=True)
+class Catalog:
+    gpus: Mapping[str, GpuType]
+    models: Mapping[str, ModelArch]
+    quantizations: Mapping[str, QuantizationFormat]
+    kv_cache_dtypes: Mapping[str, KvCacheDtype]
+    calibration: Calibration
+
+    def gpu(self, name: str) -> GpuType:
+        return _lookup(self.gpus, name, "GPU type")
+
+    def model(self, name: str) -> ModelArch:
+        return _lookup(self.models, name, "model")
+
+    def quantization(self, name: str) -> QuantizationFormat:
+        return _lookup(self.quantizations, name, "quantization")
+
+    def kv_cache_dtype(self, name: str) -> KvCacheDtype:
+        return _lookup(self.kv_cache_dtypes, name, "KV cache dtype")
+
+
+def _lookup(table: Mapping, name: str, what: str):
+    try:
+        return table[name]
+    except KeyError:
+        raise KeyError(f"unknown {what} {name!r}; known: {', '.join(sorted(table))}") from None
+
+
+def _read_yaml(filename: str) -> dict:
+    text = resources.files(__name__).joinpath(filename).read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+def _require_source(kind: str, name: str, entry: dict) -> None:
+    if not str(entry.get("source", "")).strip():
+        raise ValueError(f"catalog {kind} {name!r} has no source line")
+
+
+def _gpu(name: str, entry: dict) -> GpuType:
+    _require_source("GPU", name, entry)
+    return GpuType(
+        name=name,
+        generation=entry["generation"],
+        compute_capability=int(entry["compute_capability"]),
+        memory_bytes=int(entry["memory_bytes"]),
+        memory_mib=int(entry["memory_mib"]),
+        memory_bandwidth_bytes_per_sec=float(entry["memory_bandwidth_bytes_per_sec"]),
+        dense_tflops={k: (float(v) if v is not None else None) for k, v in entry["dense_tflops"].items()},
+        interconnect_bandwidth_bytes_per_sec=float(entry["interconnect_bandwidth_bytes_per_sec"]),
+        max_gpus_per_node=int(entry["max_gpus_per_node"]),
+        gfd_product=entry["gfd_product"],
+        supported_quantizations=tuple(entry["supported_quantizations"]),
+        supported_kv_cache_dtypes=tuple(entry["supported_kv_cache_dtypes"]),
+        relative_cost_per_gpu_hour=float(entry["relative_cost_per_gpu_hour"]),
+        source=entry["source"],
+    )
+
+
+def _model(name: str, entry: dict) -> ModelArch:
+    _require_source("model", name, entry)
+    return model_from_numbers(name=name, **entry)
+
+
+def model_from_numbers(
+    *,
+    name: str,
+    num_layers: int,
+    hidden_size: int,
+    num_attention_heads: int,
+    num_kv_heads: int,
+    head_dim: int | None = None,
+    intermediate_size: int,
+    vocab_size: int,
+    max_position_embeddings: int = 131072,
+    num_experts: int = 1,
+    experts_per_token: int = 1,
+    tie_word_embeddings: bool = False,
+    source: str = "inline",
+) -> ModelArch:
+    """An architecture given as plain numbers (an inline ``spec.model``).
+
+    ``head_dim`` defaults to hidden_size / attention heads, as in Hugging Face configs.
+    """
+    if head_dim is None:
+        if hidden_size % num_attention_heads:
+            raise ValueError(f"model {name}: head_dim missing and hidden_size not divisible by heads")
+        head_dim = hidden_size // num_attention_heads
+    return ModelArch(
+        name=name, num_layers=num_layers, hidden_size=hidden_size,
+        num_attention_heads=num_attention_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+        intermediate_size=intermediate_size, vocab_size=vocab_size,
+        max_position_embeddings=max_position_embeddings, num_experts=num_experts,
+        experts_per_token=experts_per_token, tie_word_embeddings=tie_word_embeddings, source=source,
+    )
+
+
+def _quantization(name: str, entry: dict) -> QuantizationFormat:
+    _require_source("quantization", name, entry)
+    return QuantizationFormat(name=name, **entry)
+
+
+def _kv_dtype(name: str, entry: dict) -> KvCacheDtype:
+    _require_source("KV cache dtype", name, entry)
+    return KvCacheDtype(name=name, **entry)
+
+
+@functools.lru_cache(maxsize=1)
+def load_catalog() -> Catalog:
+    """The packaged catalog (read once; the result is immutable)."""
+    gpus = _read_yaml("gpus.yaml")["gpus"]
+    models = _read_yaml("models.yaml")["models"]
+    quant = _read_yaml("quantizations.yaml")
+    calibration = _read_yaml("calibration.yaml")["calibration"]
+    _require_source("calibration", "calibration", calibration)
+    catalog = Catalog(
+        gpus={name: _gpu(name, e) for name, e in gpus.items()},
+        models={name: _model(name, e) for name, e in models.items()},
+        quantizations={name: _quantization(name, e) for name, e in quant["quantizations"].items()},
+        kv_cache_dtypes={name: _kv_dtype(name, e) for name, e in quant["kv_cache_dtypes"].items()},
+        calibration=Calibration(**{k: v for k, v in calibration.items() if k != "measurements"}),
+    )
+    if tuple(catalog.quantizations) != QUANTIZATIONS or tuple(catalog.kv_cache_dtypes) != KV_CACHE_DTYPES:
+        raise ValueError("quantizations.yaml must list exactly the API's quantisations and KV dtypes")
+    return catalog
+
+
+__all__ = [
+    "Calibration", "Catalog", "GpuType", "KV_CACHE_DTYPES", "KvCacheDtype", "ModelArch",
+    "QUANTIZATIONS", "QuantizationFormat", "load_catalog", "model_from_numbers",
+]

@@ -1,0 +1,330 @@
+"""Latency and throughput model of one TensorRT-LLM engine (one replica = one TP group).
+
+Every forward step of in-flight batching carries one token for each decoding request plus
+(part of) the prompts admitted into it. A step costs the larger of
+  - memory time: weights read once + the batch's KV read, over effective HBM bandwidth, and
+  - compute time: GEMM + attention FLOPs over effective tensor-core throughput,
+plus TP all-reduces (two per layer) and a fixed launch/scheduling overhead.
+Efficiency factors come from the catalog's calibration (fitted to public measurements).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from llmfleet.catalog import Calibration, GpuType, KvCacheDtype, ModelArch, QuantizationFormat
+from llmfleet.planner.memory import (
+    UNQUANTIZED_BYTES_PER_PARAM,
+    MemoryFit,
+    layer_params_per_gpu,
+    memory_fit,
+)
+
+# Attention (FMHA) runs in 16 bit regardless of the GEMM format.
+ATTENTION_PRECISION = "bf16"
+Z_P99 = 2.3263478740408408  # standard normal 99th percentile
+P99_TAIL = 0.01
+# Beyond this p99/mean ratio a lognormal fit has no solution; treat longer tails as this one.
+MAX_LOGNORMAL_P99_OVER_MEAN = math.exp(Z_P99 ** 2 / 2) - 1e-9
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A configuration plus the per-step constants derived from it."""
+
+    model: ModelArch
+    gpu: GpuType
+    quantization: QuantizationFormat
+    kv_dtype: KvCacheDtype
+    tensor_parallel_size: int
+    max_batch_size: int
+    max_num_tokens: int
+    fit: MemoryFit
+    calibration: Calibration
+    effective_bandwidth_bytes_per_sec: float
+    prefill_gemm_flops_per_sec: float
+    decode_gemm_flops_per_sec: float
+    prefill_attention_flops_per_sec: float
+    decode_attention_flops_per_sec: float
+    allreduce_seconds_per_step: float
+    allreduce_seconds_per_token: float
+
+
+def build_engine(model: ModelArch, gpu: GpuType, quantization: QuantizationFormat, kv_dtype: KvCacheDtype,
+                 tensor_parallel_size: int, calibration: Calibration, *, max_batch_size: int,
+                 max_num_tokens: int, kv_cache_free_gpu_mem_fraction: float) -> Engine:
+    tp = tensor_parallel_size
+    cal = calibration
+    gemm = gpu.dense_flops_per_sec(quantization.activation_precision) * tp
+    attention = gpu.dense_flops_per_sec(ATTENTION_PRECISION) * tp
+    if tp > 1:
+        # Ring all-reduce moves 2(TP-1)/TP of the message per rank; two all-reduces per layer.
+        bytes_per_token = model.hidden_size * UNQUANTIZED_BYTES_PER_PARAM * 2 * (tp - 1) / tp
+        link = gpu.interconnect_bandwidth_bytes_per_sec * cal.interconnect_efficiency
+        allreduce_per_step = 2 * model.num_layers * cal.allreduce_latency_us * 1e-6
+        allreduce_per_token = 2 * model.num_layers * bytes_per_token / link
+    else:
+        allreduce_per_step = allreduce_per_token = 0.0
+    return Engine(
+        model=model, gpu=gpu, quantization=quantization, kv_dtype=kv_dtype, tensor_parallel_size=tp,
+        max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
+        fit=memory_fit(model, gpu, quantization, kv_dtype, tp, cal, max_num_tokens=max_num_tokens,
+                       max_batch_size=max_batch_size,
+                       kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction),
+        calibration=cal,
+        effective_bandwidth_bytes_per_sec=gpu.memory_bandwidth_bytes_per_sec * cal.memory_bandwidth_efficiency,
+        prefill_gemm_flops_per_sec=gemm * cal.prefill_compute_efficiency,
+        decode_gemm_flops_per_sec=gemm * cal.decode_compute_efficiency,
+        prefill_attention_flops_per_sec=attention * cal.prefill_compute_efficiency,
+        decode_attention_flops_per_sec=attention * cal.decode_compute_efficiency,
+        allreduce_seconds_per_step=allreduce_per_step,
+        allreduce_seconds_per_token=allreduce_per_token,
+    )
+
+
+def weight_bytes_read_per_step(engine: Engine, decode_batch: float) -> float:
+    """Weights one rank streams per step: all of them for dense models; for MoE only the experts
+    the batch's tokens are routed to (expected distinct experts under uniform routing)."""
+    model, tp = engine.model, engine.tensor_parallel_size
+    q_bytes = engine.quantization.weight_bytes_per_param
+    lm_head = model.lm_head_params / tp * UNQUANTIZED_BYTES_PER_PARAM
+    layers = layer_params_per_gpu(model, tp)
+    if model.num_experts == 1:
+        return layers * q_bytes + lm_head
+    all_experts = model.num_layers * model.num_experts * model.mlp_params_per_expert / tp
+    miss = (1 - model.experts_per_token / model.num_experts) ** max(decode_batch, 1.0)
+    touched_fraction = 1 - miss
+    return (layers - all_experts + all_experts * touched_fraction) * q_bytes + lm_head
+
+
+def gemm_flops_per_token(model: ModelArch) -> float:
+    return 2.0 * model.active_layer_params
+
+
+def lm_head_flops(model: ModelArch) -> float:
+    return 2.0 * model.vocab_size * model.hidden_size
+
+
+def decode_attention_flops(model: ModelArch, context_tokens: float) -> float:
+    """QK^T and AV for one new token over its context."""
+    return 4.0 * model.num_layers * model.num_attention_heads * model.head_dim * context_tokens
+
+
+def prefill_attention_flops(model: ModelArch, new_tokens: float, prefix_tokens: float) -> float:
+    """Causal QK^T and AV for new_tokens that follow prefix_tokens already in the cache."""
+    width = model.num_attention_heads * model.head_dim
+    return 2.0 * model.num_layers * width * new_tokens * (2 * prefix_tokens + new_tokens)
+
+
+def step_seconds(engine: Engine, decode_batch: float, decode_context_tokens: float,
+                 prefill_tokens: float = 0.0, prefill_attention: float = 0.0,
+                 prefill_sequences: float = 0.0) -> float:
+    """Duration of one in-flight-batching step."""
+    model = engine.model
+    kv_read = decode_batch * decode_context_tokens * engine.fit.kv_bytes_per_token_per_gpu
+    memory_s = (weight_bytes_read_per_step(engine, decode_batch) + kv_read) / engine.effective_bandwidth_bytes_per_sec
+    decode_flops = decode_batch * (gemm_flops_per_token(model) + lm_head_flops(model))
+    compute_s = (decode_flops / engine.decode_gemm_flops_per_sec
+                 + decode_batch * decode_attention_flops(model, decode_context_tokens)
+                 / engine.decode_attention_flops_per_sec
+                 + (prefill_tokens * gemm_flops_per_token(model) + prefill_sequences * lm_head_flops(model))
+                 / engine.prefill_gemm_flops_per_sec
+                 + prefill_attention / engine.prefill_attention_flops_per_sec)
+    allreduce_s = engine.allreduce_seconds_per_step + (decode_batch + prefill_tokens) * engine.allreduce_seconds_per_token
+    return max(memory_s, compute_s) + allreduce_s + engine.calibration.step_overhead_ms / 1000.0
+
+
+def prefill_seconds(engine: Engine, new_tokens: float, prefix_tokens: float, decode_batch: float,
+                    decode_context_tokens: float) -> float:
+    """Time from a prompt's first step to its first token, chunked by max_num_tokens (the decode
+    batch shares each step's token budget)."""
+    budget = max(1.0, engine.max_num_tokens - decode_batch)
+    chunks = max(1, math.ceil(new_tokens / budget))
+    chunk = new_tokens / chunks
+    total = 0.0
+    for index in range(chunks):
+        done = prefix_tokens + index * chunk
+        total += step_seconds(engine, decode_batch, decode_context_tokens, chunk,
+                              prefill_attention_flops(engine.model, chunk, done),
+                              prefill_sequences=1.0 if index == chunks - 1 else 0.0)
+    return total
+
+
+def saturation_batch(engine: Engine, input_tokens: float, output_tokens: float) -> int:
+    """Largest steady decode batch: bounded by max_batch_size, by the KV cache holding whole
+    sequences (input + output, as guaranteed_no_evict reserves them) and by max_num_tokens
+    having to carry the decode tokens plus the prompts that replace finished requests."""
+    by_kv = engine.fit.max_sequences(input_tokens + output_tokens, engine.max_batch_size)
+    by_tokens = int(engine.max_num_tokens / (1 + input_tokens / output_tokens))
+    return max(0, min(by_kv, by_tokens))
+
+
+def saturation_throughput_tokens_per_sec(engine: Engine, input_tokens: float, output_tokens: float,
+                                         prefix_tokens: float = 0.0) -> float:
+    """Output tokens/s of one replica fed without limit: a steady mixed step with batch B decode
+    tokens and, on average, B / output_tokens new prompts (finished requests are replaced)."""
+    batch = saturation_batch(engine, input_tokens, output_tokens)
+    if batch == 0:
+        return 0.0
+    new_prompts = batch / output_tokens
+    new_tokens = input_tokens - prefix_tokens
+    step = step_seconds(engine, batch, input_tokens + output_tokens / 2, new_prompts * new_tokens,
+                        new_prompts * prefill_attention_flops(engine.model, new_tokens, prefix_tokens),
+                        prefill_sequences=new_prompts)
+    return batch / step
+
+
+def steady_step_seconds(engine: Engine, requests_per_sec: float, new_input_tokens: float,
+                        prefix_tokens: float, output_tokens: float, decode_context_tokens: float) -> float | None:
+    """Mean step time tau at an arrival rate, or None when the engine cannot keep up.
+
+    Little's law gives the decode batch B = rate x output_tokens x tau and the prompt tokens per
+    step P = rate x new_input_tokens x tau, so the step cost is max(memory(tau), compute(tau)) +
+    all-reduce(tau) + overhead, each piece affine in tau. The least fixed point of a maximum of
+    affine maps with slopes below one is the largest of their individual fixed points; a slope
+    of one or more means work arrives faster than steps can absorb it. For MoE the weight bytes
+    depend on B, so the solve is repeated a few times with B from the previous round.
+    """
+    model = engine.model
+    rate = requests_per_sec
+    decode_per_tau = rate * output_tokens
+    prefill_per_tau = rate * new_input_tokens
+    kv_slope = decode_per_tau * decode_context_tokens * engine.fit.kv_bytes_per_token_per_gpu
+    compute_slope = (
+        decode_per_tau * (gemm_flops_per_token(model) + lm_head_flops(model)) / engine.decode_gemm_flops_per_sec
+        + decode_per_tau * decode_attention_flops(model, decode_context_tokens) / engine.decode_attention_flops_per_sec
+        + (prefill_per_tau * gemm_flops_per_token(model) + rate * lm_head_flops(model))
+        / engine.prefill_gemm_flops_per_sec
+        + rate * prefill_attention_flops(model, new_input_tokens, prefix_tokens)
+        / engine.prefill_attention_flops_per_sec)
+    comm_slope = (decode_per_tau + prefill_per_tau) * engine.allreduce_seconds_per_token
+    fixed = engine.allreduce_seconds_per_step + engine.calibration.step_overhead_ms / 1000.0
+    if compute_slope + comm_slope >= 1:
+        return None
+    memory_slope = kv_slope / engine.effective_bandwidth_bytes_per_sec + comm_slope
+    if memory_slope >= 1:
+        return None
+    tau = 0.0
+    rounds = 1 if model.num_experts == 1 else 4
+    for _ in range(rounds):
+        weights_s = weight_bytes_read_per_step(engine, decode_per_tau * tau) / engine.effective_bandwidth_bytes_per_sec
+        tau = max((weights_s + fixed) / (1 - memory_slope), fixed / (1 - compute_slope - comm_slope))
+    return tau
+
+
+def lognormal_cv(mean: float, p99: float) -> float:
+    """Coefficient of variation of a lognormal with this mean and 99th percentile."""
+    ratio = min(p99 / mean, MAX_LOGNORMAL_P99_OVER_MEAN)
+    if ratio <= 1.0:
+        return 0.0
+    # p99/mean = exp(z*sigma - sigma^2/2): take the smaller root for sigma.
+    sigma = Z_P99 - math.sqrt(Z_P99 ** 2 - 2 * math.log(ratio))
+    return math.sqrt(math.expm1(sigma ** 2))
+
+
+def poisson_p99(mean: float) -> int:
+    """99th percentile of a Poisson count (exact sum for small means, normal beyond)."""
+    if mean <= 0:
+        return 0
+    if mean > 200:
+        return math.ceil(mean + Z_P99 * math.sqrt(mean))
+    term = cumulative = math.exp(-mean)
+    count = 0
+    while cumulative < 1 - P99_TAIL:
+        count += 1
+        term *= mean / count
+        cumulative += term
+    return count
+
+
+@dataclass(frozen=True)
+class LoadPrediction:
+    ttft_p99_ms: float
+    tpot_p99_ms: float
+    queue_wait_p99_ms: float
+    decode_batch: float
+    concurrency_p99: int
+    problem: str | None
+
+
+def predict_at_load(engine: Engine, requests_per_sec: float, input_tokens_mean: float, input_tokens_p99: float,
+                    output_tokens_mean: float, output_tokens_p99: float,
+                    prefix_sharing_fraction: float) -> LoadPrediction:
+    """p99 TTFT and TPOT of one replica receiving Poisson arrivals at requests_per_sec.
+
+    Prompts compete for the engine's compute: each one adds an 'occupancy' (the extra time it
+    puts into the steps it rides in). Prompts wait for each other as in an M/G/1 queue, whose
+    mean wait is Pollaczek-Khinchine and whose tail is taken as exponential,
+    P(W > t) = rho exp(-rho t / E[W]). TTFT = queue wait + wait for the running step to end +
+    the prompt's own prefill; its p99 is the sum of the means plus the root-sum-square of each
+    part's excess at p99 (the parts are independent). TPOT is the steady step time plus the p99
+    of prompt interference over the request's decode life (a compound Poisson sum).
+    """
+    rate = requests_per_sec
+    prefix = input_tokens_mean * prefix_sharing_fraction
+    new_mean = input_tokens_mean - prefix
+    new_p99 = input_tokens_p99 - input_tokens_p99 * prefix_sharing_fraction
+    decode_context = input_tokens_mean + output_tokens_mean / 2
+    tau = steady_step_seconds(engine, rate, new_mean, prefix, output_tokens_mean, decode_context)
+    if tau is None:
+        return LoadPrediction(math.inf, math.inf, math.inf, math.inf, 0,
+                              f"overloaded: {rate:.3g} req/s exceeds what one replica can process")
+    batch = rate * output_tokens_mean * tau
+    prompt_tokens_per_step = rate * new_mean * tau
+    if batch + prompt_tokens_per_step > engine.max_num_tokens:
+        return LoadPrediction(math.inf, math.inf, math.inf, batch, 0,
+                              f"overloaded: {batch + prompt_tokens_per_step:.0f} tokens per step exceed "
+                              f"max_num_tokens {engine.max_num_tokens}")
+    # Active decode sequences of an M/G/inf system are Poisson distributed.
+    concurrency_p99 = poisson_p99(batch)
+    capacity = engine.fit.max_sequences(input_tokens_p99 + output_tokens_p99, engine.max_batch_size)
+    base_step = step_seconds(engine, batch, decode_context)
+    occupancy = step_seconds(engine, batch, decode_context, new_mean,
+                             prefill_attention_flops(engine.model, new_mean, prefix), 1.0) - base_step
+    rho = rate * occupancy
+    if rho >= 1:
+        return LoadPrediction(math.inf, math.inf, math.inf, batch, concurrency_p99,
+                              f"overloaded: prompts need {rho:.0%} of the engine")
+    cv = lognormal_cv(input_tokens_mean, input_tokens_p99)
+    occupancy_second_moment = occupancy ** 2 * (1 + cv ** 2)
+    wait_mean = rate * occupancy_second_moment / (2 * (1 - rho))
+    wait_p99 = wait_mean / rho * math.log(rho / P99_TAIL) if rho > P99_TAIL else 0.0
+    prefill_mean = prefill_seconds(engine, new_mean, prefix, batch, decode_context)
+    prefill_p99 = prefill_seconds(engine, new_p99, input_tokens_p99 * prefix_sharing_fraction, batch, decode_context)
+    ttft_mean = wait_mean + base_step / 2 + prefill_mean
+    excess = math.sqrt((wait_p99 - wait_mean) ** 2 + (base_step / 2) ** 2 + (prefill_p99 - prefill_mean) ** 2)
+    decode_steps = max(1.0, output_tokens_mean - 1)
+    interference_sd = math.sqrt(rate * decode_steps * tau * occupancy_second_moment) / decode_steps
+    problem = None
+    if concurrency_p99 > capacity:
+        problem = (f"KV cache: p99 concurrency {concurrency_p99} exceeds {capacity} sequences "
+                   f"at p99 context {input_tokens_p99 + output_tokens_p99:.0f} tokens")
+    return LoadPrediction(
+        ttft_p99_ms=(ttft_mean + excess) * 1000,
+        tpot_p99_ms=(tau + Z_P99 * interference_sd) * 1000,
+        queue_wait_p99_ms=wait_p99 * 1000,
+        decode_batch=batch,
+        concurrency_p99=concurrency_p99,
+        problem=problem,
+    )
+
+
+def predict_at_concurrency(engine: Engine, input_tokens: float, output_tokens: float,
+                           concurrency: int) -> tuple[float, float]:
+    """(TTFT s, TPOT s) with `concurrency` clients in a closed loop (each sends its next request
+    when the previous one ends). Clients beyond the engine's capacity wait for a free slot."""
+    decode_context = input_tokens + output_tokens / 2
+    active = min(concurrency, max(1, saturation_batch(engine, input_tokens, output_tokens)))
+    others = active - 1
+    # The other clients' prompts arrive once per output_tokens steps each.
+    other_prompts = others / output_tokens
+    tpot = step_seconds(engine, active, decode_context, other_prompts * input_tokens,
+                        other_prompts * prefill_attention_flops(engine.model, input_tokens, 0.0),
+                        prefill_sequences=other_prompts)
+    ttft = prefill_seconds(engine, input_tokens, 0.0, others, decode_context)
+    waiting = concurrency - active
+    if waiting > 0:
+        request_seconds = ttft + (output_tokens - 1) * tpot
+        ttft += waiting / active * request_seconds
+    return ttft, tpot

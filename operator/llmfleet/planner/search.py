@@ -1,0 +1,353 @@
+"""Search for the plan with the fewest GPUs meeting the SLO, and what-if estimates."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from llmfleet.catalog import Catalog, GpuType, KvCacheDtype, ModelArch, QuantizationFormat, load_catalog
+from llmfleet.planner.latency import (
+    Engine,
+    LoadPrediction,
+    build_engine,
+    predict_at_concurrency,
+    predict_at_load,
+    saturation_throughput_tokens_per_sec,
+)
+from llmfleet.planner.memory import kv_bytes_per_token, tensor_parallel_problem
+from llmfleet.planner.types import Estimate, Plan, PlanRequest, Predicted, RejectedOption
+
+REJECTED_PER_REASON = 3
+REJECTED_TOTAL = 24
+# Without a GPU budget, a configuration that misses the SLO even at this many times the
+# replicas its throughput needs is judged unable to meet it at any scale.
+UNBOUNDED_REPLICA_FACTOR = 1024
+
+
+@dataclass(frozen=True)
+class _Option:
+    gpu: GpuType
+    tensor_parallel_size: int
+    quantization: QuantizationFormat
+    kv_dtype: KvCacheDtype
+
+    @property
+    def label(self) -> str:
+        return (f"{self.gpu.name} TP{self.tensor_parallel_size} {self.quantization.name} "
+                f"KV {self.kv_dtype.name}")
+
+    @property
+    def quality_cost_percent(self) -> float:
+        return self.quantization.quality_cost_percent + self.kv_dtype.quality_cost_percent
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    option: _Option
+    reason_class: str | None  # None when the SLO is met
+    reason: str
+    replicas: int = 0
+    engine: Engine | None = None
+    prediction: LoadPrediction | None = None
+    violation: float = math.inf  # max(predicted / target) over TTFT and TPOT; < 1 means met
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.option.tensor_parallel_size
+
+    @property
+    def cost(self) -> float:
+        return self.gpus * self.option.gpu.relative_cost_per_gpu_hour
+
+
+def _resolve_model(model: ModelArch | str, catalog: Catalog) -> ModelArch:
+    return catalog.model(model) if isinstance(model, str) else model
+
+
+def support_problem(model: ModelArch, option: _Option) -> tuple[str, str] | None:
+    """(reason class, message) when the GPU cannot run this shape, else None."""
+    gpu, quant, kv, tp = option.gpu, option.quantization, option.kv_dtype, option.tensor_parallel_size
+    if quant.name not in gpu.supported_quantizations or gpu.compute_capability < quant.min_compute_capability:
+        return "unsupported", f"{gpu.name} ({gpu.generation}) does not run {quant.name}"
+    if kv.name not in gpu.supported_kv_cache_dtypes or gpu.compute_capability < kv.min_compute_capability:
+        return "unsupported", f"{gpu.name} ({gpu.generation}) has no {kv.name} KV cache"
+    if tp > gpu.max_gpus_per_node:
+        return "tensor-parallel", f"TP{tp} exceeds {gpu.max_gpus_per_node} GPUs per node"
+    problem = tensor_parallel_problem(model, tp)
+    if problem:
+        return "tensor-parallel", problem
+    return None
+
+
+def _engine_for(model: ModelArch, option: _Option, catalog: Catalog, space) -> Engine:
+    return build_engine(model, option.gpu, option.quantization, option.kv_dtype, option.tensor_parallel_size,
+                        catalog.calibration, max_batch_size=space.max_batch_size,
+                        max_num_tokens=space.max_num_tokens,
+                        kv_cache_free_gpu_mem_fraction=space.kv_cache_free_gpu_mem_fraction)
+
+
+def _gib(value: float) -> str:
+    return f"{value / 2**30:.1f} GiB"
+
+
+def _predict(engine: Engine, request: PlanRequest, replicas: int) -> tuple[LoadPrediction, float]:
+    w = request.workload
+    prediction = predict_at_load(engine, w.peak_requests_per_sec / replicas, w.input_tokens_mean, w.input_tokens_p99,
+                                 w.output_tokens_mean, w.output_tokens_p99, w.prefix_sharing_fraction)
+    if prediction.problem:
+        return prediction, math.inf
+    violation = max(prediction.ttft_p99_ms / request.slo.ttft_p99_ms, prediction.tpot_p99_ms / request.slo.tpot_p99_ms)
+    return prediction, violation
+
+
+def _slo_failure(prediction: LoadPrediction, request: PlanRequest) -> tuple[str, str]:
+    if prediction.problem:
+        kind = "kv-capacity" if prediction.problem.startswith("KV") else "overloaded"
+        return kind, prediction.problem
+    slo = request.slo
+    misses = []
+    if prediction.ttft_p99_ms > slo.ttft_p99_ms:
+        misses.append(f"p99 TTFT {prediction.ttft_p99_ms:.0f} ms > {slo.ttft_p99_ms:g} ms")
+    if prediction.tpot_p99_ms > slo.tpot_p99_ms:
+        misses.append(f"p99 TPOT {prediction.tpot_p99_ms:.1f} ms > {slo.tpot_p99_ms:g} ms")
+    ttft_ratio = prediction.ttft_p99_ms / slo.ttft_p99_ms
+    tpot_ratio = prediction.tpot_p99_ms / slo.tpot_p99_ms
+    return ("ttft-slo" if ttft_ratio >= tpot_ratio else "tpot-slo"), "; ".join(misses)
+
+
+def _search_replicas(engine: Engine, option: _Option, request: PlanRequest, best_gpus: int | None) -> _Outcome:
+    """Fewest replicas of this configuration meeting the SLO (prediction is monotone in load)."""
+    w, space = request.workload, request.space
+    tp = option.tensor_parallel_size
+    saturation_rps = saturation_throughput_tokens_per_sec(
+        engine, w.input_tokens_mean, w.output_tokens_mean,
+        w.input_tokens_mean * w.prefix_sharing_fraction) / w.output_tokens_mean
+    if saturation_rps <= 0:
+        return _Outcome(option, "kv-capacity", "KV cache cannot hold one mean-length request")
+    fewest = max(1, math.ceil(w.peak_requests_per_sec / saturation_rps))
+    if space.pinned_replicas is not None:
+        fewest = most = space.pinned_replicas
+    else:
+        most = space.gpu_budget // tp if space.gpu_budget else fewest * UNBOUNDED_REPLICA_FACTOR
+        if best_gpus is not None and fewest * tp > best_gpus:
+            return _Outcome(option, "more-gpus", f"needs at least {fewest * tp} GPUs for the throughput, "
+                            f"more than the chosen plan's {best_gpus}", replicas=fewest, engine=engine)
+        if most < fewest:
+            return _Outcome(option, "gpu-budget", f"needs at least {fewest * tp} GPUs for the throughput, "
+                            f"budget is {space.gpu_budget}", replicas=max(most, 0), engine=engine)
+    prediction, violation = _predict(engine, request, most)
+    if violation > 1:
+        kind, reason = _slo_failure(prediction, request)
+        if space.pinned_replicas is None:
+            scope = "within the GPU budget" if space.gpu_budget else "at any replica count"
+            reason = f"{reason} ({scope}: {most} replicas)"
+        return _Outcome(option, kind, reason, most, engine, prediction, violation)
+    low, high = fewest, most
+    while low < high:
+        middle = (low + high) // 2
+        if _predict(engine, request, middle)[1] <= 1:
+            high = middle
+        else:
+            low = middle + 1
+    prediction, violation = _predict(engine, request, low)
+    return _Outcome(option, None, "meets the SLO", low, engine, prediction, violation)
+
+
+def _predicted(engine: Engine, request: PlanRequest, prediction: LoadPrediction | None) -> Predicted:
+    w = request.workload
+    return Predicted(
+        ttft_p99_ms=prediction.ttft_p99_ms if prediction else math.inf,
+        tpot_p99_ms=prediction.tpot_p99_ms if prediction else math.inf,
+        kv_bytes_per_token=kv_bytes_per_token(engine.model, engine.kv_dtype),
+        kv_capacity_tokens=engine.fit.kv_capacity_tokens,
+        max_concurrent_requests=engine.fit.max_sequences(w.input_tokens_p99 + w.output_tokens_p99,
+                                                         engine.max_batch_size),
+        max_throughput_tokens_per_sec=saturation_throughput_tokens_per_sec(
+            engine, w.input_tokens_mean, w.output_tokens_mean, w.input_tokens_mean * w.prefix_sharing_fraction),
+    )
+
+
+def _bounded_rejections(outcomes: list[_Outcome]) -> tuple[RejectedOption, ...]:
+    """The best few of each reason class: fewest GPUs first, then nearest to the SLO."""
+    by_class: dict[str, list[_Outcome]] = {}
+    for outcome in outcomes:
+        by_class.setdefault(outcome.reason_class or "not-chosen", []).append(outcome)
+    kept: list[RejectedOption] = []
+    for _, group in sorted(by_class.items()):
+        group.sort(key=lambda o: (o.violation, o.gpus or math.inf, o.cost, o.option.label))
+        for outcome in group[:REJECTED_PER_REASON]:
+            replicas = f" x{outcome.replicas} replicas" if outcome.replicas else ""
+            kept.append(RejectedOption(option=outcome.option.label + replicas,
+                                       reason=f"{outcome.reason_class or 'not-chosen'}: {outcome.reason}"))
+    return tuple(kept[:REJECTED_TOTAL])
+
+
+def _options(request: PlanRequest, catalog: Catalog, rejected: list[_Outcome]) -> list[_Option]:
+    space = request.space
+    gpus = [space.pinned_gpu_type] if space.pinned_gpu_type else list(space.gpu_types)
+    tps = [space.pinned_tensor_parallel_size] if space.pinned_tensor_parallel_size else list(space.tensor_parallel_sizes)
+    quants = [space.pinned_quantization] if space.pinned_quantization else list(space.quantizations)
+    kvs = [space.pinned_kv_cache_dtype] if space.pinned_kv_cache_dtype else list(space.kv_cache_dtypes)
+    options = []
+    for gpu_name in gpus:
+        gpu = catalog.gpu(gpu_name)
+        for tp in sorted(set(tps)):
+            for quant_name in quants:
+                for kv_name in kvs:
+                    option = _Option(gpu, tp, catalog.quantization(quant_name), catalog.kv_dtype(kv_name))
+                    problem = support_problem(request.model, option)
+                    budget = request.slo.max_quality_loss_percent
+                    if problem is None and budget is not None and option.quality_cost_percent > budget:
+                        problem = ("quality", f"quality cost {option.quality_cost_percent:.1f}% "
+                                   f"({quant_name} + KV {kv_name}) exceeds the {budget:g}% budget")
+                    if problem:
+                        rejected.append(_Outcome(option, problem[0], problem[1]))
+                    else:
+                        options.append(option)
+    return options
+
+
+def plan(request: PlanRequest, catalog: Catalog | None = None) -> Plan:
+    """The configuration with the fewest GPUs meeting p99 TTFT and TPOT at peak load
+    (ties: lower relative cost, then more headroom, then lower quality cost)."""
+    catalog = catalog or load_catalog()
+    model = _resolve_model(request.model, catalog)
+    request = PlanRequest(model, request.workload, request.slo, request.space)
+    w, slo, space = request.workload, request.slo, request.space
+    context_p99 = w.input_tokens_p99 + w.output_tokens_p99
+    if context_p99 > model.max_position_embeddings:
+        reason = (f"p99 context {context_p99:.0f} tokens exceeds the model's "
+                  f"{model.max_position_embeddings}-token context window")
+        return Plan(False, None, None, None, None, 0, None, (reason,))
+    rejected: list[_Outcome] = []
+    viable: list[tuple[int, _Option, Engine]] = []
+    for option in _options(request, catalog, rejected):
+        engine = _engine_for(model, option, catalog, space)
+        fit = engine.fit
+        if not fit.weights_fit:
+            needed = fit.weight_bytes_per_gpu + fit.activation_bytes_per_gpu + fit.runtime_reserve_bytes
+            rejected.append(_Outcome(option, "memory", f"weights {_gib(fit.weight_bytes_per_gpu)} + activations "
+                                     f"{_gib(fit.activation_bytes_per_gpu)} + runtime {_gib(fit.runtime_reserve_bytes)} "
+                                     f"per GPU exceed {_gib(option.gpu.memory_bytes)}",
+                                     violation=1 + needed / option.gpu.memory_bytes))
+            continue
+        if fit.max_sequences(context_p99, space.max_batch_size) < 1:
+            rejected.append(_Outcome(option, "kv-capacity", f"KV cache of {fit.kv_capacity_tokens} tokens cannot "
+                                     f"hold one p99-context request ({context_p99:.0f} tokens)", engine=engine))
+            continue
+        throughput = saturation_throughput_tokens_per_sec(engine, w.input_tokens_mean, w.output_tokens_mean)
+        fewest_gpus = math.ceil(w.peak_requests_per_sec * w.output_tokens_mean / throughput) * option.tensor_parallel_size
+        viable.append((fewest_gpus, option, engine))
+    viable.sort(key=lambda item: (item[0], item[0] * item[1].gpu.relative_cost_per_gpu_hour, item[1].label))
+    met: list[_Outcome] = []
+    for _, option, engine in viable:
+        best_gpus = min((o.gpus for o in met), default=None)
+        outcome = _search_replicas(engine, option, request, best_gpus)
+        (met if outcome.reason_class is None else rejected).append(outcome)
+    evaluated = len(met) + len(rejected)
+    if met:
+        met.sort(key=lambda o: (o.gpus, round(o.cost, 6), o.violation, o.option.quality_cost_percent, o.option.label))
+        chosen, others = met[0], met[1:]
+        rejected.extend(_Outcome(o.option, "not-chosen", _why_not(o, chosen), o.replicas, o.engine, o.prediction,
+                                 o.violation) for o in others)
+        return _plan_from(chosen, True, request, evaluated, len(met), rejected)
+    scored = [o for o in rejected if o.engine is not None and o.prediction is not None]
+    if scored:
+        closest = min(scored, key=lambda o: (o.violation, o.gpus, o.cost, o.option.label))
+        return _plan_from(closest, False, request, evaluated, 0, [o for o in rejected if o is not closest])
+    reasons = sorted({o.reason_class for o in rejected if o.reason_class})
+    headline = "no configuration fits: " + (", ".join(reasons) if reasons else "the search space is empty")
+    closest_fit = min((o for o in rejected if o.reason_class == "memory"), key=lambda o: o.violation, default=None)
+    rationale = [headline]
+    if closest_fit:
+        rationale.append(f"closest: {closest_fit.option.label}: {closest_fit.reason}")
+    return Plan(False, closest_fit.option.gpu.name if closest_fit else None,
+                closest_fit.option.tensor_parallel_size if closest_fit else None,
+                closest_fit.option.quantization.name if closest_fit else None,
+                closest_fit.option.kv_dtype.name if closest_fit else None,
+                0, None, tuple(rationale), _bounded_rejections(rejected))
+
+
+def _why_not(outcome: _Outcome, chosen: _Outcome) -> str:
+    if outcome.gpus > chosen.gpus:
+        return f"meets the SLO but needs {outcome.gpus} GPUs (chosen: {chosen.gpus})"
+    if round(outcome.cost, 6) > round(chosen.cost, 6):
+        return f"meets the SLO with {outcome.gpus} GPUs but costs {outcome.cost:.2f} (chosen: {chosen.cost:.2f})"
+    return (f"meets the SLO with {outcome.gpus} GPUs at equal cost but less headroom "
+            f"({1 - outcome.violation:.0%} vs {1 - chosen.violation:.0%}) or more quality cost")
+
+
+def _plan_from(outcome: _Outcome, feasible: bool, request: PlanRequest, evaluated: int, meeting: int,
+               rejected: list[_Outcome]) -> Plan:
+    option, engine, prediction = outcome.option, outcome.engine, outcome.prediction
+    w, slo = request.workload, request.slo
+    predicted = _predicted(engine, request, prediction)
+    fit = engine.fit
+    label = f"{outcome.replicas} x {option.label}"
+    rationale = [f"evaluated {evaluated} configurations (GPU x TP x quantisation x KV dtype); {meeting} met the SLO"]
+    if feasible:
+        rationale.append(f"chosen {label}: fewest GPUs ({outcome.gpus}) meeting p99 TTFT {slo.ttft_p99_ms:g} ms "
+                         f"and p99 TPOT {slo.tpot_p99_ms:g} ms at {w.peak_requests_per_sec:g} req/s; "
+                         f"ties broken by relative cost, then headroom")
+        rationale.append(f"headroom {1 - outcome.violation:.0%} to the tighter of the two SLO targets")
+    else:
+        rationale.append(f"infeasible; closest option {label}: {outcome.reason_class}: {outcome.reason}")
+    if prediction and math.isfinite(prediction.ttft_p99_ms):
+        rationale.append(
+            f"per replica at {w.peak_requests_per_sec / max(outcome.replicas, 1):.3g} req/s: decode batch "
+            f"{prediction.decode_batch:.1f} (p99 {prediction.concurrency_p99}), p99 queue wait "
+            f"{prediction.queue_wait_p99_ms:.0f} ms, p99 TTFT {prediction.ttft_p99_ms:.0f} ms, "
+            f"p99 TPOT {prediction.tpot_p99_ms:.1f} ms")
+    rationale.append(
+        f"memory per GPU: weights {_gib(fit.weight_bytes_per_gpu)}, activations {_gib(fit.activation_bytes_per_gpu)}, "
+        f"runtime {_gib(fit.runtime_reserve_bytes)}, KV pool {_gib(fit.kv_budget_bytes_per_gpu)} = "
+        f"{fit.kv_capacity_tokens} tokens, {predicted.max_concurrent_requests} requests at p99 context")
+    budget = request.slo.max_quality_loss_percent
+    rationale.append(f"quality cost {option.quality_cost_percent:.1f}% ({option.quantization.name} + KV "
+                     f"{option.kv_dtype.name})" + (f" within the {budget:g}% budget" if budget is not None else ""))
+    return Plan(
+        feasible=feasible,
+        gpu_type=option.gpu.name,
+        tensor_parallel_size=option.tensor_parallel_size,
+        quantization=option.quantization.name,
+        kv_cache_dtype=option.kv_dtype.name,
+        replicas=outcome.replicas,
+        predicted=predicted,
+        rationale=tuple(rationale),
+        rejected=_bounded_rejections(rejected),
+    )
+
+
+def estimate(model: ModelArch | str, gpu_type: str, tensor_parallel_size: int, quantization: str, kv_dtype: str,
+             isl: int, osl: int, concurrency: int = 1, *, catalog: Catalog | None = None,
+             max_batch_size: int = 2048, max_num_tokens: int = 8192,
+             kv_cache_free_gpu_mem_fraction: float = 0.9) -> Estimate:
+    """What-if numbers for one replica of a fixed configuration. Raises ValueError when the
+    configuration cannot run (unsupported format, bad TP, weights or one request do not fit)."""
+    if min(isl, osl, concurrency) < 1:
+        raise ValueError("isl, osl and concurrency must be at least 1")
+    catalog = catalog or load_catalog()
+    model = _resolve_model(model, catalog)
+    option = _Option(catalog.gpu(gpu_type), tensor_parallel_size, catalog.quantization(quantization),
+                     catalog.kv_dtype(kv_dtype))
+    problem = support_problem(model, option)
+    if problem:
+        raise ValueError(problem[1])
+    engine = build_engine(model, option.gpu, option.quantization, option.kv_dtype, tensor_parallel_size,
+                          catalog.calibration, max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
+                          kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction)
+    if not engine.fit.weights_fit:
+        raise ValueError(f"{option.label}: weights {_gib(engine.fit.weight_bytes_per_gpu)} per GPU do not fit")
+    max_concurrent = engine.fit.max_sequences(isl + osl, max_batch_size)
+    if max_concurrent < 1:
+        raise ValueError(f"{option.label}: KV cache of {engine.fit.kv_capacity_tokens} tokens cannot hold "
+                         f"one {isl + osl}-token request")
+    ttft_s, tpot_s = predict_at_concurrency(engine, isl, osl, concurrency)
+    return Estimate(
+        kv_bytes_per_token=kv_bytes_per_token(model, option.kv_dtype),
+        kv_capacity_tokens=engine.fit.kv_capacity_tokens,
+        max_concurrent_requests=max_concurrent,
+        max_throughput_tokens_per_sec=saturation_throughput_tokens_per_sec(engine, isl, osl),
+        ttft_ms=ttft_s * 1000,
+        tpot_ms=tpot_s * 1000,
+    )

@@ -1,0 +1,333 @@
+"""The sandbox node agent: fake GPU nodes whose pods run as real local processes.
+
+It plays the kubelet for every sandbox node: registers the Node with GPU
+capacity and GPU Feature Discovery labels, renews its Lease, watches pods bound
+to it and hands each to a PodWorker. Run as `python -m llmfleet.sandbox.agent`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import ipaddress
+import json
+import signal
+import sys
+import threading
+import time
+
+from kubernetes import client, config as kube_config, watch
+from kubernetes.client.exceptions import ApiException
+
+from llmfleet.sandbox import gpus, network
+from llmfleet.sandbox.config import BRIDGE_GATEWAY_IP, SandboxConfig
+from llmfleet.sandbox.podworker import PodWorker, rfc3339
+
+LEASE_NAMESPACE = "kube-node-lease"
+LEASE_DURATION_SECONDS = 40
+LEASE_RENEW_SECONDS = 10
+NODE_STATUS_SECONDS = 30
+# Every sandbox node looks like a GPU server to the scheduler; pods do not
+# really get these CPUs, they share the machine.
+NODE_CPU = "64"
+NODE_MEMORY = "512Gi"
+NODE_MAX_PODS = "110"
+# `sandbox down` bounds each pod's grace period so that it finishes promptly.
+SHUTDOWN_GRACE_SECONDS = 5
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+class NodeAgent:
+    def __init__(self, config: SandboxConfig, kubernetes_version: str):
+        self.config = config
+        self.kubernetes_version = kubernetes_version
+        kube_config.load_kube_config(str(config.admin_kubeconfig))
+        self.core = client.CoreV1Api()
+        self.coordination = client.CoordinationV1Api()
+        self.host_ip = BRIDGE_GATEWAY_IP
+        self.nodes = config.node_names()
+        self.lock = threading.Lock()
+        self.workers: dict[str, PodWorker] = {}
+        self.finished_uids: set[str] = set()
+        self.ip_by_uid: dict[str, str] = {}
+        self.gpus_by_uid: dict[str, tuple[str, list[int]]] = {}
+        self.stopping = threading.Event()
+
+    # -- logging and events ---------------------------------------------------------------
+
+    def log(self, message: str) -> None:
+        print(f"{datetime.datetime.now().isoformat(timespec='seconds')} {message}", flush=True)
+
+    def event(self, pod: dict, kind: str, reason: str, message: str) -> None:
+        metadata = pod["metadata"]
+        now = datetime.datetime.now(datetime.timezone.utc)
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{metadata['name']}."),
+            involved_object=client.V1ObjectReference(
+                kind="Pod", name=metadata["name"], namespace=metadata["namespace"],
+                uid=metadata["uid"], api_version="v1"),
+            reason=reason, message=message, type=kind,
+            source=client.V1EventSource(component="llmfleet-node-agent", host=pod["spec"]["nodeName"]),
+            first_timestamp=now, last_timestamp=now, count=1,
+        )
+        try:
+            self.core.create_namespaced_event(metadata["namespace"], body)
+        except ApiException as error:
+            self.log(f"event {reason} for {metadata['name']} not recorded: {error.reason}")
+
+    # -- object reads for pods ------------------------------------------------------------
+
+    def read_config_map(self, namespace: str, name: str) -> dict[str, str]:
+        return self.core.read_namespaced_config_map(name, namespace).data or {}
+
+    def read_secret(self, namespace: str, name: str) -> dict[str, str]:
+        import base64
+
+        data = self.core.read_namespaced_secret(name, namespace).data or {}
+        return {key: base64.b64decode(value).decode() for key, value in data.items()}
+
+    # -- pod IPs and GPUs -----------------------------------------------------------------
+
+    def node_pod_cidr(self, node_name: str) -> ipaddress.IPv4Network:
+        index = self.nodes.index(node_name) + 1
+        return ipaddress.ip_network(f"10.244.{index}.0/24")
+
+    def allocate_pod_ip(self, node_name: str, uid: str) -> str:
+        with self.lock:
+            if uid in self.ip_by_uid:
+                return self.ip_by_uid[uid]
+            used = set(self.ip_by_uid.values())
+            for host in list(self.node_pod_cidr(node_name).hosts())[1:]:
+                if str(host) not in used:
+                    self.ip_by_uid[uid] = str(host)
+                    return str(host)
+        raise RuntimeError(f"node {node_name} has no free pod IP")
+
+    def allocate_gpus(self, node_name: str, uid: str, count: int) -> list[int]:
+        if count == 0:
+            return []
+        with self.lock:
+            used = {i for node, indices in self.gpus_by_uid.values() if node == node_name
+                    for i in indices}
+            free = [i for i in range(self.config.gpus_per_node) if i not in used]
+            # The scheduler never binds more GPUs than a node has; this is a guard.
+            indices = free[:count]
+            self.gpus_by_uid[uid] = (node_name, indices)
+            return indices
+
+    def release(self, node_name: str, uid: str) -> None:
+        with self.lock:
+            self.ip_by_uid.pop(uid, None)
+            self.gpus_by_uid.pop(uid, None)
+
+    def pod_worker_finished(self, worker: PodWorker) -> None:
+        with self.lock:
+            self.workers.pop(worker.uid, None)
+            self.finished_uids.add(worker.uid)
+
+    def delete_pod_object(self, namespace: str, name: str, uid: str) -> None:
+        """Finish a graceful deletion the way the kubelet does: delete with grace 0."""
+        try:
+            self.core.delete_namespaced_pod(
+                name, namespace, grace_period_seconds=0,
+                body=client.V1DeleteOptions(grace_period_seconds=0,
+                                            preconditions=client.V1Preconditions(uid=uid)))
+        except ApiException as error:
+            if error.status not in (404, 409):
+                self.log(f"final delete of {namespace}/{name} failed: {error.reason}")
+
+    # -- nodes ----------------------------------------------------------------------------
+
+    def node_manifest(self, node_name: str) -> dict:
+        gpu = gpus.gfd_labels(self.config.gpu_type, self.config.gpus_per_node)
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": node_name,
+                "labels": {
+                    "kubernetes.io/hostname": node_name,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    "llmfleet.io/sandbox": "true",
+                    **gpu,
+                },
+            },
+            "spec": {"podCIDR": str(self.node_pod_cidr(node_name)),
+                     "podCIDRs": [str(self.node_pod_cidr(node_name))],
+                     "taints": [GPU_TAINT]},
+        }
+
+    def node_status(self) -> dict:
+        now = rfc3339()
+        capacity = {"cpu": NODE_CPU, "memory": NODE_MEMORY, "pods": NODE_MAX_PODS,
+                    "ephemeral-storage": "1Ti", "nvidia.com/gpu": str(self.config.gpus_per_node)}
+        healthy = [("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+                   ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+                   ("PIDPressure", "False", "KubeletHasSufficientPID"),
+                   ("Ready", "True", "KubeletReady")]
+        return {"status": {
+            "capacity": capacity,
+            "allocatable": capacity,
+            "conditions": [{"type": kind, "status": status, "reason": reason,
+                            "message": "llmfleet sandbox node agent is running",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}
+                           for kind, status, reason in healthy],
+            "addresses": [{"type": "InternalIP", "address": self.host_ip}],
+            "nodeInfo": {
+                "kubeletVersion": self.kubernetes_version,
+                "kubeProxyVersion": self.kubernetes_version,
+                "containerRuntimeVersion": "llmfleet-sandbox://0.1.0",
+                "operatingSystem": "linux", "architecture": "amd64",
+                "osImage": "llmfleet sandbox", "kernelVersion": "", "machineID": "",
+                "systemUUID": "", "bootID": "",
+            },
+        }}
+
+    def register_nodes(self) -> None:
+        for node_name in self.nodes:
+            manifest = self.node_manifest(node_name)
+            try:
+                self.core.create_node(manifest)
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+                self.core.patch_node(node_name, manifest)
+            self.core.patch_node_status(node_name, self.node_status())
+            self.log(f"registered node {node_name} with {self.config.gpus_per_node} x "
+                     f"{self.config.gpu_type}")
+
+    def renew_leases(self) -> None:
+        for node_name in self.nodes:
+            now = datetime.datetime.now(datetime.timezone.utc)
+            spec = client.V1LeaseSpec(holder_identity=node_name, renew_time=now,
+                                      lease_duration_seconds=LEASE_DURATION_SECONDS)
+            try:
+                self.coordination.patch_namespaced_lease(
+                    node_name, LEASE_NAMESPACE, {"spec": {"holderIdentity": node_name,
+                                                          "renewTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                                                          "leaseDurationSeconds": LEASE_DURATION_SECONDS}})
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+                node = self.core.read_node(node_name)
+                self.coordination.create_namespaced_lease(LEASE_NAMESPACE, client.V1Lease(
+                    metadata=client.V1ObjectMeta(name=node_name, owner_references=[
+                        client.V1OwnerReference(api_version="v1", kind="Node", name=node_name,
+                                                uid=node.metadata.uid)]),
+                    spec=spec))
+
+    def heartbeat_loop(self) -> None:
+        last_status = time.monotonic()
+        while not self.stopping.wait(LEASE_RENEW_SECONDS):
+            try:
+                self.renew_leases()
+                if time.monotonic() - last_status >= NODE_STATUS_SECONDS:
+                    for node_name in self.nodes:
+                        self.core.patch_node_status(node_name, self.node_status())
+                    last_status = time.monotonic()
+            except Exception as error:  # noqa: BLE001 - keep beating through apiserver blips
+                self.log(f"heartbeat failed: {error!r}")
+
+    # -- pods -----------------------------------------------------------------------------
+
+    def handle_pod(self, event_type: str, pod: dict) -> None:
+        metadata = pod["metadata"]
+        uid = metadata["uid"]
+        with self.lock:
+            worker = self.workers.get(uid)
+            finished = uid in self.finished_uids
+        if event_type == "DELETED":
+            if worker is not None:
+                worker.request_stop(0, delete_object=False)
+            return
+        deleting = metadata.get("deletionTimestamp") is not None
+        if deleting:
+            grace = metadata.get("deletionGracePeriodSeconds")
+            if grace is None:
+                grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
+            if worker is not None:
+                worker.request_stop(grace, delete_object=True)
+            else:
+                self.delete_pod_object(metadata["namespace"], metadata["name"], uid)
+            return
+        phase = (pod.get("status") or {}).get("phase")
+        if worker is None and not finished and phase not in ("Succeeded", "Failed"):
+            worker = PodWorker(self, pod)
+            with self.lock:
+                self.workers[uid] = worker
+            worker.start()
+        elif worker is not None:
+            worker.pod = pod
+
+    def watch_node_pods(self, node_name: str) -> None:
+        selector = f"spec.nodeName={node_name}"
+        while not self.stopping.is_set():
+            try:
+                listing = self.core.api_client.sanitize_for_serialization(
+                    self.core.list_pod_for_all_namespaces(field_selector=selector))
+                for pod in listing["items"]:
+                    self.handle_pod("ADDED", pod)
+                stream = watch.Watch()
+                for event in stream.stream(self.core.list_pod_for_all_namespaces,
+                                           field_selector=selector, timeout_seconds=300,
+                                           resource_version=listing["metadata"]["resourceVersion"],
+                                           _preload_content=False):
+                    if self.stopping.is_set():
+                        stream.stop()
+                        break
+                    if event["type"] == "ERROR":
+                        break
+                    self.handle_pod(event["type"], event["raw_object"])
+            except Exception as error:  # noqa: BLE001 - reconnect, like the kubelet does
+                if not self.stopping.is_set():
+                    self.log(f"pod watch for {node_name} failed, relisting: {error!r}")
+                    time.sleep(1)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        for stale in network.list_pod_namespaces():
+            network.delete_pod_namespace(stale)
+        self.register_nodes()
+        self.renew_leases()
+        threads = [threading.Thread(target=self.heartbeat_loop, daemon=True)]
+        threads += [threading.Thread(target=self.watch_node_pods, args=(node,), daemon=True)
+                    for node in self.nodes]
+        for thread in threads:
+            thread.start()
+        self.stopping.wait()
+        self.shutdown_pods()
+
+    def shutdown_pods(self) -> None:
+        """Stop every pod's processes; the pod objects stay for the next start."""
+        with self.lock:
+            workers = list(self.workers.values())
+        for worker in workers:
+            grace = worker.pod["spec"].get("terminationGracePeriodSeconds", 30)
+            worker.request_stop(min(grace, SHUTDOWN_GRACE_SECONDS), delete_object=False)
+        for worker in workers:
+            worker.join(timeout=15)
+        for stale in network.list_pod_namespaces():
+            network.delete_pod_namespace(stale)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--settings", required=True, help="sandbox.json written by `sandbox up`")
+    args = parser.parse_args(argv)
+    settings = json.loads(open(args.settings).read())
+    config = SandboxConfig.from_dict(settings["config"])
+    agent = NodeAgent(config, settings["kubernetesVersion"])
+
+    def stop(signum, frame):
+        agent.stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    agent.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Certificates and kubeconfigs for the sandbox control plane.
+
+One CA signs the apiserver's serving certificate and every client identity;
+a separate RSA key pair signs service-account tokens. That is all a
+single-machine cluster needs, and the identities match the ones kubeadm uses
+so that the default RBAC bindings apply to the controller-manager and scheduler.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+VALIDITY = datetime.timedelta(days=365)
+
+
+@dataclass(frozen=True)
+class ClientIdentity:
+    file_stem: str
+    common_name: str
+    organization: str | None = None
+
+
+ADMIN = ClientIdentity("admin", "llmfleet-sandbox-admin", "system:masters")
+CONTROLLER_MANAGER = ClientIdentity("controller-manager", "system:kube-controller-manager")
+SCHEDULER = ClientIdentity("scheduler", "system:kube-scheduler")
+CLIENT_IDENTITIES = (ADMIN, CONTROLLER_MANAGER, SCHEDULER)
+
+
+def _write_key(path: Path, key) -> None:
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+
+
+def _write_cert(path: Path, cert: x509.Certificate) -> None:
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def _name(common_name: str, organization: str | None = None) -> x509.Name:
+    attributes = []
+    if organization:
+        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    return x509.Name(attributes)
+
+
+def _issue(subject, public_key, issuer, issuer_key, *, is_ca, usages, sans=None):
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
+    )
+    if is_ca:
+        builder = builder.add_extension(
+            x509.KeyUsage(
+                digital_signature=True, key_cert_sign=True, crl_sign=True,
+                content_commitment=False, key_encipherment=False, data_encipherment=False,
+                key_agreement=False, encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+    else:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def generate_pki(pki_dir: Path, serving_ips: list[str], serving_dns: list[str]) -> None:
+    """Write ca, apiserver serving, client and service-account keys into pki_dir.
+
+    Existing material is kept so that kubeconfigs handed out earlier stay valid
+    across `down`/`up`.
+    """
+    pki_dir.mkdir(parents=True, exist_ok=True)
+    if (pki_dir / "ca.crt").exists() and (pki_dir / "sa.key").exists():
+        return
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = _name("llmfleet-sandbox-ca")
+    ca_cert = _issue(ca_name, ca_key.public_key(), ca_name, ca_key, is_ca=True, usages=None)
+    _write_key(pki_dir / "ca.key", ca_key)
+    _write_cert(pki_dir / "ca.crt", ca_cert)
+
+    serving_key = ec.generate_private_key(ec.SECP256R1())
+    sans = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in serving_ips]
+    sans += [x509.DNSName(name) for name in serving_dns]
+    serving_cert = _issue(
+        _name("kube-apiserver"), serving_key.public_key(), ca_name, ca_key,
+        is_ca=False, usages=[ExtendedKeyUsageOID.SERVER_AUTH], sans=sans,
+    )
+    _write_key(pki_dir / "apiserver.key", serving_key)
+    _write_cert(pki_dir / "apiserver.crt", serving_cert)
+
+    for identity in CLIENT_IDENTITIES:
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = _issue(
+            _name(identity.common_name, identity.organization), key.public_key(), ca_name, ca_key,
+            is_ca=False, usages=[ExtendedKeyUsageOID.CLIENT_AUTH],
+        )
+        _write_key(pki_dir / f"{identity.file_stem}.key", key)
+        _write_cert(pki_dir / f"{identity.file_stem}.crt", cert)
+
+    # Service-account tokens are signed with RSA, which every consumer accepts.
+    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    _write_key(pki_dir / "sa.key", sa_key)
+    (pki_dir / "sa.pub").write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+
+
+def write_kubeconfig(path: Path, server: str, pki_dir: Path, identity: ClientIdentity) -> None:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{
+            "name": "llmfleet-sandbox",
+            "cluster": {"server": server, "certificate-authority": str(pki_dir / "ca.crt")},
+        }],
+        "users": [{
+            "name": identity.file_stem,
+            "user": {
+                "client-certificate": str(pki_dir / f"{identity.file_stem}.crt"),
+                "client-key": str(pki_dir / f"{identity.file_stem}.key"),
+            },
+        }],
+        "contexts": [{
+            "name": "llmfleet-sandbox",
+            "context": {"cluster": "llmfleet-sandbox", "user": identity.file_stem},
+        }],
+        "current-context": "llmfleet-sandbox",
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.chmod(0o600)

@@ -1,0 +1,196 @@
+"""`llmfleet sandbox up | down | status | kubeconfig | env`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from llmfleet.sandbox import certs, controlplane, network, prometheus
+from llmfleet.sandbox.config import (
+    BRIDGE_GATEWAY_IP,
+    CLUSTER_DOMAIN,
+    KUBERNETES_SERVICE_IP,
+    SandboxConfig,
+)
+from llmfleet.sandbox.processes import ProcessTable
+
+# Start order; `down` stops in reverse so pods end before the apiserver does.
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+              "node-agent", "service-proxy", "pod-discovery", "prometheus")
+NODE_AGENT_STOP_SECONDS = 60
+
+
+class SandboxError(RuntimeError):
+    pass
+
+
+def progress(message: str) -> None:
+    print(f"[sandbox] {message}", file=sys.stderr, flush=True)
+
+
+def load_settings(config: SandboxConfig) -> dict | None:
+    if not config.settings_file.exists():
+        return None
+    return json.loads(config.settings_file.read_text())
+
+
+def configured(state_dir: Path | None = None) -> SandboxConfig:
+    """The config a running sandbox was started with, or the defaults."""
+    default = SandboxConfig() if state_dir is None else SandboxConfig(state_dir=state_dir)
+    settings = load_settings(default)
+    return SandboxConfig.from_dict(settings["config"]) if settings else default
+
+
+def process_table(config: SandboxConfig) -> ProcessTable:
+    return ProcessTable(config.pids_dir, config.logs_dir)
+
+
+def is_running(config: SandboxConfig) -> bool:
+    table = process_table(config)
+    return any(record.alive() for record in table.recorded())
+
+
+def up(config: SandboxConfig) -> SandboxConfig:
+    network.require_root()
+    if is_running(config):
+        running = configured(config.state_dir)
+        progress(f"already running (state in {running.state_dir}); `llmfleet sandbox status` shows it")
+        return running
+    stop_everything(config, quiet=True)
+    started = time.monotonic()
+    progress("building or reusing the control-plane binaries")
+    bin_dir = controlplane.ensure_binaries()
+    kubernetes_version = _binary_version(bin_dir)
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    network.setup_host_network()
+    certs.generate_pki(
+        config.pki_dir,
+        serving_ips=[BRIDGE_GATEWAY_IP, "127.0.0.1", KUBERNETES_SERVICE_IP],
+        serving_dns=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                     f"kubernetes.default.svc.{CLUSTER_DOMAIN}"],
+    )
+    for identity in certs.CLIENT_IDENTITIES:
+        certs.write_kubeconfig(config.state_dir / f"{identity.file_stem}.kubeconfig",
+                               config.apiserver_url, config.pki_dir, identity)
+    config.settings_file.write_text(json.dumps({
+        "config": config.to_dict(), "kubernetesVersion": kubernetes_version,
+        "binDir": str(bin_dir)}, indent=2))
+    table = process_table(config)
+    try:
+        _start_control_plane(config, table, bin_dir)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        table.start("node-agent", [sys.executable, "-m", "llmfleet.sandbox.agent",
+                                   "--settings", str(config.settings_file)], env=env)
+        table.start("service-proxy", [sys.executable, "-m", "llmfleet.sandbox.serviceproxy",
+                                      "--kubeconfig", str(config.admin_kubeconfig)], env=env)
+        table.start("pod-discovery", [sys.executable, "-m", "llmfleet.sandbox.poddiscovery",
+                                      "--kubeconfig", str(config.admin_kubeconfig),
+                                      "--port", str(config.ports.pod_discovery)], env=env)
+        table.start("prometheus", prometheus.argv(config))
+        _wait_for_nodes(config, bin_dir, timeout_seconds=60)
+        controlplane.wait_for_http_ok(f"{config.prometheus_url}/-/ready", 60, "prometheus")
+    except Exception:
+        progress(f"start failed; logs are in {config.logs_dir}; stopping what was started")
+        stop_everything(config, quiet=True)
+        raise
+    progress(f"up in {time.monotonic() - started:.1f} s: {config.node_count} nodes x "
+             f"{config.gpus_per_node} {config.gpu_type}")
+    return config
+
+
+def _binary_version(bin_dir: Path) -> str:
+    output = subprocess.run([str(bin_dir / "kube-apiserver"), "--version"], capture_output=True,
+                            text=True, check=True).stdout
+    return output.split()[-1]
+
+
+def _start_control_plane(config: SandboxConfig, table: ProcessTable, bin_dir: Path) -> None:
+    progress("starting etcd")
+    table.start("etcd", controlplane.etcd_argv(bin_dir, config))
+    controlplane.wait_for_http_ok(f"http://127.0.0.1:{config.ports.etcd_client}/health", 30, "etcd")
+    progress("starting kube-apiserver")
+    table.start("kube-apiserver", controlplane.apiserver_argv(bin_dir, config))
+    controlplane.wait_for_https_ok(f"{config.apiserver_url}/readyz", config, 60, "kube-apiserver")
+    progress("starting kube-controller-manager and kube-scheduler")
+    table.start("kube-controller-manager", controlplane.controller_manager_argv(bin_dir, config))
+    table.start("kube-scheduler", controlplane.scheduler_argv(bin_dir, config))
+    for name, port in (("kube-controller-manager", config.ports.controller_manager),
+                       ("kube-scheduler", config.ports.scheduler)):
+        controlplane.wait_for_https_ok(f"https://127.0.0.1:{port}/healthz", config, 60, name,
+                                       authenticated=False)
+
+
+def _wait_for_nodes(config: SandboxConfig, bin_dir: Path, timeout_seconds: float) -> None:
+    progress("waiting for nodes to be Ready")
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        result = subprocess.run(
+            [str(bin_dir / "kubectl"), "--kubeconfig", str(config.admin_kubeconfig), "get", "nodes",
+             "-o", "jsonpath={range .items[*]}{.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}"],
+            capture_output=True, text=True)
+        statuses = result.stdout.split()
+        if result.returncode == 0 and len(statuses) == config.node_count and set(statuses) == {"True"}:
+            return
+        time.sleep(0.3)
+    raise SandboxError(f"nodes not Ready after {timeout_seconds:.0f} s; see {config.logs_dir}/node-agent.log")
+
+
+def stop_everything(config: SandboxConfig, quiet: bool = False) -> None:
+    """Stop recorded processes (even after a crash) and remove pod networks."""
+    table = process_table(config)
+    for name in reversed(COMPONENTS):
+        record = table.get(name)
+        if record is None:
+            continue
+        if not quiet and record.alive():
+            progress(f"stopping {name} (pid {record.pid})")
+        grace = NODE_AGENT_STOP_SECONDS if name == "node-agent" else 10
+        table.stop(name, grace_seconds=grace)
+    if os.geteuid() == 0:
+        network.teardown_host_network()
+
+
+def down(config: SandboxConfig, purge: bool) -> None:
+    stop_everything(config)
+    if purge and config.state_dir.exists():
+        shutil.rmtree(config.state_dir)
+        progress(f"removed {config.state_dir}")
+    progress("down")
+
+
+def status(config: SandboxConfig) -> tuple[bool, str]:
+    settings = load_settings(config)
+    table = process_table(config)
+    records = {record.name: record for record in table.recorded()}
+    lines = []
+    all_up = True
+    for name in COMPONENTS:
+        record = records.get(name)
+        alive = record is not None and record.alive()
+        all_up &= alive
+        lines.append(f"{name:24} {'running (pid ' + str(record.pid) + ')' if alive else 'stopped'}")
+    if settings:
+        lines += [
+            f"{'kubernetes':24} {settings['kubernetesVersion']}",
+            f"{'apiserver':24} {config.apiserver_url}",
+            f"{'kubeconfig':24} {config.admin_kubeconfig}",
+            f"{'prometheus':24} {config.prometheus_url}",
+            f"{'services':24} http://<clusterIP>:<port> from the host and from pods",
+            f"{'pod logs':24} {config.pods_dir}/<namespace>_<pod>_<uid8>/logs/<container>.log",
+            f"{'state':24} {config.state_dir}",
+        ]
+    return all_up, "\n".join(lines)
+
+
+def environment_script(config: SandboxConfig) -> str:
+    settings = load_settings(config)
+    if settings is None:
+        raise SandboxError("the sandbox has never been started here; run `llmfleet sandbox up`")
+    return (f"export KUBECONFIG={config.admin_kubeconfig}\n"
+            f"export PATH={settings['binDir']}:$PATH\n"
+            f"export LLMFLEET_PROMETHEUS_URL={config.prometheus_url}\n")

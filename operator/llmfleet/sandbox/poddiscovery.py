@@ -1,0 +1,144 @@
+"""Kubernetes pod discovery for Prometheus, served as HTTP service discovery.
+
+Debian's Prometheus is built without `kubernetes_sd_configs`, so this adapter
+watches pods on the sandbox apiserver and serves them on an `http_sd_configs`
+endpoint with the same `__meta_kubernetes_pod_*` labels that Prometheus'
+kubernetes SD (role: pod) produces: one target per declared container port, or
+one port-less target for a pod that declares none. The relabelling rules are
+therefore the ones you would write for a real cluster.
+Run as `python -m llmfleet.sandbox.poddiscovery --kubeconfig FILE --port N`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from kubernetes import client, config as kube_config, watch
+
+PREFIX = "__meta_kubernetes_"
+
+
+def _label_name(key: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+
+def pod_target_groups(pod: dict) -> list[dict]:
+    """The target groups Prometheus' kubernetes SD would give for this pod."""
+    metadata, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
+    pod_ip = status.get("podIP")
+    if not pod_ip:
+        return []
+    labels = {
+        f"{PREFIX}namespace": metadata["namespace"],
+        f"{PREFIX}pod_name": metadata["name"],
+        f"{PREFIX}pod_uid": metadata["uid"],
+        f"{PREFIX}pod_ip": pod_ip,
+        f"{PREFIX}pod_node_name": spec.get("nodeName", ""),
+        f"{PREFIX}pod_phase": status.get("phase", ""),
+        f"{PREFIX}pod_ready": next((c["status"].lower() for c in status.get("conditions") or []
+                                    if c["type"] == "Ready"), "unknown"),
+    }
+    for key, value in (metadata.get("labels") or {}).items():
+        labels[f"{PREFIX}pod_label_{_label_name(key)}"] = value
+        labels[f"{PREFIX}pod_labelpresent_{_label_name(key)}"] = "true"
+    for key, value in (metadata.get("annotations") or {}).items():
+        labels[f"{PREFIX}pod_annotation_{_label_name(key)}"] = value
+        labels[f"{PREFIX}pod_annotationpresent_{_label_name(key)}"] = "true"
+    groups = []
+    for container in spec.get("containers") or []:
+        for port in container.get("ports") or []:
+            groups.append({"targets": [f"{pod_ip}:{port['containerPort']}"], "labels": {
+                **labels,
+                f"{PREFIX}pod_container_name": container["name"],
+                f"{PREFIX}pod_container_port_name": port.get("name", ""),
+                f"{PREFIX}pod_container_port_number": str(port["containerPort"]),
+                f"{PREFIX}pod_container_port_protocol": port.get("protocol", "TCP"),
+            }})
+    if not groups:
+        groups.append({"targets": [pod_ip], "labels": labels})
+    return groups
+
+
+class PodIndex:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.pods: dict[str, dict] = {}
+
+    def apply(self, event_type: str, pod: dict) -> None:
+        with self.lock:
+            if event_type == "DELETED":
+                self.pods.pop(pod["metadata"]["uid"], None)
+            else:
+                self.pods[pod["metadata"]["uid"]] = pod
+
+    def reset(self, pods: list[dict]) -> None:
+        with self.lock:
+            self.pods = {pod["metadata"]["uid"]: pod for pod in pods}
+
+    def target_groups(self) -> list[dict]:
+        with self.lock:
+            pods = list(self.pods.values())
+        return [group for pod in pods for group in pod_target_groups(pod)]
+
+
+def watch_pods(index: PodIndex, stopping: threading.Event) -> None:
+    core = client.CoreV1Api()
+    while not stopping.is_set():
+        try:
+            listing = core.api_client.sanitize_for_serialization(core.list_pod_for_all_namespaces())
+            index.reset(listing["items"])
+            for event in watch.Watch().stream(
+                    core.list_pod_for_all_namespaces, timeout_seconds=300, _preload_content=False,
+                    resource_version=listing["metadata"]["resourceVersion"]):
+                if event["type"] == "ERROR":
+                    break
+                index.apply(event["type"], event["raw_object"])
+        except Exception as error:  # noqa: BLE001 - relist like an informer
+            if not stopping.is_set():
+                print(f"pod watch failed, relisting: {error!r}", flush=True)
+                time.sleep(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    kube_config.load_kube_config(args.kubeconfig)
+    index = PodIndex()
+    stopping = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps(index.target_groups()).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    threading.Thread(target=watch_pods, args=(index, stopping), daemon=True).start()
+
+    def stop(signum, frame):
+        stopping.set()
+        threading.Thread(target=server.shutdown).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

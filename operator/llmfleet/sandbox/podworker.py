@@ -1,0 +1,486 @@
+"""One pod's life on a sandbox node: network, volumes, containers, probes, status.
+
+A PodWorker thread owns everything local about one pod. It reports status to
+the apiserver the way the kubelet does: honestly, from the processes it runs.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kubernetes.client.exceptions import ApiException
+
+from llmfleet.sandbox import images, network
+from llmfleet.sandbox.config import KUBERNETES_SERVICE_IP
+from llmfleet.sandbox.probes import ProbeState, new_probe, run_probe
+from llmfleet.sandbox.volumes import (
+    VolumeBuilder,
+    VolumeError,
+    container_mounts,
+    field_ref_value,
+    rewrite_paths,
+)
+
+if TYPE_CHECKING:
+    from llmfleet.sandbox.agent import NodeAgent
+
+LOOP_SECONDS = 0.25
+BACKOFF_INITIAL_SECONDS = 10.0
+BACKOFF_MAX_SECONDS = 300.0
+# A container that ran this long without crashing starts its backoff afresh.
+BACKOFF_RESET_SECONDS = 600.0
+EXIT_CODE_SIGNAL_OFFSET = 128
+
+
+def rfc3339(timestamp: float | None = None) -> str:
+    moment = datetime.datetime.fromtimestamp(timestamp or time.time(), datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class ContainerRun:
+    spec: dict
+    is_init: bool
+    process: subprocess.Popen | None = None
+    program: images.Program | None = None
+    restart_count: int = 0
+    state: dict = field(default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}})
+    last_state: dict = field(default_factory=dict)
+    started_monotonic: float = 0.0
+    started_once: bool = False
+    next_start_monotonic: float = 0.0
+    backoff_seconds: float = 0.0
+    readiness: ProbeState | None = None
+    liveness: ProbeState | None = None
+    startup: ProbeState | None = None
+    finished: bool = False
+    exit_code: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec["name"]
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def ready(self) -> bool:
+        if not self.running:
+            return False
+        if self.startup is not None and self.startup.passing is not True:
+            return False
+        if self.readiness is None:
+            return True
+        return self.readiness.passing is True
+
+    def status(self) -> dict:
+        status = {
+            "name": self.name,
+            "image": self.spec["image"],
+            "imageID": "",
+            "ready": self.ready,
+            "restartCount": self.restart_count,
+            "state": self.state,
+        }
+        if not self.is_init:
+            status["started"] = self.running and (self.startup is None or self.startup.passing is True)
+        if self.last_state:
+            status["lastState"] = self.last_state
+        if self.running or "terminated" in self.state:
+            status["containerID"] = f"sandbox://{self.process.pid}" if self.process else ""
+        return status
+
+
+class PodWorker(threading.Thread):
+    def __init__(self, agent: NodeAgent, pod: dict):
+        super().__init__(name=f"pod-{pod['metadata']['namespace']}/{pod['metadata']['name']}",
+                         daemon=True)
+        self.agent = agent
+        self.pod = pod
+        metadata = pod["metadata"]
+        self.uid = metadata["uid"]
+        self.namespace = metadata["namespace"]
+        self.pod_name = metadata["name"]
+        self.node_name = pod["spec"]["nodeName"]
+        self.pod_root = agent.config.pods_dir / f"{self.namespace}_{self.pod_name}_{self.uid[:8]}"
+        self.netns = network.pod_namespace_name(self.uid)
+        self.pod_ip: str | None = None
+        self.gpu_indices: list[int] = []
+        self.start_time = time.time()
+        self.init_runs = [ContainerRun(c, True) for c in pod["spec"].get("initContainers") or []]
+        self.app_runs = [ContainerRun(c, False) for c in pod["spec"]["containers"]]
+        self.restart_policy = pod["spec"].get("restartPolicy", "Always")
+        self.stop_deadline: float | None = None
+        self.stop_requested = threading.Event()
+        self.delete_object_when_stopped = False
+        self.pod_error: tuple[str, str] | None = None
+        self.last_reported: dict | None = None
+        self.condition_times: dict[str, tuple[str, str]] = {}
+        self.volume_paths: dict[str, Path] = {}
+
+    # -- requests from the agent's watch -------------------------------------------------
+
+    def request_stop(self, grace_seconds: float, delete_object: bool) -> None:
+        if not self.stop_requested.is_set():
+            self.stop_deadline = time.monotonic() + grace_seconds
+            self.delete_object_when_stopped = delete_object
+            self.stop_requested.set()
+
+    # -- main loop ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            self._prepare()
+            while not self.stop_requested.is_set():
+                self._step()
+                self._report()
+                if self._pod_finished():
+                    break
+                self.stop_requested.wait(LOOP_SECONDS)
+            if self.stop_requested.is_set():
+                self._terminate_all()
+                self._report()
+        except Exception as error:  # noqa: BLE001 - a pod's failure must not kill the agent
+            self.agent.log(f"pod {self.namespace}/{self.pod_name}: worker error: {error!r}")
+            self._kill_all()
+        finally:
+            self._teardown()
+            self.agent.pod_worker_finished(self)
+
+    def _prepare(self) -> None:
+        self.pod_ip = self.agent.allocate_pod_ip(self.node_name, self.uid)
+        self.gpu_indices = self.agent.allocate_gpus(self.node_name, self.uid, self._gpu_request())
+        self.pod_root.mkdir(parents=True, exist_ok=True)
+        (self.pod_root / "logs").mkdir(exist_ok=True)
+        network.create_pod_namespace(self.netns, self.pod_ip)
+        self._report()
+
+    def _gpu_request(self) -> int:
+        total = 0
+        for container in self.pod["spec"]["containers"]:
+            resources = container.get("resources") or {}
+            limits = resources.get("limits") or resources.get("requests") or {}
+            total += int(limits.get("nvidia.com/gpu", 0))
+        return total
+
+    def _ensure_volumes(self) -> bool:
+        if self.volume_paths or not self.pod["spec"].get("volumes"):
+            return True
+        try:
+            builder = VolumeBuilder(self.agent.core, self.pod, self.pod_root,
+                                    self.agent.config.state_dir / "hostpath")
+            self.volume_paths = builder.build_all()
+            self.pod_error = None
+            return True
+        except VolumeError as error:
+            if self.pod_error != (error.reason, str(error)):
+                self.agent.event(self.pod, "Warning", "FailedMount", str(error))
+            self.pod_error = (error.reason, str(error))
+            return False
+
+    def _step(self) -> None:
+        if not self._ensure_volumes():
+            for run in self.init_runs + self.app_runs:
+                run.state = {"waiting": {"reason": self.pod_error[0], "message": self.pod_error[1]}}
+            time.sleep(1.0)
+            return
+        for run in self.init_runs:
+            if not run.finished:
+                self._drive(run)
+                return
+        for run in self.app_runs:
+            self._drive(run)
+
+    def _drive(self, run: ContainerRun) -> None:
+        now = time.monotonic()
+        if run.process is None:
+            if not run.finished and now >= run.next_start_monotonic:
+                self._start(run)
+            return
+        code = run.process.poll()
+        if code is None:
+            self._probe(run, now)
+            return
+        self._record_exit(run, code)
+
+    def _start(self, run: ContainerRun) -> None:
+        spec = run.spec
+        try:
+            if run.program is None:
+                run.program = images.resolve(spec["image"], spec.get("command") or [],
+                                             spec.get("args") or [], self.agent.config.state_dir)
+            mounts = container_mounts(spec, self.volume_paths)
+            env = self._environment(spec, run.program, mounts)
+            argv = [rewrite_paths(_expand_env(arg, env), mounts) for arg in run.program.argv]
+        except images.ImageNotRunnable as error:
+            if run.state.get("waiting", {}).get("reason") != "ErrImagePull":
+                self.agent.event(self.pod, "Warning", "Failed", f"Failed to pull image: {error}")
+            run.state = {"waiting": {"reason": "ErrImagePull", "message": str(error)}}
+            run.next_start_monotonic = time.monotonic() + BACKOFF_INITIAL_SECONDS
+            return
+        except (VolumeError, KeyError, ValueError) as error:
+            run.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(error)}}
+            run.next_start_monotonic = time.monotonic() + BACKOFF_INITIAL_SECONDS
+            return
+        cwd = Path(rewrite_paths(spec["workingDir"], mounts)) if spec.get("workingDir") else self.pod_root
+        cwd.mkdir(parents=True, exist_ok=True)
+        log = open(self.pod_root / "logs" / f"{run.name}.log", "ab")
+        try:
+            run.process = subprocess.Popen(
+                network.exec_prefix(self.netns) + argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        finally:
+            log.close()
+        run.started_monotonic = time.monotonic()
+        if run.started_once:
+            run.restart_count += 1
+        run.started_once = True
+        run.state = {"running": {"startedAt": rfc3339()}}
+        run.readiness = new_probe(spec.get("readinessProbe"))
+        run.liveness = new_probe(spec.get("livenessProbe"))
+        run.startup = new_probe(spec.get("startupProbe"))
+        self.agent.event(self.pod, "Normal", "Started", f"Started container {run.name}")
+
+    def _environment(self, spec: dict, program: images.Program, mounts) -> dict[str, str]:
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            "HOME": str(self.pod_root),
+            "HOSTNAME": self.pod_name,
+            "KUBERNETES_SERVICE_HOST": KUBERNETES_SERVICE_IP,
+            "KUBERNETES_SERVICE_PORT": "443",
+        }
+        if self.gpu_indices:
+            env["NVIDIA_VISIBLE_DEVICES"] = ",".join(str(i) for i in self.gpu_indices)
+        env.update(program.env)
+        for source in spec.get("envFrom") or []:
+            prefix = source.get("prefix", "")
+            if "configMapRef" in source:
+                data = self.agent.read_config_map(self.namespace, source["configMapRef"]["name"])
+            else:
+                data = self.agent.read_secret(self.namespace, source["secretRef"]["name"])
+            env.update({prefix + key: value for key, value in data.items()})
+        for variable in spec.get("env") or []:
+            env[variable["name"]] = rewrite_paths(self._env_value(variable, env), mounts)
+        return env
+
+    def _env_value(self, variable: dict, env: dict[str, str]) -> str:
+        if "value" in variable:
+            return _expand_env(variable["value"], env)
+        source = variable.get("valueFrom") or {}
+        if "fieldRef" in source:
+            pod = dict(self.pod, status={"podIP": self.pod_ip, "hostIP": self.agent.host_ip})
+            return field_ref_value(pod, source["fieldRef"]["fieldPath"])
+        if "configMapKeyRef" in source:
+            ref = source["configMapKeyRef"]
+            return self.agent.read_config_map(self.namespace, ref["name"])[ref["key"]]
+        if "secretKeyRef" in source:
+            ref = source["secretKeyRef"]
+            return self.agent.read_secret(self.namespace, ref["name"])[ref["key"]]
+        return ""
+
+    def _probe(self, run: ContainerRun, now: float) -> None:
+        prefix = network.exec_prefix(self.netns)
+        if run.startup is not None and run.startup.passing is not True:
+            if run.startup.due(now):
+                ok, message = run_probe(run.startup.spec, run.spec, self.pod_ip, prefix)
+                run.startup.record(ok, now)
+                if run.startup.passing is False:
+                    self._kill_for_restart(run, f"Startup probe failed: {message}")
+            return
+        if run.readiness is not None and run.readiness.due(now):
+            ok, message = run_probe(run.readiness.spec, run.spec, self.pod_ip, prefix)
+            was = run.readiness.passing
+            run.readiness.record(ok, now)
+            if not ok and was is not False and run.readiness.passing is False:
+                self.agent.event(self.pod, "Warning", "Unhealthy", f"Readiness probe failed: {message}")
+        if run.liveness is not None and run.liveness.due(now):
+            ok, message = run_probe(run.liveness.spec, run.spec, self.pod_ip, prefix)
+            run.liveness.record(ok, now)
+            if run.liveness.passing is False:
+                self._kill_for_restart(run, f"Liveness probe failed: {message}")
+
+    def _kill_for_restart(self, run: ContainerRun, message: str) -> None:
+        self.agent.event(self.pod, "Warning", "Unhealthy", message)
+        grace = self.pod["spec"].get("terminationGracePeriodSeconds", 30)
+        _stop_process(run.process, grace)
+
+    def _record_exit(self, run: ContainerRun, code: int) -> None:
+        exit_code = EXIT_CODE_SIGNAL_OFFSET - code if code < 0 else code
+        terminated = {
+            "exitCode": exit_code,
+            "reason": "Completed" if exit_code == 0 else "Error",
+            "startedAt": run.state.get("running", {}).get("startedAt", rfc3339()),
+            "finishedAt": rfc3339(),
+        }
+        if code < 0:
+            terminated["signal"] = -code
+        run.exit_code = exit_code
+        ran_seconds = time.monotonic() - run.started_monotonic
+        run.process = None
+        if run.is_init and exit_code == 0:
+            run.finished = True
+            run.state = {"terminated": terminated}
+            return
+        restart = self.restart_policy == "Always" or (
+            self.restart_policy == "OnFailure" and exit_code != 0)
+        if run.is_init and self.restart_policy == "Always":
+            restart = exit_code != 0
+        if not restart:
+            run.finished = True
+            run.state = {"terminated": terminated}
+            return
+        if ran_seconds >= BACKOFF_RESET_SECONDS:
+            run.backoff_seconds = 0.0
+        # The first restart is immediate; later ones back off like the kubelet's.
+        delay = run.backoff_seconds
+        run.backoff_seconds = min(max(delay * 2, BACKOFF_INITIAL_SECONDS), BACKOFF_MAX_SECONDS)
+        run.last_state = {"terminated": terminated}
+        run.next_start_monotonic = time.monotonic() + delay
+        if delay > 0:
+            run.state = {"waiting": {"reason": "CrashLoopBackOff", "message":
+                         f"back-off {delay:.0f}s restarting failed container={run.name} "
+                         f"pod={self.pod_name}"}}
+            self.agent.event(self.pod, "Warning", "BackOff", f"Back-off restarting failed container {run.name}")
+        else:
+            run.state = {"waiting": {"reason": "ContainerCreating"}}
+
+    def _pod_finished(self) -> bool:
+        init_failed = any(r.finished and r.exit_code not in (0, None) for r in self.init_runs)
+        return init_failed or all(run.finished for run in self.app_runs)
+
+    # -- stopping -------------------------------------------------------------------------
+
+    def _terminate_all(self) -> None:
+        runs = [run for run in self.init_runs + self.app_runs if run.running]
+        for run in runs:
+            self.agent.event(self.pod, "Normal", "Killing", f"Stopping container {run.name}")
+            _signal_group(run.process, signal.SIGTERM)
+        while any(run.running for run in runs) and time.monotonic() < (self.stop_deadline or 0):
+            time.sleep(0.1)
+        for run in runs:
+            if run.running:
+                _signal_group(run.process, signal.SIGKILL)
+            run.process.wait()
+            self._record_terminated_by_stop(run)
+
+    def _record_terminated_by_stop(self, run: ContainerRun) -> None:
+        code = run.process.returncode
+        exit_code = EXIT_CODE_SIGNAL_OFFSET - code if code < 0 else code
+        run.state = {"terminated": {"exitCode": exit_code,
+                                    "reason": "Completed" if exit_code == 0 else "Error",
+                                    "startedAt": run.state.get("running", {}).get("startedAt", rfc3339()),
+                                    "finishedAt": rfc3339()}}
+        run.finished = True
+
+    def _kill_all(self) -> None:
+        for run in self.init_runs + self.app_runs:
+            if run.running:
+                _signal_group(run.process, signal.SIGKILL)
+
+    def _teardown(self) -> None:
+        network.delete_pod_namespace(self.netns)
+        self.agent.release(self.node_name, self.uid)
+        if self.delete_object_when_stopped:
+            self.agent.delete_pod_object(self.namespace, self.pod_name, self.uid)
+
+    # -- status ---------------------------------------------------------------------------
+
+    def _phase(self) -> str:
+        if any(r.finished and r.exit_code not in (0, None) for r in self.init_runs):
+            return "Failed"
+        if not all(r.finished for r in self.init_runs):
+            return "Pending"
+        if all(run.finished for run in self.app_runs):
+            failed = any(run.exit_code not in (0, None) for run in self.app_runs)
+            return "Failed" if failed else "Succeeded"
+        if any(run.started_once for run in self.app_runs):
+            return "Running"
+        return "Pending"
+
+    def _condition(self, kind: str, ok: bool, reason: str | None = None) -> dict:
+        status = "True" if ok else "False"
+        previous = self.condition_times.get(kind)
+        if previous is None or previous[0] != status:
+            self.condition_times[kind] = (status, rfc3339())
+        condition = {"type": kind, "status": status,
+                     "lastTransitionTime": self.condition_times[kind][1]}
+        if reason and not ok:
+            condition["reason"] = reason
+        return condition
+
+    def _report(self) -> None:
+        initialized = all(r.finished and r.exit_code == 0 for r in self.init_runs)
+        containers_ready = initialized and all(run.ready for run in self.app_runs)
+        phase = self._phase()
+        if phase in ("Succeeded", "Failed"):
+            containers_ready = False
+        status = {
+            "phase": phase,
+            "hostIP": self.agent.host_ip,
+            "hostIPs": [{"ip": self.agent.host_ip}],
+            "podIP": self.pod_ip,
+            "podIPs": [{"ip": self.pod_ip}] if self.pod_ip else [],
+            "startTime": rfc3339(self.start_time),
+            "qosClass": (self.pod.get("status") or {}).get("qosClass", "BestEffort"),
+            "conditions": [
+                self._condition("PodReadyToStartContainers", self.pod_ip is not None),
+                self._condition("Initialized", initialized, "ContainersNotInitialized"),
+                self._condition("ContainersReady", containers_ready, "ContainersNotReady"),
+                self._condition("Ready", containers_ready, "ContainersNotReady"),
+                {"type": "PodScheduled", "status": "True"},
+            ],
+            "containerStatuses": [run.status() for run in self.app_runs],
+        }
+        if self.init_runs:
+            status["initContainerStatuses"] = [run.status() for run in self.init_runs]
+        if status == self.last_reported:
+            return
+        try:
+            self.agent.core.patch_namespaced_pod_status(self.pod_name, self.namespace,
+                                                         {"status": status})
+            self.last_reported = status
+        except ApiException as error:
+            if error.status == 404:
+                self.stop_requested.set()
+                self.stop_deadline = time.monotonic()
+            else:
+                self.agent.log(f"pod {self.namespace}/{self.pod_name}: status patch failed: {error.reason}")
+
+
+def _expand_env(text: str, env: dict[str, str]) -> str:
+    """Kubernetes $(VAR) expansion; $$(VAR) escapes it."""
+    import re
+
+    def replace(match):
+        if match.group(0).startswith("$$"):
+            return match.group(0)[1:]
+        return env.get(match.group(1), match.group(0))
+
+    return re.sub(r"\$\$?\(([A-Za-z_][A-Za-z0-9_.-]*)\)", replace, text)
+
+
+def _signal_group(process: subprocess.Popen | None, sig: int) -> None:
+    if process is None or process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _stop_process(process: subprocess.Popen | None, grace_seconds: float) -> None:
+    _signal_group(process, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_seconds)
+    except subprocess.TimeoutExpired:
+        _signal_group(process, signal.SIGKILL)

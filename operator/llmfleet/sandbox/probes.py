@@ -1,0 +1,86 @@
+"""Readiness, liveness and startup probes, executed like the kubelet does."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+
+def resolve_port(port, container: dict) -> int:
+    if isinstance(port, int) or str(port).isdigit():
+        return int(port)
+    for declared in container.get("ports") or []:
+        if declared.get("name") == port:
+            return int(declared["containerPort"])
+    raise ValueError(f'container "{container["name"]}" declares no port named "{port}"')
+
+
+def run_probe(probe: dict, container: dict, pod_ip: str, exec_prefix: list[str]) -> tuple[bool, str]:
+    """Run one probe attempt; return (success, message for events)."""
+    timeout = probe.get("timeoutSeconds", 1)
+    try:
+        if "httpGet" in probe:
+            action = probe["httpGet"]
+            port = resolve_port(action["port"], container)
+            scheme = action.get("scheme", "HTTP").lower()
+            host = action.get("host") or pod_ip
+            url = f"{scheme}://{host}:{port}{action.get('path', '/')}"
+            request = urllib.request.Request(url, headers={
+                header["name"]: header["value"] for header in action.get("httpHeaders") or []})
+            try:
+                with urllib.request.urlopen(request, timeout=timeout) as response:
+                    ok = 200 <= response.status < 400
+                    return ok, f"HTTP probe {url} returned {response.status}"
+            except urllib.error.HTTPError as error:
+                return False, f"HTTP probe {url} failed with statuscode: {error.code}"
+        if "tcpSocket" in probe:
+            port = resolve_port(probe["tcpSocket"]["port"], container)
+            with socket.create_connection((probe["tcpSocket"].get("host") or pod_ip, port),
+                                          timeout=timeout):
+                return True, "TCP probe connected"
+        if "exec" in probe:
+            result = subprocess.run(exec_prefix + probe["exec"]["command"], timeout=timeout,
+                                    capture_output=True)
+            return result.returncode == 0, f"exec probe exited {result.returncode}"
+        return False, "probe has no handler (httpGet, tcpSocket or exec)"
+    except (OSError, ValueError, subprocess.TimeoutExpired, urllib.error.URLError) as error:
+        return False, f"probe failed: {error}"
+
+
+@dataclass
+class ProbeState:
+    """Consecutive results of one probe against one container run."""
+
+    spec: dict
+    started_at: float
+    successes: int = 0
+    failures: int = 0
+    last_run: float = field(default=0.0)
+    passing: bool | None = None
+
+    def due(self, now: float) -> bool:
+        if now - self.started_at < self.spec.get("initialDelaySeconds", 0):
+            return False
+        return now - self.last_run >= self.spec.get("periodSeconds", 10)
+
+    def record(self, ok: bool, now: float) -> None:
+        """Apply success/failure thresholds; `passing` flips only when one is reached."""
+        self.last_run = now
+        if ok:
+            self.successes += 1
+            self.failures = 0
+            if self.successes >= self.spec.get("successThreshold", 1):
+                self.passing = True
+        else:
+            self.failures += 1
+            self.successes = 0
+            if self.failures >= self.spec.get("failureThreshold", 3):
+                self.passing = False
+
+
+def new_probe(spec: dict | None) -> ProbeState | None:
+    return ProbeState(spec, time.monotonic()) if spec else None

@@ -1,0 +1,208 @@
+"""A userspace service proxy: every ClusterIP Service answers at its ClusterIP.
+
+Like kube-proxy's original userspace mode: for each TCP port of each ClusterIP
+Service it listens on clusterIP:port (the service range is routed to the host's
+loopback) and splices each connection to a ready endpoint from the Service's
+EndpointSlices, round robin. With no ready endpoint, connections are refused.
+Run as `python -m llmfleet.sandbox.serviceproxy --kubeconfig FILE`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import signal
+import sys
+import threading
+import time
+
+from kubernetes import client, config as kube_config, watch
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+BUFFER_BYTES = 64 * 1024
+
+
+class EndpointTable:
+    """Ready endpoints per (namespace, service, port name), fed by the watches."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.slices: dict[tuple[str, str], dict] = {}
+        self.counters: dict[tuple, itertools.count] = {}
+
+    def set_slice(self, namespace: str, name: str, endpoint_slice: dict | None) -> None:
+        with self.lock:
+            if endpoint_slice is None:
+                self.slices.pop((namespace, name), None)
+            else:
+                self.slices[(namespace, name)] = endpoint_slice
+
+    def ready_backends(self, namespace: str, service: str, port_name: str) -> list[tuple[str, int]]:
+        backends = []
+        with self.lock:
+            slices = list(self.slices.values())
+        for endpoint_slice in slices:
+            labels = endpoint_slice["metadata"].get("labels") or {}
+            if endpoint_slice["metadata"]["namespace"] != namespace or labels.get(SERVICE_NAME_LABEL) != service:
+                continue
+            port = next((p["port"] for p in endpoint_slice.get("ports") or []
+                         if (p.get("name") or "") == port_name), None)
+            if port is None:
+                continue
+            for endpoint in endpoint_slice.get("endpoints") or []:
+                conditions = endpoint.get("conditions") or {}
+                if conditions.get("ready", True) and not conditions.get("terminating", False):
+                    backends.extend((address, port) for address in endpoint["addresses"])
+        return sorted(backends)
+
+    def pick(self, namespace: str, service: str, port_name: str) -> tuple[str, int] | None:
+        backends = self.ready_backends(namespace, service, port_name)
+        if not backends:
+            return None
+        key = (namespace, service, port_name)
+        with self.lock:
+            counter = self.counters.setdefault(key, itertools.count())
+            return backends[next(counter) % len(backends)]
+
+
+class ServiceProxy:
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.endpoints = EndpointTable()
+        self.services: dict[tuple[str, str], dict] = {}
+        # (cluster IP, port) -> (server, namespace, service, port name)
+        self.listeners: dict[tuple[str, int], tuple[asyncio.AbstractServer, str, str, str]] = {}
+        self.stopping = threading.Event()
+        self.sync_lock = asyncio.Lock()
+
+    def wanted_listeners(self) -> dict[tuple[str, int], tuple[str, str, str]]:
+        wanted = {}
+        for (namespace, name), service in self.services.items():
+            spec = service.get("spec") or {}
+            cluster_ip = spec.get("clusterIP")
+            if not cluster_ip or cluster_ip == "None":
+                continue
+            for port in spec.get("ports") or []:
+                if port.get("protocol", "TCP") == "TCP":
+                    wanted[(cluster_ip, port["port"])] = (namespace, name, port.get("name") or "")
+        return wanted
+
+    async def sync_listeners(self) -> None:
+        wanted = self.wanted_listeners()
+        for address, (server, *target) in list(self.listeners.items()):
+            if wanted.get(address) != tuple(target):
+                server.close()
+                del self.listeners[address]
+        for address, target in wanted.items():
+            if address in self.listeners:
+                continue
+            try:
+                server = await asyncio.start_server(
+                    lambda r, w, t=target: self.forward(r, w, *t), address[0], address[1],
+                    reuse_address=True)
+            except OSError as error:
+                print(f"cannot listen on {address[0]}:{address[1]} for {target[0]}/{target[1]}: {error}",
+                      flush=True)
+                continue
+            self.listeners[address] = (server, *target)
+            print(f"service {target[0]}/{target[1]} port {target[2] or address[1]} "
+                  f"listening on {address[0]}:{address[1]}", flush=True)
+
+    async def forward(self, reader, writer, namespace: str, service: str, port_name: str) -> None:
+        backend = self.endpoints.pick(namespace, service, port_name)
+        if backend is None:
+            writer.close()
+            return
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection(*backend)
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
+
+    def watch_forever(self, list_call, on_event) -> None:
+        api = client.ApiClient()
+        while not self.stopping.is_set():
+            try:
+                listing = api.sanitize_for_serialization(list_call())
+                on_event("RESET", listing["items"])
+                stream = watch.Watch()
+                for event in stream.stream(list_call, timeout_seconds=300, _preload_content=False,
+                                           resource_version=listing["metadata"]["resourceVersion"]):
+                    if event["type"] == "ERROR":
+                        break
+                    on_event(event["type"], [event["raw_object"]])
+            except Exception as error:  # noqa: BLE001 - reconnect like kube-proxy
+                if not self.stopping.is_set():
+                    print(f"watch failed, relisting: {error!r}", flush=True)
+                    time.sleep(1)
+
+    def on_services(self, event_type: str, items: list[dict]) -> None:
+        """Called from the watch thread; the service table belongs to the event loop."""
+        asyncio.run_coroutine_threadsafe(self.apply_services(event_type, items), self.loop)
+
+    async def apply_services(self, event_type: str, items: list[dict]) -> None:
+        if event_type == "RESET":
+            self.services = {}
+        for service in items:
+            key = (service["metadata"]["namespace"], service["metadata"]["name"])
+            if event_type == "DELETED":
+                self.services.pop(key, None)
+            else:
+                self.services[key] = service
+        async with self.sync_lock:
+            await self.sync_listeners()
+
+    def on_slices(self, event_type: str, items: list[dict]) -> None:
+        if event_type == "RESET":
+            with self.endpoints.lock:
+                self.endpoints.slices.clear()
+        for endpoint_slice in items:
+            metadata = endpoint_slice["metadata"]
+            self.endpoints.set_slice(metadata["namespace"], metadata["name"],
+                                     None if event_type == "DELETED" else endpoint_slice)
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(BUFFER_BYTES):
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        try:
+            writer.close()
+        except RuntimeError:
+            pass
+
+
+async def serve(kubeconfig: str) -> None:
+    kube_config.load_kube_config(kubeconfig)
+    loop = asyncio.get_running_loop()
+    proxy = ServiceProxy(loop)
+    core = client.CoreV1Api()
+    discovery = client.DiscoveryV1Api()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    for list_call, handler in ((core.list_service_for_all_namespaces, proxy.on_services),
+                               (discovery.list_endpoint_slice_for_all_namespaces, proxy.on_slices)):
+        threading.Thread(target=proxy.watch_forever, args=(list_call, handler), daemon=True).start()
+    await stop.wait()
+    proxy.stopping.set()
+    for server, *_ in proxy.listeners.values():
+        server.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--kubeconfig", required=True)
+    args = parser.parse_args(argv)
+    asyncio.run(serve(args.kubeconfig))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
