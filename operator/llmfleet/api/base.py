@@ -20,6 +20,9 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+CEL_RULE_ERROR_TYPE = "cel_rule"
 
 
 class CelRule(NamedTuple):
@@ -56,7 +59,6 @@ class ApiModel(BaseModel):
         validate_by_alias=True,
         serialize_by_alias=True,
         extra="forbid",
-        use_enum_values=False,
         json_schema_extra=_add_schema_extras,
     )
 
@@ -68,7 +70,11 @@ class ApiModel(BaseModel):
     def _check_cel_rules(self):
         for cel_rule in self.cel_rules:
             if cel_rule.holds is not None and not cel_rule.holds(self):
-                raise ValueError(cel_rule.message)
+                # field_path travels in the error context so that errors name the same
+                # field the apiserver does (see resource.InvalidSpecError).
+                raise PydanticCustomError(
+                    CEL_RULE_ERROR_TYPE, cel_rule.message, {"field_path": cel_rule.field_path}
+                )
         return self
 
 
@@ -147,4 +153,6 @@ def no_uri_credentials_rule(camel_field: str, python_field: str, path: str) -> C
         or not _URI_WITH_CREDENTIALS.match(getattr(model, python_field)),
         field_path=f".{camel_field}",
     )
+
+
 MAX_URI_LENGTH = 2048

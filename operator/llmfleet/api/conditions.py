@@ -38,9 +38,7 @@ class Condition(ApiModel):
         ge=0,
         description="metadata.generation the condition was computed from.",
     )
-    last_transition_time: KubeTime = Field(
-        description="When status last changed (RFC 3339, UTC)."
-    )
+    last_transition_time: KubeTime = Field(description="When status last changed (RFC 3339, UTC).")
     reason: str = Field(
         min_length=1,
         max_length=1024,
@@ -81,9 +79,7 @@ def set_condition(
     type_name = _type_name(condition_type)
     previous = find_condition(conditions, type_name)
     transition_time = (
-        previous.last_transition_time
-        if previous is not None and previous.status == status
-        else now
+        previous.last_transition_time if previous is not None and previous.status == status else now
     )
     updated = Condition(
         type=type_name,

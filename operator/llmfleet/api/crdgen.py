@@ -55,14 +55,14 @@ PRINTER_COLUMNS = [
      "description": "Replicas wanted."},
     {"name": "TTFT-p99", "type": "number", "jsonPath": ".status.ttftP99Ms",
      "description": "Observed p99 time to first token, ms."},
-    {"name": "Status", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+    {"name": "Status", "type": "string",
+     "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
      "description": "Status of the Ready condition."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]  # fmt: skip
 
 _TYPE_META_DESCRIPTIONS = {
-    "apiVersion": "Versioned schema of this representation of an object: "
-    f"{GROUP}/{VERSION}.",
+    "apiVersion": f"Versioned schema of this representation of an object: {GROUP}/{VERSION}.",
     "kind": f"REST resource this object represents: {KIND}.",
 }
 
@@ -152,7 +152,9 @@ def write_files(root: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llmfleet.api.crdgen", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m llmfleet.api.crdgen", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--check", action="store_true", help="fail if generated files are stale")
     parser.add_argument("--root", type=Path, default=REPO_ROOT, help="repository root")
     args = parser.parse_args(argv)

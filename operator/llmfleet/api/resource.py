@@ -4,7 +4,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from llmfleet.api.base import ApiModel
+from llmfleet.api.base import CEL_RULE_ERROR_TYPE, ApiModel
 from llmfleet.api.spec import LLMDeploymentSpec
 from llmfleet.api.status import LLMDeploymentStatus
 
@@ -28,17 +28,18 @@ class InvalidSpecError(ValueError):
         )
 
 
-def _field_path(location: tuple[int | str, ...]) -> str:
+def _field_path(error: dict[str, Any]) -> str:
     path = ""
-    for part in location:
+    for part in error["loc"]:
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    if error["type"] == CEL_RULE_ERROR_TYPE and error["ctx"]["field_path"]:
+        path += error["ctx"]["field_path"]
     return path or "<root>"
 
 
 def _problem_message(error: dict[str, Any]) -> str:
-    # Our CEL-twin messages already say what to do; drop pydantic's "Value error, " prefix.
-    message = error["msg"]
-    return message.removeprefix("Value error, ")
+    # Our own messages already say what to do; drop pydantic's "Value error, " prefix.
+    return error["msg"].removeprefix("Value error, ")
 
 
 class LLMDeployment(ApiModel):
@@ -66,7 +67,7 @@ class LLMDeployment(ApiModel):
             return cls.model_validate(manifest)
         except ValidationError as error:
             raise InvalidSpecError(
-                [(_field_path(e["loc"]), _problem_message(e)) for e in error.errors()]
+                [(_field_path(e), _problem_message(e)) for e in error.errors()]
             ) from None
 
     def to_manifest(self, *, include_defaults: bool = True) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from llmfleet.api.enums import (
     Quantization,
 )
 
-TensorParallelSize = Literal[1, 2, 4, 8]
+TensorParallelSize = Literal[TENSOR_PARALLEL_SIZES]  # type: ignore[valid-type]
 
 DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3"
 
@@ -301,8 +301,9 @@ class WorkloadSpec(ApiModel):
         ge=1, description="99th-percentile generated length, in tokens (at least the mean)."
     )
     peak_requests_per_second: float = Field(
-        gt=0, description="Peak arrival rate the plan must serve within the SLO, in requests "
-        "per second."
+        gt=0,
+        description="Peak arrival rate the plan must serve within the SLO, in requests "
+        "per second.",
     )
     prefix_sharing_fraction: float | None = Field(
         default=None,
@@ -341,11 +342,11 @@ class ResourcesSpec(ApiModel):
         description="Most GPUs all replicas together may use (tensorParallelSize x "
         "pipelineParallelSize x replicas). Omit for no limit.",
     )
-    allowed_tensor_parallel_sizes: set_of(
-        TensorParallelSize, len(TENSOR_PARALLEL_SIZES)
-    ) | None = Field(
-        default=None,
-        description="Tensor-parallel sizes the planner may choose from (each of 1, 2, 4, 8).",
+    allowed_tensor_parallel_sizes: set_of(TensorParallelSize, len(TENSOR_PARALLEL_SIZES)) | None = (
+        Field(
+            default=None,
+            description="Tensor-parallel sizes the planner may choose from (each of 1, 2, 4, 8).",
+        )
     )
     allowed_quantizations: set_of(Quantization, len(Quantization)) | None = Field(
         default=None,
@@ -514,9 +515,7 @@ class LLMDeploymentSpec(ApiModel):
     """Desired state of an LLMDeployment."""
 
     model: ModelSpec = Field(description="The model to serve.")
-    engine: EngineSpec = defaulted_model_field(
-        EngineSpec, "Serving image and engine build limits."
-    )
+    engine: EngineSpec = defaulted_model_field(EngineSpec, "Serving image and engine build limits.")
     slo: SloSpec = Field(description="Latency and quality objectives.")
     workload: WorkloadSpec = Field(description="Expected traffic at peak.")
     resources: ResourcesSpec | None = Field(
@@ -609,8 +608,7 @@ class LLMDeploymentSpec(ApiModel):
             or s.plan.tensor_parallel_size is None
             or s.resources is None
             or s.resources.gpu_budget is None
-            or s.plan.tensor_parallel_size
-            * (1 if s.plan.replicas is None else s.plan.replicas)
+            or s.plan.tensor_parallel_size * (1 if s.plan.replicas is None else s.plan.replicas)
             <= s.resources.gpu_budget,
             field_path=".plan.tensorParallelSize",
         ),
@@ -618,9 +616,7 @@ class LLMDeploymentSpec(ApiModel):
             rule="!has(self.plan) || !has(self.plan.replicas) || !self.autoscaling.enabled",
             message="spec.plan.replicas pins the replica count and cannot be combined with "
             "spec.autoscaling.enabled=true; remove one of them",
-            holds=lambda s: s.plan is None
-            or s.plan.replicas is None
-            or not s.autoscaling.enabled,
+            holds=lambda s: s.plan is None or s.plan.replicas is None or not s.autoscaling.enabled,
             field_path=".plan.replicas",
         ),
         CelRule(

@@ -134,9 +134,7 @@ class AutoscalerInputs(ApiModel):
         default=None, ge=0, description="Observed p99 TTFT over the window, ms."
     )
     target_ttft_p99_ms: int | None = Field(default=None, ge=1, description="Target p99 TTFT, ms.")
-    current_replicas: int | None = Field(
-        default=None, ge=0, description="Replicas when deciding."
-    )
+    current_replicas: int | None = Field(default=None, ge=0, description="Replicas when deciding.")
     ready_replicas: int | None = Field(
         default=None, ge=0, description="Ready replicas when deciding."
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from importlib import resources
+from types import MappingProxyType
 from typing import Mapping
 
 import yaml
@@ -166,12 +167,27 @@ class Calibration:
 
 
 @dataclass(frozen=True)
+class CalibrationMeasurement:
+    """One public measured throughput the calibration was fitted to."""
+
+    model: str
+    gpu: str
+    tensor_parallel_size: int
+    quantization: str
+    kv_cache_dtype: str
+    input_tokens: int
+    output_tokens: int
+    output_tokens_per_sec: float
+
+
+@dataclass(frozen=True)
 class Catalog:
     gpus: Mapping[str, GpuType]
     models: Mapping[str, ModelArch]
     quantizations: Mapping[str, QuantizationFormat]
     kv_cache_dtypes: Mapping[str, KvCacheDtype]
     calibration: Calibration
+    calibration_measurements: tuple[CalibrationMeasurement, ...]
 
     def gpu(self, name: str) -> GpuType:
         return _lookup(self.gpus, name, "GPU type")
@@ -212,7 +228,8 @@ def _gpu(name: str, entry: dict) -> GpuType:
         memory_bytes=int(entry["memory_bytes"]),
         memory_mib=int(entry["memory_mib"]),
         memory_bandwidth_bytes_per_sec=float(entry["memory_bandwidth_bytes_per_sec"]),
-        dense_tflops={k: (float(v) if v is not None else None) for k, v in entry["dense_tflops"].items()},
+        dense_tflops=MappingProxyType({k: (float(v) if v is not None else None)
+                                       for k, v in entry["dense_tflops"].items()}),
         interconnect_bandwidth_bytes_per_sec=float(entry["interconnect_bandwidth_bytes_per_sec"]),
         max_gpus_per_node=int(entry["max_gpus_per_node"]),
         gfd_product=entry["gfd_product"],
@@ -280,11 +297,12 @@ def load_catalog() -> Catalog:
     calibration = _read_yaml("calibration.yaml")["calibration"]
     _require_source("calibration", "calibration", calibration)
     catalog = Catalog(
-        gpus={name: _gpu(name, e) for name, e in gpus.items()},
-        models={name: _model(name, e) for name, e in models.items()},
-        quantizations={name: _quantization(name, e) for name, e in quant["quantizations"].items()},
-        kv_cache_dtypes={name: _kv_dtype(name, e) for name, e in quant["kv_cache_dtypes"].items()},
+        gpus=MappingProxyType({name: _gpu(name, e) for name, e in gpus.items()}),
+        models=MappingProxyType({name: _model(name, e) for name, e in models.items()}),
+        quantizations=MappingProxyType({name: _quantization(name, e) for name, e in quant["quantizations"].items()}),
+        kv_cache_dtypes=MappingProxyType({name: _kv_dtype(name, e) for name, e in quant["kv_cache_dtypes"].items()}),
         calibration=Calibration(**{k: v for k, v in calibration.items() if k != "measurements"}),
+        calibration_measurements=tuple(CalibrationMeasurement(**m) for m in calibration["measurements"]),
     )
     if tuple(catalog.quantizations) != QUANTIZATIONS or tuple(catalog.kv_cache_dtypes) != KV_CACHE_DTYPES:
         raise ValueError("quantizations.yaml must list exactly the API's quantisations and KV dtypes")
@@ -292,6 +310,6 @@ def load_catalog() -> Catalog:
 
 
 __all__ = [
-    "Calibration", "Catalog", "GpuType", "KV_CACHE_DTYPES", "KvCacheDtype", "ModelArch",
+    "Calibration", "CalibrationMeasurement", "Catalog", "GpuType", "KV_CACHE_DTYPES", "KvCacheDtype", "ModelArch",
     "QUANTIZATIONS", "QuantizationFormat", "load_catalog", "model_from_numbers",
 ]

@@ -156,7 +156,7 @@ def saturation_batch(engine: Engine, input_tokens: float, output_tokens: float) 
     sequences (input + output, as guaranteed_no_evict reserves them) and by max_num_tokens
     having to carry the decode tokens plus the prompts that replace finished requests."""
     by_kv = engine.fit.max_sequences(input_tokens + output_tokens, engine.max_batch_size)
-    by_tokens = int(engine.max_num_tokens / (1 + input_tokens / output_tokens))
+    by_tokens = max(1, int(engine.max_num_tokens / (1 + input_tokens / output_tokens)))
     return max(0, min(by_kv, by_tokens))
 
 

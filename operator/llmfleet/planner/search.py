@@ -194,7 +194,7 @@ def _options(request: PlanRequest, catalog: Catalog, rejected: list[_Outcome]) -
         for tp in sorted(set(tps)):
             for quant_name in quants:
                 for kv_name in kvs:
-                    option = _Option(gpu, tp, catalog.quantization(quant_name), catalog.kv_dtype(kv_name))
+                    option = _Option(gpu, tp, catalog.quantization(quant_name), catalog.kv_cache_dtype(kv_name))
                     problem = support_problem(request.model, option)
                     budget = request.slo.max_quality_loss_percent
                     if problem is None and budget is not None and option.quality_cost_percent > budget:
@@ -284,7 +284,8 @@ def _plan_from(outcome: _Outcome, feasible: bool, request: PlanRequest, evaluate
     predicted = _predicted(engine, request, prediction)
     fit = engine.fit
     label = f"{outcome.replicas} x {option.label}"
-    rationale = [f"evaluated {evaluated} configurations (GPU x TP x quantisation x KV dtype); {meeting} met the SLO"]
+    rationale = [f"evaluated {evaluated} configurations (GPU x TP x quantisation x KV dtype); {meeting} met the SLO "
+                 f"without needing more GPUs than the best found so far"]
     if feasible:
         rationale.append(f"chosen {label}: fewest GPUs ({outcome.gpus}) meeting p99 TTFT {slo.ttft_p99_ms:g} ms "
                          f"and p99 TPOT {slo.tpot_p99_ms:g} ms at {w.peak_requests_per_sec:g} req/s; "
@@ -329,7 +330,7 @@ def estimate(model: ModelArch | str, gpu_type: str, tensor_parallel_size: int, q
     catalog = catalog or load_catalog()
     model = _resolve_model(model, catalog)
     option = _Option(catalog.gpu(gpu_type), tensor_parallel_size, catalog.quantization(quantization),
-                     catalog.kv_dtype(kv_dtype))
+                     catalog.kv_cache_dtype(kv_dtype))
     problem = support_problem(model, option)
     if problem:
         raise ValueError(problem[1])

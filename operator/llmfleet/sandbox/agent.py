@@ -305,7 +305,8 @@ class NodeAgent:
             workers = list(self.workers.values())
         for worker in workers:
             grace = worker.pod["spec"].get("terminationGracePeriodSeconds", 30)
-            worker.request_stop(min(grace, SHUTDOWN_GRACE_SECONDS), delete_object=False)
+            worker.request_stop(min(grace, SHUTDOWN_GRACE_SECONDS), delete_object=False,
+                                report_final_status=False)
         for worker in workers:
             worker.join(timeout=15)
         for stale in network.list_pod_namespaces():

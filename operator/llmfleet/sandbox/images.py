@@ -125,16 +125,11 @@ def triton_program(server_args: list[str], state_dir: Path) -> Program:
     if not any(arg.startswith("--backend-directory") for arg in args):
         args.append(f"--backend-directory={python_backend_dir(state_dir)}")
     # The python backend stub embeds libpython: it must be the interpreter this
-    # environment was made from, and model code must see this environment's packages.
+    # environment was made from (its lib dir first, before the wheel's own copy).
+    # The embedded interpreter finds its prefix from the `python3` first on PATH,
+    # so this environment's bin dir goes first and model code sees its packages.
     env = {
-        "LD_LIBRARY_PATH": os.pathsep.join([str(libs), sysconfig.get_config_var("LIBDIR")]),
-        "PYTHONPATH": os.pathsep.join(_site_paths()),
+        "LD_LIBRARY_PATH": os.pathsep.join([sysconfig.get_config_var("LIBDIR"), str(libs)]),
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
     }
     return Program([str(root / "bin" / "tritonserver"), *args], env)
-
-
-def _site_paths() -> list[str]:
-    import llmfleet
-
-    package_parent = str(Path(llmfleet.__file__).resolve().parents[1])
-    return [package_parent, *sysconfig.get_paths()["purelib"].split(os.pathsep)]

@@ -50,17 +50,19 @@ def process_table(config: SandboxConfig) -> ProcessTable:
     return ProcessTable(config.pids_dir, config.logs_dir)
 
 
-def is_running(config: SandboxConfig) -> bool:
-    table = process_table(config)
-    return any(record.alive() for record in table.recorded())
+def running_components(config: SandboxConfig) -> set[str]:
+    return {record.name for record in process_table(config).recorded() if record.alive()}
 
 
 def up(config: SandboxConfig) -> SandboxConfig:
     network.require_root()
-    if is_running(config):
-        running = configured(config.state_dir)
-        progress(f"already running (state in {running.state_dir}); `llmfleet sandbox status` shows it")
-        return running
+    running = running_components(config)
+    if running == set(COMPONENTS):
+        progress(f"already running (state in {config.state_dir}); `llmfleet sandbox status` shows it")
+        return configured(config.state_dir)
+    if running:
+        missing = ", ".join(sorted(set(COMPONENTS) - running))
+        progress(f"partly running ({missing} stopped): restarting every component")
     stop_everything(config, quiet=True)
     started = time.monotonic()
     progress("building or reusing the control-plane binaries")

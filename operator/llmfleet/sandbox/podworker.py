@@ -122,6 +122,7 @@ class PodWorker(threading.Thread):
         self.stop_deadline: float | None = None
         self.stop_requested = threading.Event()
         self.delete_object_when_stopped = False
+        self.report_final_status = True
         self.pod_error: tuple[str, str] | None = None
         self.last_reported: dict | None = None
         self.condition_times: dict[str, tuple[str, str]] = {}
@@ -129,10 +130,15 @@ class PodWorker(threading.Thread):
 
     # -- requests from the agent's watch -------------------------------------------------
 
-    def request_stop(self, grace_seconds: float, delete_object: bool) -> None:
+    def request_stop(self, grace_seconds: float, delete_object: bool,
+                     report_final_status: bool = True) -> None:
+        """Stop the pod's containers. A node shutting down passes
+        report_final_status=False: the pod did not fail, its node went away,
+        and the next agent start runs it again."""
         if not self.stop_requested.is_set():
             self.stop_deadline = time.monotonic() + grace_seconds
             self.delete_object_when_stopped = delete_object
+            self.report_final_status = report_final_status
             self.stop_requested.set()
 
     # -- main loop ------------------------------------------------------------------------
@@ -148,7 +154,8 @@ class PodWorker(threading.Thread):
                 self.stop_requested.wait(LOOP_SECONDS)
             if self.stop_requested.is_set():
                 self._terminate_all()
-                self._report()
+                if self.report_final_status:
+                    self._report()
         except Exception as error:  # noqa: BLE001 - a pod's failure must not kill the agent
             self.agent.log(f"pod {self.namespace}/{self.pod_name}: worker error: {error!r}")
             self._kill_all()

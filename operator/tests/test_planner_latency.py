@@ -1,0 +1,109 @@
+"""Latency model tables: hand formulas for simple cases, orderings, and calibration accuracy."""
+
+import math
+
+import pytest
+
+from llmfleet.catalog import load_catalog
+from llmfleet.planner import estimate
+
+CAL = load_catalog().calibration
+H100 = load_catalog().gpu("H100-SXM-80GB")
+
+
+def test_single_request_decode_is_weight_bandwidth_bound():
+    # Llama-3.1-8B FP8, TP1, batch 1: the step streams layer weights (1 byte) and lm_head (2 bytes);
+    # the embedding table is only looked up. A 1-token context makes the KV read negligible.
+    streamed = 6_979_321_856 + 2 * 525_336_576
+    expected_ms = streamed / (H100.memory_bandwidth_bytes_per_sec * CAL.memory_bandwidth_efficiency) * 1000 \
+        + CAL.step_overhead_ms
+    got = estimate("llama-3.1-8b", "H100-SXM-80GB", 1, "FP8", "FP8", isl=1, osl=2).tpot_ms
+    assert got == pytest.approx(expected_ms, rel=0.01)
+
+
+def test_long_prompt_prefill_is_compute_bound():
+    # 8192-token prompt, Llama-3.1-8B FP8 on H100: GEMM FLOPs 2 x active layer params per token at FP8,
+    # causal attention 2 x layers x heads x head_dim x n^2 at BF16, one lm_head for the last token.
+    n = 8192
+    gemm = 2 * 6_979_321_856 * n + 2 * 128256 * 4096
+    attention = 2 * 32 * 32 * 128 * n * n
+    expected_ms = (gemm / (1978e12 * CAL.prefill_compute_efficiency)
+                   + attention / (989e12 * CAL.prefill_compute_efficiency)) * 1000 + CAL.step_overhead_ms
+    got = estimate("llama-3.1-8b", "H100-SXM-80GB", 1, "FP8", "FP8", isl=n, osl=2).ttft_ms
+    assert got == pytest.approx(expected_ms, rel=0.01)
+
+
+def test_kv_capacity_follows_the_free_memory_rule():
+    est = estimate("llama-3.1-8b", "H100-SXM-80GB", 1, "FP8", "FP8", isl=1000, osl=1000)
+    weights = 6_979_321_856 + 2 * (2 * 525_336_576 + 266_240)
+    free = H100.memory_bytes - weights - CAL.runtime_reserve_bytes
+    upper_bound_tokens = 0.9 * free / 65536
+    assert est.kv_bytes_per_token == 65536
+    # Activation workspace comes off the free memory too, so capacity sits a little below.
+    assert 0.95 * upper_bound_tokens < est.kv_capacity_tokens < upper_bound_tokens
+    assert est.kv_capacity_tokens % CAL.tokens_per_block == 0
+    assert est.max_concurrent_requests == min(2048, est.kv_capacity_tokens // 64 // math.ceil(2000 / 64))
+
+
+@pytest.mark.parametrize(("quantization", "kv"), [("BF16", "BF16"), ("FP8", "FP8"), ("INT4AWQ", "INT8")])
+def test_more_concurrency_means_slower_tokens_but_more_throughput(quantization, kv):
+    one = estimate("llama-3.1-8b", "H100-SXM-80GB", 1, quantization, kv, 1000, 200, concurrency=1)
+    many = estimate("llama-3.1-8b", "H100-SXM-80GB", 1, quantization, kv, 1000, 200, concurrency=64)
+    assert many.tpot_ms > one.tpot_ms
+    assert many.ttft_ms > one.ttft_ms
+    assert 64 / many.tpot_ms > 1 / one.tpot_ms
+
+
+def test_orderings_across_hardware_and_formats():
+    def tpot(gpu, tp, quant):
+        return estimate("llama-3.1-70b", gpu, tp, quant, "FP8" if gpu != "A100-SXM-80GB" else "INT8",
+                        2000, 200).tpot_ms
+    assert tpot("H200-SXM-141GB", 1, "FP8") < tpot("H100-SXM-80GB", 1, "FP8")  # more bandwidth
+    assert tpot("H100-SXM-80GB", 2, "FP8") < tpot("H100-SXM-80GB", 1, "FP8")  # TP splits weights
+    assert tpot("H100-SXM-80GB", 2, "FP8") < tpot("H100-SXM-80GB", 2, "BF16")  # fewer weight bytes
+    assert tpot("A100-SXM-80GB", 2, "BF16") > tpot("H100-SXM-80GB", 2, "BF16")
+
+
+def test_tp_over_pcie_costs_more_than_over_nvlink():
+    # Same bandwidth-per-GPU ratio aside, L40S TP all-reduces go over PCIe.
+    l40s = estimate("llama-3.1-8b", "L40S-48GB", 2, "FP8", "FP8", 4000, 100)
+    l40s_1 = estimate("llama-3.1-8b", "L40S-48GB", 1, "FP8", "FP8", 4000, 100)
+    h100 = estimate("llama-3.1-8b", "H100-SXM-80GB", 2, "FP8", "FP8", 4000, 100)
+    h100_1 = estimate("llama-3.1-8b", "H100-SXM-80GB", 1, "FP8", "FP8", 4000, 100)
+    assert l40s.ttft_ms / l40s_1.ttft_ms > h100.ttft_ms / h100_1.ttft_ms
+
+
+def test_invalid_configurations_raise():
+    with pytest.raises(ValueError, match="does not run FP8"):
+        estimate("llama-3.1-8b", "A100-SXM-80GB", 1, "FP8", "INT8", 100, 100)
+    with pytest.raises(ValueError, match="does not run NVFP4"):
+        estimate("llama-3.1-8b", "H100-SXM-80GB", 1, "NVFP4", "FP8", 100, 100)
+    with pytest.raises(ValueError, match="do not fit"):
+        estimate("llama-3.1-405b", "H100-SXM-80GB", 1, "FP8", "FP8", 100, 100)
+    with pytest.raises(ValueError, match="attention heads"):
+        estimate("llama-3.1-8b", "H100-SXM-80GB", 3, "FP8", "FP8", 100, 100)
+
+
+def test_estimate_json_keys():
+    keys = set(estimate("mixtral-8x7b", "H100-SXM-80GB", 2, "FP8", "FP8", 512, 256).to_json_dict())
+    assert keys == {"kvBytesPerToken", "kvCapacityTokens", "maxConcurrentRequests",
+                    "maxThroughputTokensPerSec", "ttftMs", "tpotMs"}
+
+
+def test_moe_decode_reads_fewer_weights_than_a_dense_model_of_equal_size():
+    moe = estimate("mixtral-8x7b", "H100-SXM-80GB", 1, "FP8", "FP8", 100, 100).tpot_ms
+    dense_70b = estimate("llama-3.1-70b", "H100-SXM-80GB", 1, "FP8", "FP8", 100, 100).tpot_ms
+    assert moe < dense_70b / 2
+
+
+def test_calibration_rows_stay_within_a_factor_of_1_6():
+    """Regression guard on the public measurements the efficiency factors were fitted to."""
+    catalog = load_catalog()
+    ratios = []
+    for m in catalog.calibration_measurements:
+        est = estimate(m.model, m.gpu, m.tensor_parallel_size, m.quantization, m.kv_cache_dtype,
+                       m.input_tokens, m.output_tokens, kv_cache_free_gpu_mem_fraction=0.95)
+        ratios.append(est.max_throughput_tokens_per_sec / m.output_tokens_per_sec)
+    assert len(ratios) == 60
+    assert all(1 / 1.6 < r < 1.6 for r in ratios)
+    assert math.exp(sum(abs(math.log(r)) for r in ratios) / len(ratios)) < 1.2
