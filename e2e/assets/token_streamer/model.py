@@ -1,6 +1,9 @@
 """A tiny decoupled python-backend model for sandbox tests: streams one
-response per token, echoing the prompt's words and then counting."""
+response per token, echoing the prompt's words and then counting. The config
+parameter `load_delay_seconds` makes loading slow, so tests can see a pod that
+runs but is not yet Ready."""
 
+import json
 import time
 
 import numpy as np
@@ -10,6 +13,11 @@ TOKEN_INTERVAL_SECONDS = 0.005
 
 
 class TritonPythonModel:
+    def initialize(self, args):
+        parameters = json.loads(args["model_config"]).get("parameters", {})
+        delay = parameters.get("load_delay_seconds", {}).get("string_value", "0")
+        time.sleep(float(delay))
+
     def execute(self, requests):
         for request in requests:
             sender = request.get_response_sender()

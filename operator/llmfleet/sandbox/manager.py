@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -64,6 +66,12 @@ def up(config: SandboxConfig) -> SandboxConfig:
         missing = ", ".join(sorted(set(COMPONENTS) - running))
         progress(f"partly running ({missing} stopped): restarting every component")
     stop_everything(config, quiet=True)
+    busy = ports_in_use(config)
+    if busy:
+        raise SandboxError(
+            f"port(s) {', '.join(busy)} already in use: is another sandbox running with a "
+            "different state directory? Stop it with `llmfleet sandbox down` "
+            "(with its LLMFLEET_SANDBOX_DIR), or free the ports")
     started = time.monotonic()
     progress("building or reusing the control-plane binaries")
     bin_dir = controlplane.ensure_binaries()
@@ -103,6 +111,25 @@ def up(config: SandboxConfig) -> SandboxConfig:
     progress(f"up in {time.monotonic() - started:.1f} s: {config.node_count} nodes x "
              f"{config.gpus_per_node} {config.gpu_type}")
     return config
+
+
+def ports_in_use(config: SandboxConfig) -> list[str]:
+    ports = config.ports
+    wanted = [("127.0.0.1", ports.etcd_client), ("127.0.0.1", ports.etcd_peer),
+              ("127.0.0.1", ports.controller_manager), ("127.0.0.1", ports.scheduler),
+              ("127.0.0.1", ports.prometheus), ("127.0.0.1", ports.pod_discovery),
+              (BRIDGE_GATEWAY_IP, ports.apiserver)]
+    busy = []
+    for host, port in wanted:
+        with socket.socket() as probe:
+            # SO_REUSEADDR: only a listener, not a TIME_WAIT leftover, makes bind fail.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError as error:
+                if error.errno == errno.EADDRINUSE:
+                    busy.append(f"{host}:{port}")
+    return busy
 
 
 def _binary_version(bin_dir: Path) -> str:

@@ -1,0 +1,66 @@
+# llmfleet: the two entry points are `make sandbox` and `make test`.
+# Both install what is missing (apt packages, the Python environment, the
+# control-plane binaries built from pinned Go modules) and reuse caches.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PYTEST_OPTS ?=
+
+.PHONY: sandbox test unit e2e down setup apt-packages python-env controlplane crds bench help
+
+help:
+	@echo "make sandbox   install what is missing, start the sandbox cluster"
+	@echo "make test      install what is missing, run unit and e2e tests"
+	@echo "make down      stop the sandbox"
+	@echo "make crds      regenerate crds/, the chart copy and docs/api.md from the API models"
+	@echo "make bench     run the benchmarks and write docs/benchmarks.md"
+
+setup: apt-packages python-env controlplane
+
+apt-packages:
+	@missing=""; \
+	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
+	command -v nsenter >/dev/null || missing="$$missing util-linux"; \
+	command -v ip >/dev/null || missing="$$missing iproute2"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+python-env: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	@touch $@
+
+controlplane:
+	@operator/controlplane/build.sh >/dev/null
+
+sandbox: setup
+	$(SUDO) $(BIN)/llmfleet sandbox up
+	@echo
+	@echo 'Next:  eval "$$($(BIN)/llmfleet sandbox env)" && kubectl get nodes'
+
+down: python-env
+	$(SUDO) $(BIN)/llmfleet sandbox down
+
+test: setup unit e2e
+
+# pytest exits 5 when it collects nothing; that is not a failure here.
+unit: python-env
+	@$(BIN)/pytest operator/tests -q $(PYTEST_OPTS) || [ $$? -eq 5 ]
+
+e2e: setup
+	@$(BIN)/pytest e2e -q $(PYTEST_OPTS) || [ $$? -eq 5 ]
+
+crds: python-env
+	$(BIN)/python -m llmfleet.api.crdgen
+
+bench: setup
+	$(BIN)/python benchmarks/run_all.py

@@ -1,0 +1,102 @@
+"""Session fixtures for tests against the real sandbox.
+
+The sandbox (etcd, kube-apiserver, controller-manager, scheduler, node agent,
+service proxy, Prometheus) starts once per test session in its own state
+directory and is stopped at the end. Tests marked `sandbox_teardown` run last:
+they take the sandbox down themselves and check that nothing is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+LLMFLEET = [sys.executable, "-m", "llmfleet"]
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "sandbox_teardown: runs after every other e2e test")
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.get_closest_marker("sandbox_teardown") is not None)
+
+
+@dataclass
+class Sandbox:
+    state_dir: Path
+    env: dict[str, str]
+
+    def llmfleet(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+        return subprocess.run([*LLMFLEET, "sandbox", *args], env=self.env, capture_output=True,
+                              text=True, check=check, timeout=timeout)
+
+    def kubectl(self, *args: str, input_text: str | None = None, check: bool = True,
+                timeout: float = 120) -> str:
+        result = subprocess.run(["kubectl", *args], env=self.env, capture_output=True, text=True,
+                                input=input_text, timeout=timeout)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
+        return result.stdout if check else result.stdout + result.stderr
+
+    def kubectl_json(self, *args: str) -> dict:
+        return json.loads(self.kubectl(*args, "-o", "json"))
+
+    def apply(self, manifests: list[dict] | str, namespace: str = "default") -> None:
+        text = manifests if isinstance(manifests, str) else yaml.safe_dump_all(manifests)
+        self.kubectl("apply", "-n", namespace, "-f", "-", input_text=text)
+
+    @property
+    def prometheus_url(self) -> str:
+        return self.env["LLMFLEET_PROMETHEUS_URL"]
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.25):
+    """Poll predicate until it returns something truthy; fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+
+
+def _environment(state_dir: Path) -> dict[str, str]:
+    env = {**os.environ, "LLMFLEET_SANDBOX_DIR": str(state_dir)}
+    exports = subprocess.run([*LLMFLEET, "sandbox", "env"], env=env, capture_output=True,
+                             text=True, check=True).stdout
+    for line in exports.splitlines():
+        name, value = line.removeprefix("export ").split("=", 1)
+        env[name] = value.replace("$PATH", os.environ["PATH"])
+    return env
+
+
+@pytest.fixture(scope="session")
+def sandbox() -> Sandbox:
+    if os.geteuid() != 0:
+        pytest.skip("the sandbox needs root for per-pod network namespaces")
+    state_dir = Path(tempfile.mkdtemp(prefix="llmfleet-e2e-"))
+    env = {**os.environ, "LLMFLEET_SANDBOX_DIR": str(state_dir)}
+    started = subprocess.run([*LLMFLEET, "sandbox", "up"], env=env, capture_output=True, text=True,
+                             timeout=1800)
+    if started.returncode != 0:
+        subprocess.run([*LLMFLEET, "sandbox", "down", "--purge"], env=env, capture_output=True)
+        raise RuntimeError(f"sandbox up failed:\n{started.stdout}\n{started.stderr}")
+    handle = Sandbox(state_dir, _environment(state_dir))
+    yield handle
+    stopped = subprocess.run([*LLMFLEET, "sandbox", "down", "--purge"], env=env,
+                             capture_output=True, text=True)
+    # Keep the state (pid files, logs) when down fails, so nothing is orphaned.
+    assert stopped.returncode == 0, f"sandbox down failed; state kept in {state_dir}:\n{stopped.stderr}"
