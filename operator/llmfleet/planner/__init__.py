@@ -1,6 +1,8 @@
 """Pure planner: capacity and latency model, and the search for the cheapest plan meeting the SLO.
 
-Imports only the standard library and the catalog; no I/O, no clock.
+Imports only the standard library and the catalog; no I/O, no clock. `spec_adapter` (not
+re-exported here) also imports the pure API models, to translate spec -> PlanRequest and
+Plan -> status.plan.
 """
 
 from llmfleet.planner.format import format_estimate_table, format_plan_table

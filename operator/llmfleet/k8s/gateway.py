@@ -1,0 +1,130 @@
+"""Server-side apply, prune, status patches and events for LLMDeployments."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from dataclasses import dataclass
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import NotFoundError
+
+from llmfleet.api import API_VERSION, GROUP, KIND, PLURAL, VERSION
+
+FIELD_MANAGER = "llmfleet"
+DEPLOYMENT_LABEL = "llmfleet.io/deployment"
+EVENT_SOURCE = "llmfleet-operator"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChildKind:
+    api_version: str
+    kind: str
+
+
+# Every kind the renderer may create; prune lists exactly these.
+CHILD_KINDS = (
+    ChildKind("v1", "ConfigMap"),
+    ChildKind("batch/v1", "Job"),
+    ChildKind("apps/v1", "Deployment"),
+    ChildKind("v1", "Service"),
+    ChildKind("policy/v1", "PodDisruptionBudget"),
+)
+
+
+def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
+    """In-cluster config when running in a pod, else the kubeconfig (or $KUBECONFIG)."""
+    if kubeconfig is None:
+        try:
+            config.load_incluster_config()
+            return client.ApiClient()
+        except config.ConfigException:
+            pass
+    config.load_kube_config(config_file=kubeconfig)
+    return client.ApiClient()
+
+
+class KubeGateway:
+    def __init__(self, api_client: client.ApiClient):
+        self.api_client = api_client
+        self.dynamic = DynamicClient(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self._resources = {}
+
+    def _resource(self, api_version: str, kind: str):
+        key = (api_version, kind)
+        if key not in self._resources:
+            self._resources[key] = self.dynamic.resources.get(api_version=api_version, kind=kind)
+        return self._resources[key]
+
+    # -- children -------------------------------------------------------------------------
+
+    def apply(self, manifest: dict) -> dict:
+        """Server-side apply as field manager `llmfleet`, taking over conflicting fields."""
+        resource = self._resource(manifest["apiVersion"], manifest["kind"])
+        metadata = manifest["metadata"]
+        applied = resource.server_side_apply(
+            body=manifest, name=metadata["name"], namespace=metadata.get("namespace"),
+            field_manager=FIELD_MANAGER, force_conflicts=True)
+        return applied.to_dict()
+
+    def list_children(self, namespace: str, deployment_name: str) -> list[dict]:
+        selector = f"{DEPLOYMENT_LABEL}={deployment_name}"
+        children = []
+        for child_kind in CHILD_KINDS:
+            resource = self._resource(child_kind.api_version, child_kind.kind)
+            listing = resource.get(namespace=namespace, label_selector=selector)
+            for item in listing.items:
+                child = item.to_dict()
+                child.setdefault("apiVersion", child_kind.api_version)
+                child.setdefault("kind", child_kind.kind)
+                children.append(child)
+        return children
+
+    def delete(self, child: dict) -> None:
+        resource = self._resource(child["apiVersion"], child["kind"])
+        metadata = child["metadata"]
+        try:
+            resource.delete(name=metadata["name"], namespace=metadata["namespace"],
+                            body={"propagationPolicy": "Background"})
+        except NotFoundError:
+            pass
+
+    def list_pods(self, namespace: str, selector: str) -> list[dict]:
+        pods = self.core.list_namespaced_pod(namespace, label_selector=selector)
+        return self.api_client.sanitize_for_serialization(pods)["items"]
+
+    # -- the LLMDeployment itself ---------------------------------------------------------
+
+    def patch_status(self, namespace: str, name: str, status: dict) -> None:
+        """One merge patch of the status subresource; lists in it replace the old ones."""
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, name, {"status": status},
+                _content_type="application/merge-patch+json")
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    def emit_event(self, body: dict, event_type: str, reason: str, message: str) -> None:
+        metadata = body["metadata"]
+        now = datetime.datetime.now(datetime.timezone.utc)
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{metadata['name']}."),
+            involved_object=client.V1ObjectReference(
+                api_version=API_VERSION, kind=KIND, name=metadata["name"],
+                namespace=metadata["namespace"], uid=metadata.get("uid")),
+            reason=reason, message=message[:1024], type=event_type,
+            source=client.V1EventSource(component=EVENT_SOURCE),
+            first_timestamp=now, last_timestamp=now, count=1,
+            reporting_component=EVENT_SOURCE, reporting_instance=EVENT_SOURCE,
+        )
+        try:
+            self.core.create_namespaced_event(metadata["namespace"], event)
+        except ApiException as error:
+            log.warning("event %s for %s not recorded: %s", reason, metadata["name"], error.reason)

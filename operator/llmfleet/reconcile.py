@@ -1,0 +1,238 @@
+"""One level-based pipeline for every LLMDeployment event and timer tick:
+observe -> plan -> render -> server-side apply -> prune -> one status patch -> events.
+
+`decide` is pure: from the stored object, its children and the time it returns
+what to apply, what to delete, the status and the events. `reconcile` does the
+I/O around it through the k8s gateway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from llmfleet.api import (
+    ConditionStatus,
+    ConditionType,
+    InvalidSpecError,
+    LLMDeployment,
+    find_condition,
+    set_condition,
+)
+from llmfleet.api.conditions import Condition
+from llmfleet.planner import plan as make_plan
+from llmfleet.planner.spec_adapter import plan_request_from_spec, plan_status_from_plan
+from llmfleet.render import RenderSettings, render, revision_hash
+from llmfleet.render.identity import COMPONENT_LABEL, REVISION_LABEL, selector_labels
+
+SERVER_COMPONENT = "server"
+BUILD_COMPONENT = "engine-build"
+TRUE, FALSE = ConditionStatus.TRUE, ConditionStatus.FALSE
+# Conditions whose True status is bad news, for the event type on transitions.
+BAD_WHEN_TRUE = {ConditionType.DEGRADED.value}
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    render: RenderSettings = field(default_factory=RenderSettings)
+    timer_interval_seconds: float = 5.0
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class Outcome:
+    apply: list[dict] = field(default_factory=list)
+    delete: list[dict] = field(default_factory=list)
+    status: dict = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BuildState:
+    finished: bool
+    failed: bool
+    reason: str
+    message: str
+
+
+def _key(obj: dict) -> tuple[str, str]:
+    return obj["kind"], obj["metadata"]["name"]
+
+
+def _labels(obj: dict) -> dict[str, str]:
+    return obj["metadata"].get("labels") or {}
+
+
+def build_state(children: list[dict], revision: str) -> BuildState:
+    job = next((c for c in children if c["kind"] == "Job"
+                and _labels(c).get(REVISION_LABEL) == revision), None)
+    if job is None:
+        return BuildState(False, False, "BuildPending", "the engine build Job is being created")
+    status = job.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition["type"] in ("Complete", "SuccessCriteriaMet"):
+            return BuildState(True, False, "EngineReady", f"engine built by Job {job['metadata']['name']}")
+        if condition["type"] in ("Failed", "FailureTarget"):
+            reason = condition.get("reason") or "BackoffLimitExceeded"
+            return BuildState(False, True, "BuildFailed",
+                              f"engine build Job {job['metadata']['name']} failed ({reason}): "
+                              f"{condition.get('message') or 'see the Job pod logs'}")
+    return BuildState(False, False, "Building", f"engine build Job {job['metadata']['name']} is running")
+
+
+def _serving_deployments(children: list[dict]) -> dict[str, dict]:
+    return {_labels(c).get(REVISION_LABEL): c for c in children
+            if c["kind"] == "Deployment" and _labels(c).get(COMPONENT_LABEL) == SERVER_COMPONENT}
+
+
+def _ready_replicas(deployment: dict | None) -> int:
+    return ((deployment or {}).get("status") or {}).get("readyReplicas") or 0
+
+
+def _conditions(body: dict) -> list[Condition]:
+    raw = (body.get("status") or {}).get("conditions") or []
+    return [Condition.model_validate(c) for c in raw]
+
+
+def _transition_events(before: list[Condition], after: list[Condition]) -> list[Event]:
+    events = []
+    for condition in after:
+        previous = find_condition(before, condition.type)
+        if previous is not None and previous.status == condition.status and previous.reason == condition.reason:
+            continue
+        good = (condition.status == TRUE) != (condition.type in BAD_WHEN_TRUE)
+        events.append(Event("Normal" if good else "Warning", condition.reason, condition.message))
+    return events
+
+
+def _dump_conditions(conditions: list[Condition]) -> list[dict]:
+    return [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in conditions]
+
+
+def decide_invalid(body: dict, error: InvalidSpecError, now: datetime) -> Outcome:
+    """A stored object the models reject (e.g. written before a CRD upgrade)."""
+    generation = body["metadata"].get("generation")
+    message = "; ".join(f"{path}: {text}" for path, text in error.problems)
+    before = _conditions(body)
+    after = set_condition(before, ConditionType.PLANNED, FALSE, "InvalidSpec", message, now, generation)
+    after = set_condition(after, ConditionType.READY, FALSE, "InvalidSpec", message, now, generation)
+    return Outcome(status={"observedGeneration": generation, "conditions": _dump_conditions(after)},
+                   events=_transition_events(before, after))
+
+
+def decide(body: dict, children: list[dict], settings: OperatorSettings, now: datetime) -> Outcome:
+    deployment = LLMDeployment.from_manifest(body)
+    metadata = body["metadata"]
+    name, generation = metadata["name"], metadata.get("generation")
+    spec = deployment.spec
+    plan = make_plan(plan_request_from_spec(spec))
+    plan_status = plan_status_from_plan(plan).model_dump(mode="json", by_alias=True, exclude_none=True)
+    before = _conditions(body)
+
+    def condition(conditions, kind, status, reason, message):
+        return set_condition(conditions, kind, status, reason, message, now, generation)
+
+    if not plan.feasible:
+        # Keep whatever already serves; create nothing new for an unmeetable spec.
+        closest = (plan_status.get("rejected") or [None])[0]
+        message = "no allowed configuration meets the spec" + (
+            f"; closest: {closest['option']}: {closest['reason']}" if closest else "")
+        after = condition(before, ConditionType.PLANNED, FALSE, "PlanInfeasible", message)
+        after = condition(after, ConditionType.READY, FALSE, "PlanInfeasible", message)
+        return Outcome(status={"observedGeneration": generation, "plan": plan_status,
+                               "conditions": _dump_conditions(after)},
+                       events=_transition_events(before, after))
+
+    revision = revision_hash(spec, plan)
+    desired_replicas = plan.replicas
+    build = build_state(children, revision)
+    serving = _serving_deployments(children)
+    serving_replicas = desired_replicas if build.finished else 0
+    manifests = render(deployment, plan, revision, settings.render, serving_replicas=serving_replicas)
+    ready = _ready_replicas(serving.get(revision))
+    rolled_out = build.finished and ready >= desired_replicas
+
+    # Older revisions keep serving until the new one is fully ready; then they go.
+    wanted = {_key(m) for m in manifests}
+    delete = []
+    for child in children:
+        if _key(child) in wanted:
+            continue
+        child_revision = _labels(child).get(REVISION_LABEL)
+        keep_serving = (child_revision is not None and child_revision != revision and not rolled_out
+                        and child_revision in serving and _labels(child).get(COMPONENT_LABEL) != BUILD_COMPONENT)
+        if not keep_serving:
+            delete.append(child)
+    ready_anywhere = sum(_ready_replicas(d) for rev, d in serving.items()
+                         if rev == revision or not rolled_out)
+
+    after = condition(before, ConditionType.PLANNED, TRUE, "PlanFound",
+                      f"{plan_status.get('summary', '')} x{desired_replicas}: "
+                      + (plan_status.get("rationale") or [""])[0])
+    if build.failed:
+        after = condition(after, ConditionType.ENGINE_BUILT, FALSE, build.reason, build.message)
+    else:
+        after = condition(after, ConditionType.ENGINE_BUILT, TRUE if build.finished else FALSE,
+                          build.reason, build.message)
+    after = condition(after, ConditionType.WORKLOAD_AVAILABLE, TRUE if ready_anywhere else FALSE,
+                      "ReplicasReady" if ready_anywhere else "NoReadyReplicas",
+                      f"{ready_anywhere} replica(s) ready to serve")
+    progressing = not rolled_out and not build.failed
+    after = condition(after, ConditionType.PROGRESSING, TRUE if progressing else FALSE,
+                      ("Building" if not build.finished else "RollingOut") if progressing
+                      else ("BuildFailed" if build.failed else "RolledOut"),
+                      f"revision {revision}: " + (build.message if not build.finished else
+                                                  f"{ready}/{desired_replicas} replicas ready"))
+    degraded = build.failed or (build.finished and 0 < ready < desired_replicas and rolled_out)
+    after = condition(after, ConditionType.DEGRADED, TRUE if degraded else FALSE,
+                      build.reason if build.failed else ("BelowDesiredReplicas" if degraded else "AsPlanned"),
+                      build.message if build.failed else f"{ready}/{desired_replicas} replicas ready")
+    after = condition(after, ConditionType.READY, TRUE if rolled_out else FALSE,
+                      "Serving" if rolled_out else (build.reason if not build.finished else "ReplicasNotReady"),
+                      f"revision {revision} serves with {ready}/{desired_replicas} replicas ready"
+                      if rolled_out else (build.message if not build.finished
+                                          else f"{ready}/{desired_replicas} replicas ready"))
+
+    selector = ",".join(f"{k}={v}" for k, v in sorted(selector_labels(name).items()))
+    revisions = [{"name": rev, "planSummary": plan_status.get("summary") if rev == revision else None,
+                  "engineRevision": spec.engine.revision if rev == revision else None,
+                  "replicas": (d.get("spec") or {}).get("replicas", 0), "readyReplicas": _ready_replicas(d)}
+                 for rev, d in sorted(serving.items(), key=lambda item: item[0] != revision)
+                 if rev is not None and (rev == revision or not rolled_out)]
+    status = {
+        "observedGeneration": generation,
+        "plan": plan_status,
+        "replicas": desired_replicas,
+        "readyReplicas": ready,
+        "selector": selector,
+        "currentRevision": revision,
+        "revisions": [{k: v for k, v in r.items() if v is not None} for r in revisions] or None,
+        "conditions": _dump_conditions(after),
+    }
+    return Outcome(apply=manifests, delete=delete, status=status, events=_transition_events(before, after))
+
+
+def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime) -> Outcome:
+    """Bring the cluster to the state `decide` wants for this LLMDeployment."""
+    metadata = body["metadata"]
+    namespace, name = metadata["namespace"], metadata["name"]
+    try:
+        outcome = decide(body, kube.list_children(namespace, name), settings, now)
+    except InvalidSpecError as error:
+        outcome = decide_invalid(body, error, now)
+    for manifest in outcome.apply:
+        kube.apply(manifest)
+    for child in outcome.delete:
+        kube.delete(child)
+    kube.patch_status(namespace, name, outcome.status)
+    for event in outcome.events:
+        kube.emit_event(body, event.type, event.reason, event.message)
+    return outcome
