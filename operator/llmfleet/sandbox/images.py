@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TRITON_IMAGE_PATTERNS = ("nvcr.io/nvidia/tritonserver:*",)
-PYTHON_IMAGE_PATTERNS = ("python:*", "docker.io/library/python:*", "llmfleet/operator:*",
-                         "ghcr.io/llmfleet/operator:*")
-SHELL_IMAGE_PATTERNS = ("busybox:*", "docker.io/library/busybox:*")
+PYTHON_IMAGE_PATTERNS = ("python:*", "llmfleet/operator:*")
+SHELL_IMAGE_PATTERNS = ("busybox:*",)
 PYTHON_COMMANDS = ("python", "python3", f"python{sys.version_info.major}.{sys.version_info.minor}")
 TRITON_COMMANDS = ("tritonserver", "/opt/tritonserver/bin/tritonserver")
 # TensorRT-LLM's multi-GPU launcher starts one tritonserver per rank with MPI.

@@ -1,0 +1,78 @@
+"""Run the operator against the sandbox with its own ServiceAccount identity,
+so RBAC is exercised (the admin user would bypass it)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+OPERATOR_NAMESPACE = "llmfleet-system"
+RELEASE = "llmfleet"
+SERVICE_ACCOUNT = f"{RELEASE}-operator"
+
+
+def chart_rbac_manifests(sandbox) -> str:
+    """The chart's ServiceAccount and RBAC, rendered by the real helm."""
+    result = subprocess.run(
+        ["helm", "template", RELEASE, str(REPO_ROOT / "charts" / "llmfleet"), "--namespace",
+         OPERATOR_NAMESPACE, "--show-only", "templates/serviceaccount.yaml",
+         "--show-only", "templates/rbac.yaml"],
+        env=sandbox.env, capture_output=True, text=True, check=True)
+    return result.stdout
+
+
+def operator_kubeconfig(sandbox, path: Path) -> Path:
+    """A kubeconfig that authenticates as the operator's ServiceAccount."""
+    token = sandbox.kubectl("create", "token", SERVICE_ACCOUNT, "-n", OPERATOR_NAMESPACE,
+                            "--duration=2h").strip()
+    admin = yaml.safe_load(Path(sandbox.env["KUBECONFIG"]).read_text())
+    config = {
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": admin["clusters"],
+        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": admin["clusters"][0]["name"],
+                                                      "user": SERVICE_ACCOUNT}}],
+        "current-context": "operator",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class OperatorProcess:
+    def __init__(self, sandbox, kubeconfig: Path, log_path: Path):
+        self.sandbox = sandbox
+        self.kubeconfig = kubeconfig
+        self.log_path = log_path
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "llmfleet", "run", "--kubeconfig", str(self.kubeconfig),
+             "--sandbox-mode"],
+            env={**self.sandbox.env, "PYTHONUNBUFFERED": "1"}, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        log.close()
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, sig)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def decode_secret_value(value: str) -> str:
+    return base64.b64decode(value).decode()

@@ -1,0 +1,188 @@
+"""The operator against the real sandbox: admission, planning, children,
+serving, revisions, garbage collection and restarts."""
+
+from __future__ import annotations
+
+import queue
+import re
+import signal
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from conftest import wait_for
+from operator_fixtures import (
+    OPERATOR_NAMESPACE,
+    REPO_ROOT,
+    OperatorProcess,
+    chart_rbac_manifests,
+    operator_kubeconfig,
+)
+
+pytestmark = pytest.mark.e2e
+NAMESPACE = "serving"
+CHILD_KINDS = "configmaps,jobs.batch,deployments.apps,services,poddisruptionbudgets.policy"
+
+
+def llm_deployment(name: str, tpot_p99_ms: int) -> dict:
+    return {
+        "apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "model": {"name": "llama-3.1-8b"},
+            "slo": {"ttftP99Ms": 1000, "tpotP99Ms": tpot_p99_ms,
+                    "quality": {"allowedQuantizations": ["BF16", "FP8"]}},
+            "workload": {"inputTokensMean": 256, "inputTokensP99": 512, "outputTokensMean": 64,
+                         "outputTokensP99": 128, "peakRequestsPerSecond": 2},
+            "resources": {"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 8,
+                          "allowedKvCacheDtypes": ["BF16", "FP8"]},
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def operator(sandbox, tmp_path_factory):
+    sandbox.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
+    sandbox.kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmfleet.io",
+                    "--timeout=30s")
+    for namespace in (OPERATOR_NAMESPACE, NAMESPACE):
+        sandbox.kubectl("create", "namespace", namespace)
+    sandbox.kubectl("apply", "-f", "-", input_text=chart_rbac_manifests(sandbox))
+    directory = tmp_path_factory.mktemp("operator")
+    process = OperatorProcess(sandbox, operator_kubeconfig(sandbox, directory / "kubeconfig"),
+                              directory / "operator.log")
+    process.start()
+    yield process
+    process.stop()
+    print(process.log_tail())
+
+
+def _get(sandbox, name: str) -> dict:
+    return sandbox.kubectl_json("get", "llmdeployment", name, "-n", NAMESPACE)
+
+
+def _condition(obj: dict, kind: str) -> dict | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
+
+
+def _children(sandbox, name: str) -> list[dict]:
+    return sandbox.kubectl_json("get", CHILD_KINDS, "-n", NAMESPACE, "-l",
+                                f"llmfleet.io/deployment={name}")["items"]
+
+
+def _stream_tokens(address: str, prompt: str, max_tokens: int) -> list[str]:
+    results: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(address)
+    client.start_stream(callback=lambda result, error: results.put(error or result))
+    text = grpcclient.InferInput("text_input", [1], "BYTES")
+    text.set_data_from_numpy(np.array([prompt.encode()], dtype=np.object_))
+    limit = grpcclient.InferInput("max_tokens", [1], "INT32")
+    limit.set_data_from_numpy(np.array([max_tokens], dtype=np.int32))
+    client.async_stream_infer("tensorrt_llm", [text, limit], enable_empty_final_response=True)
+    tokens = []
+    while True:
+        result = results.get(timeout=30)
+        assert not isinstance(result, Exception), result
+        response = result.get_response()
+        if response.outputs:
+            tokens.append(result.as_numpy("text_output")[0].decode())
+        if response.parameters.get("triton_final_response") and \
+                response.parameters["triton_final_response"].bool_param:
+            break
+    client.stop_stream()
+    client.close()
+    return tokens
+
+
+def test_invalid_manifests_are_rejected_by_the_apiserver(sandbox, operator):
+    for path in sorted((REPO_ROOT / "examples" / "invalid").glob("*.yaml")):
+        header = dict(re.findall(r"^# ([a-z-]+): (.*)$", path.read_text(), flags=re.MULTILINE))
+        expected = header.get("apiserver-message") or header["message"]
+        output = sandbox.kubectl("apply", "--dry-run=server", "-n", NAMESPACE, "-f", str(path),
+                                 check=False)
+        assert "is invalid" in output or "Invalid value" in output or "Unsupported value" in output \
+            or "Required value" in output, f"{path.name} was accepted: {output}"
+        assert expected in output, f"{path.name}: expected {expected!r} in {output!r}"
+
+
+def test_apply_plans_creates_children_and_serves(sandbox, operator):
+    sandbox.apply([llm_deployment("chat", tpot_p99_ms=40)], namespace=NAMESPACE)
+
+    def planned():
+        condition = _condition(_get(sandbox, "chat"), "Planned")
+        return condition if condition and condition["status"] == "True" else None
+    wait_for(planned, 30, "Planned=True")
+    plan = _get(sandbox, "chat")["status"]["plan"]
+    assert (plan["gpuType"], plan["tensorParallelSize"], plan["quantization"]) == ("H100-SXM-80GB", 1, "FP8")
+    kinds = sorted(child["kind"] for child in _children(sandbox, "chat"))
+    assert kinds == ["ConfigMap", "Deployment", "Job", "PodDisruptionBudget", "Service"]
+    owner_uid = _get(sandbox, "chat")["metadata"]["uid"]
+    for child in _children(sandbox, "chat"):
+        assert [ref["uid"] for ref in child["metadata"]["ownerReferences"]] == [owner_uid]
+
+    def ready():
+        obj = _get(sandbox, "chat")
+        condition = _condition(obj, "Ready")
+        return obj if condition and condition["status"] == "True" else None
+    obj = wait_for(ready, 120, f"Ready=True\n{operator.log_tail()}")
+    assert obj["status"]["readyReplicas"] == obj["status"]["replicas"] == 1
+    assert _condition(obj, "EngineBuilt")["status"] == "True"
+    cluster_ip = sandbox.kubectl_json("get", "service", "chat", "-n", NAMESPACE)["spec"]["clusterIP"]
+    tokens = _stream_tokens(f"{cluster_ip}:8001", "tell me about the sandbox", max_tokens=8)
+    assert len(tokens) == 8
+
+
+def test_slo_update_makes_a_new_revision(sandbox, operator):
+    before = _get(sandbox, "chat")["status"]["currentRevision"]
+    sandbox.kubectl("patch", "llmdeployment", "chat", "-n", NAMESPACE, "--type=merge",
+                    "-p", '{"spec": {"slo": {"tpotP99Ms": 6}}}')
+
+    def new_revision():
+        status = _get(sandbox, "chat")["status"]
+        return status if status.get("currentRevision") not in (None, before) else None
+    status = wait_for(new_revision, 30, "a new revision")
+    assert status["plan"]["tensorParallelSize"] == 8
+
+    def rolled_out():
+        obj = _get(sandbox, "chat")
+        condition = _condition(obj, "Ready")
+        deployments = [c for c in _children(sandbox, "chat") if c["kind"] == "Deployment"]
+        return condition and condition["status"] == "True" and len(deployments) == 1 and deployments
+    deployments = wait_for(rolled_out, 180, f"the new revision to replace the old\n{operator.log_tail()}")
+    assert deployments[0]["metadata"]["labels"]["llmfleet.io/revision"] == status["currentRevision"]
+
+
+def test_operator_restart_creates_no_duplicates(sandbox, operator):
+    before = sorted((c["kind"], c["metadata"]["name"], c["metadata"]["uid"]) for c in _children(sandbox, "chat"))
+    operator.stop(signal.SIGKILL)
+    operator.start()
+    # Several reconcile passes (resume, then timer ticks) must change nothing.
+    generation = _get(sandbox, "chat")["metadata"]["generation"]
+    wait_for(lambda: _get(sandbox, "chat")["status"]["observedGeneration"] == generation, 30, "resume")
+    time.sleep(12)
+    after = sorted((c["kind"], c["metadata"]["name"], c["metadata"]["uid"]) for c in _children(sandbox, "chat"))
+    assert after == before
+
+
+def test_infeasible_spec_reports_and_creates_nothing_while_others_serve(sandbox, operator):
+    impossible = llm_deployment("impossible", tpot_p99_ms=1)
+    sandbox.apply([impossible], namespace=NAMESPACE)
+
+    def not_planned():
+        condition = _condition(_get(sandbox, "impossible"), "Planned")
+        return condition if condition and condition["status"] == "False" else None
+    condition = wait_for(not_planned, 30, "Planned=False")
+    assert condition["reason"] == "PlanInfeasible"
+    assert "closest" in condition["message"]
+    assert _children(sandbox, "impossible") == []
+    assert _condition(_get(sandbox, "chat"), "Ready")["status"] == "True"
+    sandbox.kubectl("delete", "llmdeployment", "impossible", "-n", NAMESPACE)
+
+
+def test_delete_garbage_collects_children(sandbox, operator):
+    sandbox.kubectl("delete", "llmdeployment", "chat", "-n", NAMESPACE)
+    wait_for(lambda: not _children(sandbox, "chat"), 60, "children to be garbage-collected")
+    wait_for(lambda: not sandbox.kubectl_json("get", "pods", "-n", NAMESPACE)["items"], 60,
+             "pods to be gone")
