@@ -80,7 +80,7 @@ def _stream_tokens(address: str, prompt: str, max_tokens: int) -> list[str]:
     text.set_data_from_numpy(np.array([prompt.encode()], dtype=np.object_))
     limit = grpcclient.InferInput("max_tokens", [1], "INT32")
     limit.set_data_from_numpy(np.array([max_tokens], dtype=np.int32))
-    client.async_stream_infer("tensorrt_llm", [text, limit], enable_empty_final_response=True)
+    client.async_stream_infer("ensemble", [text, limit], enable_empty_final_response=True)
     tokens = []
     while True:
         result = results.get(timeout=30)

@@ -22,11 +22,11 @@ from llmfleet.api import (
 from llmfleet.api.conditions import Condition
 from llmfleet.planner import plan as make_plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec, plan_status_from_plan
-from llmfleet.render import RenderSettings, render, revision_hash
+from llmfleet.render import RenderSettings, engine_build, render, revision_hash, serving
 from llmfleet.render.identity import COMPONENT_LABEL, REVISION_LABEL, selector_labels
 
-SERVER_COMPONENT = "server"
-BUILD_COMPONENT = "engine-build"
+SERVER_COMPONENT = serving.COMPONENT
+BUILD_COMPONENT = engine_build.COMPONENT
 TRUE, FALSE = ConditionStatus.TRUE, ConditionStatus.FALSE
 # Conditions whose True status is bad news, for the event type on transitions.
 BAD_WHEN_TRUE = {ConditionType.DEGRADED.value}

@@ -1,0 +1,83 @@
+"""Pure rendering: (LLMDeployment, Plan, revision, settings) -> Kubernetes manifests.
+
+No kopf, Kubernetes client, HTTP, clock or file I/O: the same inputs always give the same
+list of plain dicts, in a fixed order. docs/render.md describes what is rendered.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmfleet.api import LLMDeployment
+from llmfleet.planner.types import Plan
+from llmfleet.render import engine_build, layout, serving
+from llmfleet.render.identity import (
+    deployment_identity,
+    deployment_labels,
+    engine_cache_key,
+    fit_name,
+    metadata,
+    require_feasible,
+    revision_hash,
+    revision_labels,
+    selector_labels,
+)
+from llmfleet.render.model_repo import config_map_key, model_repository_files, volume_items
+from llmfleet.render.profile import emulator_profile
+from llmfleet.render.settings import RenderError, RenderSettings
+
+MODEL_REPOSITORY_COMPONENT = "model-repository"
+SERVICE_COMPONENT = "service"
+
+
+def engine_build_job_name(name: str, revision: str) -> str:
+    return fit_name(name, revision, "engine-build")
+
+
+def serving_deployment_name(name: str, revision: str) -> str:
+    return fit_name(name, revision)
+
+
+def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: RenderSettings, *,
+           serving_replicas: int) -> list[dict[str, Any]]:
+    """The LLMDeployment's children for one revision, in apply order: model repository
+    ConfigMap, engine build Job, serving Deployment, Service, PodDisruptionBudget.
+
+    `serving_replicas` is the reconciler's decision (0 until the build Job has succeeded).
+    """
+    require_feasible(plan)
+    if serving_replicas < 0:
+        raise RenderError(f"serving_replicas must be at least 0, got {serving_replicas}")
+    if deployment.spec.engine.prebuilt_engine_uri is not None:
+        raise RenderError("spec.engine.prebuiltEngineUri is not supported yet; remove it to "
+                          "build the engine")
+    name, _, _ = deployment_identity(deployment)
+    spec = deployment.spec
+    key = engine_cache_key(spec, plan)
+
+    def child(child_name: str, component: str) -> dict[str, Any]:
+        return metadata(deployment, child_name, revision_labels(name, revision, component))
+
+    files = model_repository_files(spec, plan, key, settings.sandbox_mode)
+    config_map_name = fit_name(name, revision, "model-repo")
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": child(config_map_name, MODEL_REPOSITORY_COMPONENT),
+        "data": {config_map_key(path): content for path, content in files.items()},
+    }
+    job = engine_build.engine_build_job(
+        deployment, plan, key, child(engine_build_job_name(name, revision), engine_build.COMPONENT), settings)
+    server = serving.serving_deployment(
+        deployment, plan, child(serving_deployment_name(name, revision), serving.COMPONENT),
+        config_map_name, volume_items(files), serving_replicas, settings)
+    service = serving.service(metadata(deployment, fit_name(name), deployment_labels(name, SERVICE_COMPONENT)),
+                              selector_labels(name))
+    budget = serving.pod_disruption_budget(child(fit_name(name, revision), serving.COMPONENT))
+    return [config_map, job, server, service, budget]
+
+
+__all__ = [
+    "RenderError", "RenderSettings", "emulator_profile", "engine_build_job_name", "engine_cache_key",
+    "layout", "render", "revision_hash", "serving_deployment_name",
+]

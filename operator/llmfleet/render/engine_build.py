@@ -1,0 +1,170 @@
+"""The engine build Job: quantise the weights and run trtllm-build into the engine cache.
+
+The Job is idempotent: it exits 0 at once when its cache entry already has the completion
+marker, so many revisions (and LLMDeployments) sharing build inputs build once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmfleet.api import LLMDeployment
+from llmfleet.catalog import load_catalog
+from llmfleet.planner.types import Plan
+from llmfleet.render import layout, pod
+from llmfleet.render.settings import RenderError, RenderSettings
+
+COMPONENT = "engine-build"
+CONTAINER = "engine-build"
+HUGGING_FACE_SCHEME = "hf://"
+TOKEN_VOLUME = "model-token"
+CPU_PER_GPU = 4
+MEMORY_PER_GPU_GIB = 32
+
+# Runs in the engine image. Values come from the container's environment (visible in the
+# Job); the work directory sits on the cache volume so the final rename is atomic and the
+# marker, written last, means the whole entry is there.
+BUILD_SCRIPT = f"""set -eu
+entry="$ENGINE_CACHE_DIR/$ENGINE_CACHE_KEY"
+if [ -f "$entry/{layout.BUILD_COMPLETE_MARKER}" ]; then
+  echo "engine $ENGINE_CACHE_KEY is already built; skipping the build"
+  exit 0
+fi
+work="$entry.partial-$HOSTNAME"
+rm -rf "$work"
+mkdir -p "$work"
+huggingface-cli download "$MODEL_REPO_ID" --local-dir "$work/weights"
+huggingface-cli download "$TOKENIZER_REPO_ID" --include '*.json' 'tokenizer.model' \\
+  --exclude '*.index.json' --local-dir "$work/{layout.TOKENIZER_SUBDIR}"
+python3 "$QUANTIZE_SCRIPT" --model_dir "$work/weights" --dtype "$DTYPE" --qformat "$QFORMAT" \\
+  ${{KV_CACHE_DTYPE:+--kv_cache_dtype "$KV_CACHE_DTYPE"}} \\
+  --tp_size "$TP_SIZE" --pp_size "$PP_SIZE" --output_dir "$work/checkpoint"
+trtllm-build --checkpoint_dir "$work/checkpoint" --output_dir "$work/{layout.ENGINE_SUBDIR}" \\
+  --max_batch_size "$MAX_BATCH_SIZE" --max_input_len "$MAX_INPUT_LEN" --max_seq_len "$MAX_SEQ_LEN" \\
+  --max_num_tokens "$MAX_NUM_TOKENS" --kv_cache_type paged --use_paged_context_fmha enable \\
+  --gemm_plugin auto
+rm -rf "$work/weights" "$work/checkpoint"
+rm -rf "$entry"
+mv "$work" "$entry"
+touch "$entry/{layout.BUILD_COMPLETE_MARKER}"
+echo "engine $ENGINE_CACHE_KEY built"
+"""
+
+
+def _hub_repo_id(uri: str, field: str) -> str:
+    if not uri.startswith(HUGGING_FACE_SCHEME):
+        raise RenderError(f"{field} {uri!r}: the engine build downloads from the Hugging Face hub "
+                          f"only; use an {HUGGING_FACE_SCHEME}<org>/<repo> URI")
+    return uri.removeprefix(HUGGING_FACE_SCHEME)
+
+
+def _weights_repo_id(deployment: LLMDeployment) -> str:
+    source = deployment.spec.model.source
+    if source is None:
+        raise RenderError("spec.model.source is required to build an engine: set it to the "
+                          "weights' hf://<org>/<repo> URI")
+    return _hub_repo_id(source, "spec.model.source")
+
+
+def _tokenizer_repo_id(deployment: LLMDeployment, weights_repo_id: str) -> str:
+    tokenizer = deployment.spec.model.tokenizer
+    if tokenizer is None:
+        return weights_repo_id
+    # A bare hub id is accepted as well as a URI (the API allows both).
+    return _hub_repo_id(tokenizer, "spec.model.tokenizer") if "://" in tokenizer else tokenizer
+
+
+def _env(pairs: dict[str, str]) -> list[dict[str, str]]:
+    return [{"name": name, "value": value} for name, value in pairs.items()]
+
+
+def _real_build_container(deployment: LLMDeployment, plan: Plan, key: str,
+                          settings: RenderSettings) -> dict[str, Any]:
+    catalog = load_catalog()
+    spec = deployment.spec
+    weights = _weights_repo_id(deployment)
+    env = {
+        "ENGINE_CACHE_DIR": layout.ENGINE_CACHE_PATH,
+        "ENGINE_CACHE_KEY": key,
+        "MODEL_REPO_ID": weights,
+        "TOKENIZER_REPO_ID": _tokenizer_repo_id(deployment, weights),
+        "QUANTIZE_SCRIPT": settings.quantize_script_path,
+        # Unquantised parts keep the precision the plan names (FP16 only when asked for).
+        "DTYPE": "float16" if plan.quantization == "FP16" else "bfloat16",
+        "QFORMAT": catalog.quantization(plan.quantization).qformat,
+        "KV_CACHE_DTYPE": catalog.kv_cache_dtype(plan.kv_cache_dtype).kv_cache_dtype_flag or "",
+        "TP_SIZE": str(plan.tensor_parallel_size),
+        "PP_SIZE": str(plan.pipeline_parallel_size),
+        "MAX_BATCH_SIZE": str(spec.engine.max_batch_size),
+        "MAX_INPUT_LEN": str(spec.engine.max_input_len),
+        "MAX_SEQ_LEN": str(spec.engine.max_seq_len),
+        "MAX_NUM_TOKENS": str(spec.engine.max_num_tokens),
+    }
+    if spec.model.secret_ref is not None:
+        # huggingface_hub reads the token from this file; the token never enters the spec.
+        env["HF_TOKEN_PATH"] = f"{layout.MODEL_TOKEN_PATH}/{layout.MODEL_TOKEN_FILE}"
+    return {"command": ["/bin/bash", "-c", BUILD_SCRIPT],
+            "env": pod.writable_home_env() + _env(env)}
+
+
+def _emulated_build_container(key: str, settings: RenderSettings) -> dict[str, Any]:
+    # The sandbox runs `python` in the engine image as its local Python with llmfleet.
+    return {"command": ["python", "-m", "llmfleet.emulator.build",
+                        "--cache-dir", layout.ENGINE_CACHE_PATH, "--key", key,
+                        "--duration-seconds", str(settings.emulated_build_seconds)],
+            "env": pod.writable_home_env()}
+
+
+def _token_volume(deployment: LLMDeployment) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, mounts) for the hub token Secret, mounted as a file; none without secretRef."""
+    ref = deployment.spec.model.secret_ref
+    if ref is None:
+        return [], []
+    volume = {"name": TOKEN_VOLUME, "secret": {
+        "secretName": ref.name,
+        "items": [{"key": ref.key, "path": layout.MODEL_TOKEN_FILE}],
+        "defaultMode": 0o440,
+    }}
+    return [volume], [{"name": TOKEN_VOLUME, "mountPath": layout.MODEL_TOKEN_PATH, "readOnly": True}]
+
+
+def engine_build_job(deployment: LLMDeployment, plan: Plan, key: str, metadata: dict[str, Any],
+                     settings: RenderSettings) -> dict[str, Any]:
+    if settings.sandbox_mode:
+        container = _emulated_build_container(key, settings)
+    else:
+        container = _real_build_container(deployment, plan, key, settings)
+    gpus = pod.gpus_per_replica(plan)
+    token_volumes, token_mounts = _token_volume(deployment)
+    build = {
+        "name": CONTAINER,
+        "image": deployment.spec.engine.image,
+        **container,
+        "resources": {
+            "requests": {"cpu": str(CPU_PER_GPU * gpus), "memory": f"{MEMORY_PER_GPU_GIB * gpus}Gi",
+                         pod.GPU_RESOURCE: str(gpus)},
+            "limits": {pod.GPU_RESOURCE: str(gpus)},
+        },
+        "volumeMounts": [pod.engine_cache_mount(read_only=False), pod.tmp_mount(), *token_mounts],
+        "securityContext": pod.container_security_context(),
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {
+            "backoffLimit": settings.engine_build_backoff_limit,
+            "template": {
+                "metadata": {"labels": dict(metadata["labels"])},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "securityContext": pod.pod_security_context(),
+                    **pod.gpu_scheduling(plan),
+                    **pod.image_pull_secrets(settings),
+                    "containers": [build],
+                    "volumes": [pod.engine_cache_volume(settings, read_only=False), pod.tmp_volume(),
+                                *token_volumes],
+                },
+            },
+        },
+    }

@@ -1,0 +1,129 @@
+"""Names, labels, owner references and the hashes that key revisions and engines."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from llmfleet.api import API_VERSION, KIND, LLMDeployment, LLMDeploymentSpec
+from llmfleet.catalog import load_catalog
+from llmfleet.planner.types import Plan
+from llmfleet.render.settings import RenderError
+
+MAX_NAME_LENGTH = 63  # DNS-1123 label: Service, Job (its pods' job-name label) and label values
+NAME_DIGEST_LENGTH = 6
+REVISION_HASH_LENGTH = 10
+ENGINE_CACHE_KEY_LENGTH = 20
+
+NAME_LABEL = "app.kubernetes.io/name"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+DEPLOYMENT_LABEL = "llmfleet.io/deployment"
+REVISION_LABEL = "llmfleet.io/revision"
+PROJECT = "llmfleet"
+
+
+def _digest(value: Any) -> str:
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def fit_name(*parts: str) -> str:
+    """`parts` joined by '-', within 63 characters. A too-long first part (the deployment
+    name) is cut and tagged with a digest of its full value, so cut names stay distinct."""
+    name = "-".join(parts)
+    if len(name) <= MAX_NAME_LENGTH:
+        return name
+    base, suffix = parts[0], "".join(f"-{part}" for part in parts[1:])
+    room = MAX_NAME_LENGTH - len(suffix) - NAME_DIGEST_LENGTH - 1
+    return f"{base[:room].rstrip('-')}-{_digest(base)[:NAME_DIGEST_LENGTH]}{suffix}"
+
+
+def deployment_identity(deployment: LLMDeployment) -> tuple[str, str, str]:
+    """(name, namespace, uid) of the LLMDeployment; all three are needed to own children."""
+    metadata = deployment.metadata
+    missing = [key for key in ("name", "namespace", "uid") if not metadata.get(key)]
+    if missing:
+        raise RenderError(f"LLMDeployment metadata lacks {', '.join(missing)}; render needs "
+                          "the stored object (name, namespace and uid)")
+    return metadata["name"], metadata["namespace"], metadata["uid"]
+
+
+def selector_labels(name: str) -> dict[str, str]:
+    """Labels shared by every revision of one LLMDeployment (the Service selects on these)."""
+    return {DEPLOYMENT_LABEL: fit_name(name)}
+
+
+def deployment_labels(name: str, component: str) -> dict[str, str]:
+    """Labels of a child shared by all revisions (the Service)."""
+    return {
+        NAME_LABEL: PROJECT,
+        INSTANCE_LABEL: fit_name(name),
+        MANAGED_BY_LABEL: PROJECT,
+        COMPONENT_LABEL: component,
+        **selector_labels(name),
+    }
+
+
+def revision_labels(name: str, revision: str, component: str) -> dict[str, str]:
+    return {**deployment_labels(name, component), REVISION_LABEL: revision}
+
+
+def metadata(deployment: LLMDeployment, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    owner_name, namespace, uid = deployment_identity(deployment)
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": labels,
+        "ownerReferences": [{
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": owner_name,
+            "uid": uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }],
+    }
+
+
+def require_feasible(plan: Plan) -> None:
+    if not plan.feasible or None in (plan.gpu_type, plan.tensor_parallel_size, plan.quantization,
+                                     plan.kv_cache_dtype):
+        raise RenderError("only a feasible plan can be rendered (Planned=False creates no workload)")
+
+
+def prefix_reuse_enabled(spec: LLMDeploymentSpec) -> bool:
+    return (spec.workload.prefix_sharing_fraction or 0.0) > 0.0
+
+
+def _engine_build_inputs(spec: LLMDeploymentSpec, plan: Plan) -> dict[str, Any]:
+    require_feasible(plan)
+    engine = spec.engine.model_dump(mode="json", exclude={"prebuilt_engine_uri"})
+    return {
+        # Weights and tokenizer identity; the token reference does not change the engine.
+        "model": spec.model.model_dump(mode="json", exclude={"secret_ref"}),
+        # Image (TensorRT-LLM version), engine revision and trtllm-build limits.
+        "engine": engine,
+        # Engines are compiled for one GPU architecture.
+        "gpu": load_catalog().gpu(plan.gpu_type).gfd_product,
+        "tensorParallelSize": plan.tensor_parallel_size,
+        "pipelineParallelSize": plan.pipeline_parallel_size,
+        "quantization": plan.quantization,
+        "kvCacheDtype": plan.kv_cache_dtype,
+    }
+
+
+def engine_cache_key(spec: LLMDeploymentSpec, plan: Plan) -> str:
+    """Key of the engine cache entry: a hash of everything the engine build reads."""
+    return _digest(_engine_build_inputs(spec, plan))[:ENGINE_CACHE_KEY_LENGTH]
+
+
+def revision_hash(spec: LLMDeploymentSpec, plan: Plan) -> str:
+    """Short stable hash of what the pods serve: the engine plus the serving options rendered
+    into the model repository. Replicas and autoscaling do not change it."""
+    return _digest({
+        "engine": _engine_build_inputs(spec, plan),
+        "enableKvCacheReuse": prefix_reuse_enabled(spec),
+    })[:REVISION_HASH_LENGTH]

@@ -1,0 +1,36 @@
+"""Fixed names, ports and paths shared by the rendered objects (and by the emulator)."""
+
+from __future__ import annotations
+
+HTTP_PORT = 8000
+GRPC_PORT = 8001
+METRICS_PORT = 8002
+
+MODEL_REPOSITORY_PATH = "/models"
+ENGINE_CACHE_PATH = "/engines"
+SCRATCH_PATH = "/scratch"
+TMP_PATH = "/tmp"
+SHM_PATH = "/dev/shm"
+MODEL_TOKEN_PATH = "/var/run/secrets/llmfleet/model-token"
+MODEL_TOKEN_FILE = "token"
+
+# Layout of one engine cache entry, <cache>/<engine cache key>/: the build writes `engine/`
+# and `tokenizer/`, then the marker last, so a present marker means a complete engine.
+ENGINE_SUBDIR = "engine"
+TOKENIZER_SUBDIR = "tokenizer"
+BUILD_COMPLETE_MARKER = "BUILD_COMPLETE"
+
+TENSORRT_LLM_MODEL = "tensorrt_llm"
+ENSEMBLE_MODEL = "ensemble"
+# Fine buckets for p99 TTFT (Triton's default 100/500/2000/5000 ms are too coarse). Fixed
+# across revisions so that canary and stable histograms can be compared bucket by bucket.
+TTFT_HISTOGRAM_BUCKETS_MS = (10, 25, 50, 75, 100, 150, 200, 250, 300, 400, 500, 650, 800,
+                             1000, 1250, 1500, 2000, 3000, 5000, 10000)
+
+
+def engine_dir(engine_cache_key: str) -> str:
+    return f"{ENGINE_CACHE_PATH}/{engine_cache_key}/{ENGINE_SUBDIR}"
+
+
+def tokenizer_dir(engine_cache_key: str) -> str:
+    return f"{ENGINE_CACHE_PATH}/{engine_cache_key}/{TOKENIZER_SUBDIR}"

@@ -1,0 +1,90 @@
+"""Pod pieces shared by the engine build Job and the serving Deployment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmfleet.catalog import load_catalog
+from llmfleet.planner.types import Plan
+from llmfleet.render import layout
+from llmfleet.render.settings import RenderSettings
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+NON_ROOT_UID = 1000
+ENGINE_CACHE_VOLUME = "engine-cache"
+TMP_VOLUME = "tmp"
+
+
+def gpus_per_replica(plan: Plan) -> int:
+    return plan.tensor_parallel_size * plan.pipeline_parallel_size
+
+
+def gpu_scheduling(plan: Plan) -> dict[str, Any]:
+    """Pod spec fields that place a pod on a node of the planned GPU with enough GPUs.
+
+    GPU Feature Discovery labels the product and the GPU count; `Gt` is strict, hence - 1.
+    Engines are compiled for one GPU architecture, so the build Job is placed the same way.
+    """
+    gpu = load_catalog().gpu(plan.gpu_type)
+    return {
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": GPU_PRODUCT_LABEL, "operator": "In", "values": [gpu.gfd_product]},
+                {"key": GPU_COUNT_LABEL, "operator": "Gt", "values": [str(gpus_per_replica(plan) - 1)]},
+            ]}],
+        }}},
+        "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+    }
+
+
+def pod_security_context() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": NON_ROOT_UID,
+        "runAsGroup": NON_ROOT_UID,
+        "fsGroup": NON_ROOT_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security_context() -> dict[str, Any]:
+    # The root filesystem stays read-only: Triton, MPI and Python write to /tmp (an emptyDir).
+    return {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def engine_cache_volume(settings: RenderSettings, *, read_only: bool) -> dict[str, Any]:
+    if settings.sandbox_mode:
+        return {"name": ENGINE_CACHE_VOLUME,
+                "hostPath": {"path": settings.engine_cache_host_path, "type": "DirectoryOrCreate"}}
+    return {"name": ENGINE_CACHE_VOLUME,
+            "persistentVolumeClaim": {"claimName": settings.engine_cache_claim_name, "readOnly": read_only}}
+
+
+def engine_cache_mount(*, read_only: bool) -> dict[str, Any]:
+    return {"name": ENGINE_CACHE_VOLUME, "mountPath": layout.ENGINE_CACHE_PATH, "readOnly": read_only}
+
+
+def tmp_volume() -> dict[str, Any]:
+    return {"name": TMP_VOLUME, "emptyDir": {}}
+
+
+def tmp_mount() -> dict[str, Any]:
+    return {"name": TMP_VOLUME, "mountPath": layout.TMP_PATH}
+
+
+def writable_home_env() -> list[dict[str, str]]:
+    """Tools that cache under $HOME (huggingface_hub, Python) get the writable /tmp."""
+    return [{"name": "HOME", "value": layout.TMP_PATH}]
+
+
+def image_pull_secrets(settings: RenderSettings) -> dict[str, Any]:
+    if not settings.image_pull_secrets:
+        return {}
+    return {"imagePullSecrets": [{"name": name} for name in settings.image_pull_secrets]}

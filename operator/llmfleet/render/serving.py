@@ -1,0 +1,194 @@
+"""The serving Deployment (Triton), its Service and its PodDisruptionBudget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmfleet.api import LLMDeployment
+from llmfleet.planner.types import Plan
+from llmfleet.render import layout, pod
+from llmfleet.render.identity import DEPLOYMENT_LABEL, REVISION_LABEL
+from llmfleet.render.model_repo import POSTPROCESSING_MODEL, PREPROCESSING_MODEL, VERSION
+from llmfleet.render.settings import RenderSettings
+
+COMPONENT = "server"
+CONTAINER = "triton"
+MODEL_REPO_VOLUME = "model-repository"
+MODEL_CONFIG_VOLUME = "model-config"
+MODEL_CONFIG_PATH = "/model-config"
+SHM_VOLUME = "dshm"
+# NCCL (TP all-reduce) and the python backend exchange tensors through /dev/shm.
+SHM_GIB_PER_GPU = 2
+CPU_PER_GPU = 4
+MEMORY_PER_GPU_GIB = 16
+# Where the Triton TensorRT-LLM image keeps the tokenizer models' code (to verify per release).
+IMAGE_MODELS_PATH = "/app/all_models/inflight_batcher_llm"
+LAUNCHER = "/app/scripts/launch_triton_server.py"
+# Loading a large engine takes minutes: the startup probe allows up to 30 minutes.
+STARTUP_PROBE_PERIOD_SECONDS = 10
+STARTUP_PROBE_FAILURES = 180
+PROGRESS_DEADLINE_SECONDS = 3600
+
+SCRAPE_ANNOTATIONS = {
+    "prometheus.io/scrape": "true",
+    "prometheus.io/port": str(layout.METRICS_PORT),
+    "prometheus.io/path": "/metrics",
+}
+PORTS = (("http", layout.HTTP_PORT), ("grpc", layout.GRPC_PORT), ("metrics", layout.METRICS_PORT))
+
+
+def triton_command(plan: Plan) -> list[str]:
+    world_size = pod.gpus_per_replica(plan)
+    if world_size == 1:
+        return [
+            "tritonserver",
+            f"--model-repository={layout.MODEL_REPOSITORY_PATH}",
+            "--model-control-mode=none",
+            "--exit-on-error=true",
+            "--strict-readiness=true",
+            "--disable-auto-complete-config",
+            f"--http-port={layout.HTTP_PORT}",
+            f"--grpc-port={layout.GRPC_PORT}",
+            f"--metrics-port={layout.METRICS_PORT}",
+            "--metrics-config=histogram_latencies=true",
+        ]
+    # One tritonserver per rank under MPI; the launcher sets the ranks' flags itself.
+    return [
+        "python3", LAUNCHER,
+        f"--world_size={world_size}",
+        f"--model_repo={layout.MODEL_REPOSITORY_PATH}",
+        f"--http_port={layout.HTTP_PORT}",
+        f"--grpc_port={layout.GRPC_PORT}",
+        f"--metrics_port={layout.METRICS_PORT}",
+    ]
+
+
+def _probe(path: str, *, period_seconds: int, failure_threshold: int, timeout_seconds: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period_seconds,
+        "timeoutSeconds": timeout_seconds,
+        "failureThreshold": failure_threshold,
+    }
+
+
+def _model_repository_assembly(models: list[str]) -> dict[str, Any]:
+    """Init container of real mode: the ConfigMap's configs plus the tokenizer models' code
+    from the image, copied into the repository the server reads."""
+    lines = ["set -eu"]
+    lines += [f'cp -RL "{MODEL_CONFIG_PATH}/{model}" "{layout.MODEL_REPOSITORY_PATH}/"' for model in models]
+    lines += [f'cp "{IMAGE_MODELS_PATH}/{model}/{VERSION}/model.py" "{layout.MODEL_REPOSITORY_PATH}/{model}/{VERSION}/"'
+              for model in (PREPROCESSING_MODEL, POSTPROCESSING_MODEL)]
+    return {"command": ["/bin/bash", "-c", "\n".join(lines) + "\n"]}
+
+
+def _volumes_and_mounts(config_map_name: str, volume_items: list[dict[str, str]], plan: Plan,
+                        settings: RenderSettings) -> tuple[list, list, list]:
+    """(volumes, server mounts, init containers' mounts)."""
+    # Sandbox mode serves the ConfigMap as the repository; real mode assembles one from it.
+    config_map = {"name": MODEL_REPO_VOLUME if settings.sandbox_mode else MODEL_CONFIG_VOLUME,
+                  "configMap": {"name": config_map_name, "items": volume_items}}
+    shm = {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory",
+                                            "sizeLimit": f"{SHM_GIB_PER_GPU * pod.gpus_per_replica(plan)}Gi"}}
+    volumes = [config_map, pod.engine_cache_volume(settings, read_only=True), shm, pod.tmp_volume()]
+    repository_mount = {"name": MODEL_REPO_VOLUME, "mountPath": layout.MODEL_REPOSITORY_PATH, "readOnly": True}
+    server_mounts = [repository_mount, pod.engine_cache_mount(read_only=True),
+                     {"name": SHM_VOLUME, "mountPath": layout.SHM_PATH}, pod.tmp_mount()]
+    if settings.sandbox_mode:
+        return volumes, server_mounts, []
+    volumes.append({"name": MODEL_REPO_VOLUME, "emptyDir": {}})
+    init_mounts = [{"name": MODEL_CONFIG_VOLUME, "mountPath": MODEL_CONFIG_PATH, "readOnly": True},
+                   {"name": MODEL_REPO_VOLUME, "mountPath": layout.MODEL_REPOSITORY_PATH}]
+    return volumes, server_mounts, init_mounts
+
+
+def serving_deployment(deployment: LLMDeployment, plan: Plan, metadata: dict[str, Any],
+                       config_map_name: str, volume_items: list[dict[str, str]], serving_replicas: int,
+                       settings: RenderSettings) -> dict[str, Any]:
+    gpus = pod.gpus_per_replica(plan)
+    image = deployment.spec.engine.image
+    volumes, server_mounts, init_mounts = _volumes_and_mounts(config_map_name, volume_items, plan, settings)
+    server = {
+        "name": CONTAINER,
+        "image": image,
+        "command": triton_command(plan),
+        "env": pod.writable_home_env(),
+        "ports": [{"name": name, "containerPort": port, "protocol": "TCP"} for name, port in PORTS],
+        "resources": {
+            "requests": {"cpu": str(CPU_PER_GPU * gpus), "memory": f"{MEMORY_PER_GPU_GIB * gpus}Gi",
+                         pod.GPU_RESOURCE: str(gpus)},
+            "limits": {pod.GPU_RESOURCE: str(gpus)},
+        },
+        "startupProbe": _probe("/v2/health/ready", period_seconds=STARTUP_PROBE_PERIOD_SECONDS,
+                               failure_threshold=STARTUP_PROBE_FAILURES, timeout_seconds=5),
+        "readinessProbe": _probe("/v2/health/ready", period_seconds=5, failure_threshold=3, timeout_seconds=3),
+        "livenessProbe": _probe("/v2/health/live", period_seconds=10, failure_threshold=6, timeout_seconds=5),
+        "volumeMounts": server_mounts,
+        "securityContext": pod.container_security_context(),
+    }
+    init_containers = []
+    if init_mounts:
+        init_containers.append({
+            "name": "model-repository",
+            "image": image,
+            **_model_repository_assembly(list(dict.fromkeys(item["path"].split("/")[0]
+                                                            for item in volume_items))),
+            "volumeMounts": init_mounts,
+            "securityContext": pod.container_security_context(),
+        })
+    labels = metadata["labels"]
+    pod_spec = {
+        "securityContext": pod.pod_security_context(),
+        # Long enough for in-flight streams to finish after the endpoint is removed.
+        "terminationGracePeriodSeconds": settings.termination_grace_period_seconds,
+        **pod.gpu_scheduling(plan),
+        **pod.image_pull_secrets(settings),
+        **({"initContainers": init_containers} if init_containers else {}),
+        "containers": [server],
+        "volumes": volumes,
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata,
+        "spec": {
+            "replicas": serving_replicas,
+            "selector": {"matchLabels": _revision_selector(labels)},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "progressDeadlineSeconds": PROGRESS_DEADLINE_SECONDS,
+            "revisionHistoryLimit": 2,
+            "template": {
+                "metadata": {"labels": dict(labels), "annotations": dict(SCRAPE_ANNOTATIONS)},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def _revision_selector(labels: dict[str, str]) -> dict[str, str]:
+    return {DEPLOYMENT_LABEL: labels[DEPLOYMENT_LABEL], REVISION_LABEL: labels[REVISION_LABEL]}
+
+
+def service(metadata: dict[str, Any], selector: dict[str, str]) -> dict[str, Any]:
+    """Spans every revision of the deployment (canaries share it)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata,
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [{"name": name, "port": port, "targetPort": name, "protocol": "TCP"}
+                      for name, port in PORTS],
+        },
+    }
+
+
+def pod_disruption_budget(metadata: dict[str, Any]) -> dict[str, Any]:
+    labels = metadata["labels"]
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata,
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _revision_selector(labels)}},
+    }

@@ -1,0 +1,311 @@
+"""Golden files and properties of the rendered workload (llmfleet.render).
+
+Regenerate the golden files with UPDATE_GOLDEN=1 after an intended change, and review the diff.
+"""
+
+import ast
+import json
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmfleet.api import LLMDeployment
+from llmfleet.emulator.profile import EngineProfile
+from llmfleet.emulator.timing import expected_tpot_ms, expected_ttft_ms
+from llmfleet.planner import plan
+from llmfleet.planner.latency import build_engine, prefill_seconds, step_seconds
+from llmfleet.planner.spec_adapter import plan_request_from_spec
+from llmfleet.catalog import load_catalog
+from llmfleet.render import RenderError, RenderSettings, emulator_profile, engine_cache_key, render, revision_hash
+from llmfleet.render.profile import KV_CACHE_FREE_GPU_MEM_FRACTION
+
+GOLDEN_DIR = Path(__file__).parent / "golden" / "render"
+RENDER_PACKAGE = Path(__file__).parents[1] / "llmfleet" / "render"
+FORBIDDEN_IMPORTS = ("kopf", "kubernetes", "prometheus_api_client", "requests", "http", "urllib",
+                     "socket", "tritonclient", "time", "datetime", "subprocess", "os")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+REQUIRED_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/managed-by",
+                   "llmfleet.io/deployment")
+REAL = RenderSettings()
+SANDBOX = RenderSettings(sandbox_mode=True)
+
+
+def manifest(tensor_parallel_size: int, *, quantization: str = "FP8", name: str = "chat") -> dict:
+    return {
+        "apiVersion": "llmfleet.io/v1alpha1",
+        "kind": "LLMDeployment",
+        "metadata": {"name": name, "namespace": "serving", "uid": "0b5e8f4e-6d1c-4a57-9a55-2f8c1d3e7a10"},
+        "spec": {
+            "model": {"name": "llama-3.1-70b" if tensor_parallel_size > 1 else "llama-3.1-8b",
+                      "source": "hf://meta-llama/Llama-3.1-8B-Instruct",
+                      "secretRef": {"name": "hub-token", "key": "token"}},
+            "slo": {"ttftP99Ms": 2000, "tpotP99Ms": 100},
+            "workload": {"inputTokensMean": 512, "inputTokensP99": 2048, "outputTokensMean": 128,
+                         "outputTokensP99": 512, "peakRequestsPerSecond": 2, "prefixSharingFraction": 0.25},
+            "plan": {"gpuType": "H100-SXM-80GB", "tensorParallelSize": tensor_parallel_size,
+                     "quantization": quantization, "kvCacheDtype": "FP8", "replicas": 1},
+        },
+    }
+
+
+def deployment_and_plan(tensor_parallel_size: int, **kwargs):
+    deployment = LLMDeployment.from_manifest(manifest(tensor_parallel_size, **kwargs))
+    chosen = plan(plan_request_from_spec(deployment.spec))
+    assert chosen.feasible, chosen.rationale
+    return deployment, chosen
+
+
+def rendered(tensor_parallel_size: int, settings: RenderSettings, *, serving_replicas: int = 0, **kwargs):
+    deployment, chosen = deployment_and_plan(tensor_parallel_size, **kwargs)
+    return render(deployment, chosen, revision_hash(deployment.spec, chosen), settings,
+                  serving_replicas=serving_replicas)
+
+
+class GoldenDumper(yaml.SafeDumper):
+    """Multi-line strings (config.pbtxt, scripts) as literal blocks, so golden diffs read well."""
+
+
+GoldenDumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
+    "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
+
+
+CASES = {
+    "real-tp1": (1, REAL),
+    "real-tp2": (2, REAL),
+    "sandbox-tp1": (1, SANDBOX),
+    "sandbox-tp2": (2, SANDBOX),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_golden(case):
+    tensor_parallel_size, settings = CASES[case]
+    text = yaml.dump_all(rendered(tensor_parallel_size, settings), Dumper=GoldenDumper, sort_keys=False, width=100)
+    golden = GOLDEN_DIR / f"{case}.yaml"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(text)
+    assert golden.exists(), f"{golden} is missing; run with UPDATE_GOLDEN=1 to create it"
+    assert text == golden.read_text(), f"render output differs from {golden}; if intended, UPDATE_GOLDEN=1"
+
+
+def all_objects():
+    return [obj for tp, settings in CASES.values() for obj in rendered(tp, settings)]
+
+
+def pod_specs(objects):
+    for obj in objects:
+        if obj["kind"] in ("Deployment", "Job"):
+            yield obj["spec"]["template"]["spec"]
+
+
+def test_every_object_is_owned_labelled_and_namespaced():
+    for obj in all_objects():
+        metadata = obj["metadata"]
+        assert metadata["namespace"] == "serving"
+        (owner,) = metadata["ownerReferences"]
+        assert owner == {"apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment", "name": "chat",
+                         "uid": "0b5e8f4e-6d1c-4a57-9a55-2f8c1d3e7a10", "controller": True,
+                         "blockOwnerDeletion": True}
+        for label in REQUIRED_LABELS:
+            assert metadata["labels"][label], (obj["kind"], label)
+        if obj["kind"] != "Service":
+            assert metadata["labels"]["llmfleet.io/revision"]
+
+
+def test_objects_and_names():
+    deployment, chosen = deployment_and_plan(1)
+    revision = revision_hash(deployment.spec, chosen)
+    objects = render(deployment, chosen, revision, REAL, serving_replicas=3)
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("ConfigMap", f"chat-{revision}-model-repo"),
+        ("Job", f"chat-{revision}-engine-build"),
+        ("Deployment", f"chat-{revision}"),
+        ("Service", "chat"),
+        ("PodDisruptionBudget", f"chat-{revision}"),
+    ]
+    assert objects[2]["spec"]["replicas"] == 3
+    assert objects[3]["spec"]["selector"] == {"llmfleet.io/deployment": "chat"}
+    assert objects[4]["spec"]["maxUnavailable"] == 1
+
+
+def test_long_names_are_cut_to_valid_distinct_labels():
+    long_a, long_b = "a" * 60 + "-one", "a" * 60 + "-two"
+    names = set()
+    for name in (long_a, long_b):
+        for obj in rendered(1, REAL, name=name):
+            assert len(obj["metadata"]["name"]) <= 63 and DNS_LABEL.match(obj["metadata"]["name"])
+            assert all(len(value) <= 63 for value in obj["metadata"]["labels"].values())
+            names.add((obj["kind"], obj["metadata"]["name"]))
+    assert len(names) == 10
+
+
+def test_no_inline_secrets_and_token_mounted_as_file():
+    for obj in all_objects():
+        text = json.dumps(obj)
+        assert "secretKeyRef" not in text and "envFrom" not in text
+        assert not re.search(r'"name": "(HF_TOKEN|HUGGING_FACE_HUB_TOKEN)"', text)
+    real_job = rendered(1, REAL)[1]
+    pod = real_job["spec"]["template"]["spec"]
+    token = next(v for v in pod["volumes"] if v["name"] == "model-token")
+    assert token["secret"]["secretName"] == "hub-token"
+    assert token["secret"]["items"] == [{"key": "token", "path": "token"}]
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    assert env["HF_TOKEN_PATH"] == "/var/run/secrets/llmfleet/model-token/token"
+
+
+def test_security_context_on_every_container():
+    for pod in pod_specs(all_objects()):
+        assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == 1000
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in pod.get("initContainers", []) + pod["containers"]:
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["capabilities"] == {"drop": ["ALL"]}
+            assert context["readOnlyRootFilesystem"] is True
+
+
+@pytest.mark.parametrize("tensor_parallel_size", [1, 2])
+def test_gpu_requests_and_scheduling(tensor_parallel_size):
+    for pod in pod_specs(rendered(tensor_parallel_size, REAL)):
+        (container,) = pod["containers"]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == str(tensor_parallel_size)
+        (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        expressions = {e["key"]: e for e in term["matchExpressions"]}
+        assert expressions["nvidia.com/gpu.product"]["values"] == ["NVIDIA-H100-80GB-HBM3"]
+        assert expressions["nvidia.com/gpu.count"] == {"key": "nvidia.com/gpu.count", "operator": "Gt",
+                                                       "values": [str(tensor_parallel_size - 1)]}
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+
+
+def test_triton_command_single_and_multi_gpu():
+    single = rendered(1, REAL)[2]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert single[0] == "tritonserver"
+    for flag in ("--model-repository=/models", "--model-control-mode=none", "--exit-on-error=true",
+                 "--strict-readiness=true", "--http-port=8000", "--grpc-port=8001", "--metrics-port=8002",
+                 "--metrics-config=histogram_latencies=true"):
+        assert flag in single
+    multi = rendered(2, REAL)[2]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert multi[:3] == ["python3", "/app/scripts/launch_triton_server.py", "--world_size=2"]
+    assert "--model_repo=/models" in multi
+
+
+def test_engine_build_flags_follow_the_plan():
+    script_env = {e["name"]: e["value"]
+                  for e in rendered(2, REAL)[1]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert script_env["QFORMAT"] == "fp8" and script_env["KV_CACHE_DTYPE"] == "fp8"
+    assert script_env["TP_SIZE"] == "2" and script_env["PP_SIZE"] == "1"
+    assert script_env["MODEL_REPO_ID"] == "meta-llama/Llama-3.1-8B-Instruct"
+    script = rendered(2, REAL)[1]["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    for flag in ("--kv_cache_type paged", "--use_paged_context_fmha enable", "--gemm_plugin auto",
+                 "--max_num_tokens", "--tp_size", "BUILD_COMPLETE"):
+        assert flag in script
+    bf16 = {e["name"]: e["value"] for e in
+            rendered(1, REAL, quantization="BF16")[1]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert bf16["QFORMAT"] == "full_prec" and bf16["DTYPE"] == "bfloat16"
+
+
+def test_tensorrt_llm_config_carries_the_plan():
+    deployment, chosen = deployment_and_plan(1)
+    config = rendered(1, REAL)[0]["data"]["tensorrt_llm.config.pbtxt"]
+    key = engine_cache_key(deployment.spec, chosen)
+    for line in ('backend: "tensorrtllm"', "max_batch_size: 256", "decoupled: true",
+                 f'string_value: "/engines/{key}/engine"', 'string_value: "inflight_fused_batching"',
+                 f'string_value: "{KV_CACHE_FREE_GPU_MEM_FRACTION}"', 'family: "nv_inference_first_response_histogram_ms"'):
+        assert line in config
+    assert re.search(r'key: "enable_kv_cache_reuse"\n  value \{\n    string_value: "true"', config)
+
+
+def test_volume_items_cover_every_config_map_key():
+    for objects in (rendered(1, REAL), rendered(1, SANDBOX)):
+        config_map, deployment = objects[0], objects[2]
+        (volume,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
+        items = volume["configMap"]["items"]
+        assert sorted(i["key"] for i in items) == sorted(config_map["data"])
+        assert all("/" not in key for key in config_map["data"])
+
+
+def test_sandbox_stand_in_carries_a_valid_emulator_profile():
+    config_map = rendered(1, SANDBOX)[0]
+    assert config_map["data"]["tensorrt_llm.1.model.py"].startswith("from llmfleet.emulator.model import")
+    config = config_map["data"]["tensorrt_llm.config.pbtxt"]
+    assert 'backend: "python"' in config and "model_metrics" not in config
+    encoded = re.search(r'key: "engine_profile_json"\n  value \{\n    string_value: (".*")', config).group(1)
+    profile = EngineProfile.from_json(json.loads(encoded))
+    assert profile.gpu_type == "H100-SXM-80GB" and profile.enable_prefix_reuse
+
+
+@pytest.mark.parametrize("tensor_parallel_size", [1, 2])
+def test_emulator_profile_reproduces_the_planner_on_an_idle_engine(tensor_parallel_size):
+    deployment, chosen = deployment_and_plan(tensor_parallel_size)
+    profile = EngineProfile.from_json_dict(emulator_profile(chosen, deployment.spec))
+    catalog = load_catalog()
+    engine = build_engine(catalog.model(deployment.spec.model.name.value), catalog.gpu(chosen.gpu_type),
+                          catalog.quantization(chosen.quantization), catalog.kv_cache_dtype(chosen.kv_cache_dtype),
+                          chosen.tensor_parallel_size, catalog.calibration,
+                          max_batch_size=256, max_num_tokens=8192,
+                          kv_cache_free_gpu_mem_fraction=KV_CACHE_FREE_GPU_MEM_FRACTION)
+    # The additive emulator step also pays the weight read that a compute-bound prefill hides
+    # under its GEMMs, so it may run slow by up to one empty step.
+    empty_step_ms = step_seconds(engine, 0, 0) * 1000
+    for prompt_tokens in (512, 4096):
+        planner_ttft_ms = prefill_seconds(engine, prompt_tokens, 0, 0, 0) * 1000
+        emulated_ttft_ms = expected_ttft_ms(profile, prompt_tokens)
+        assert planner_ttft_ms * 0.9 <= emulated_ttft_ms <= planner_ttft_ms * 1.1 + empty_step_ms
+    for batch, context in ((1, 1024), (64, 1024)):
+        planner_tpot_ms = step_seconds(engine, batch, context) * 1000
+        assert expected_tpot_ms(profile, batch, context) == pytest.approx(planner_tpot_ms, rel=0.25)
+
+
+def test_rendering_is_deterministic():
+    for tp, settings in CASES.values():
+        assert rendered(tp, settings) == rendered(tp, settings)
+
+
+def test_revision_hash_follows_the_engine_not_the_scale():
+    deployment, chosen = deployment_and_plan(1)
+    base = revision_hash(deployment.spec, chosen)
+    assert re.fullmatch(r"[0-9a-f]{10}", base)
+    assert revision_hash(deployment.spec, replace(chosen, replicas=7)) == base
+    scaled = manifest(1)
+    scaled["spec"]["autoscaling"] = {"enabled": True, "minReplicas": 2, "maxReplicas": 9}
+    del scaled["spec"]["plan"]["replicas"]
+    assert revision_hash(LLMDeployment.from_manifest(scaled).spec, chosen) == base
+    assert revision_hash(deployment.spec, replace(chosen, quantization="BF16")) != base
+    assert revision_hash(deployment.spec, replace(chosen, kv_cache_dtype="BF16")) != base
+    assert revision_hash(deployment.spec, replace(chosen, tensor_parallel_size=2)) != base
+    rebuilt = manifest(1)
+    rebuilt["spec"]["engine"] = {"maxNumTokens": 4096}
+    assert revision_hash(LLMDeployment.from_manifest(rebuilt).spec, chosen) != base
+    assert engine_cache_key(deployment.spec, chosen) == engine_cache_key(deployment.spec, replace(chosen, replicas=7))
+
+
+def test_bad_inputs_are_refused_with_a_reason():
+    deployment, chosen = deployment_and_plan(1)
+    with pytest.raises(RenderError, match="feasible"):
+        render(deployment, replace(chosen, feasible=False), "r", REAL, serving_replicas=0)
+    anonymous = LLMDeployment.from_manifest({**manifest(1), "metadata": {"name": "chat"}})
+    with pytest.raises(RenderError, match="namespace, uid"):
+        render(anonymous, chosen, "r", REAL, serving_replicas=0)
+    s3 = manifest(1)
+    s3["spec"]["model"]["source"] = "s3://bucket/llama"
+    with pytest.raises(RenderError, match="hf://"):
+        render(LLMDeployment.from_manifest(s3), chosen, "r", REAL, serving_replicas=0)
+
+
+def test_render_is_a_pure_layer():
+    for path in RENDER_PACKAGE.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                modules = [node.module or ""]
+            else:
+                continue
+            for module in modules:
+                assert module.split(".")[0] not in FORBIDDEN_IMPORTS, f"{path.name} imports {module}"
