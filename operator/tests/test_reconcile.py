@@ -1,0 +1,135 @@
+"""The reconcile decision, without a cluster: children, replicas, pruning,
+conditions and events from the stored object and its children."""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timedelta, timezone
+
+from llmfleet.api import InvalidSpecError
+from llmfleet.reconcile import OperatorSettings, decide, decide_invalid
+from llmfleet.render import RenderSettings
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
+SETTINGS = OperatorSettings(render=RenderSettings(sandbox_mode=True))
+
+
+def body(tpot_p99_ms: int = 40, status: dict | None = None) -> dict:
+    return {
+        "apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
+        "metadata": {"name": "chat", "namespace": "serving", "uid": "uid-1", "generation": 3},
+        "spec": {
+            "model": {"name": "llama-3.1-8b"},
+            "slo": {"ttftP99Ms": 1000, "tpotP99Ms": tpot_p99_ms,
+                    "quality": {"allowedQuantizations": ["BF16", "FP8"]}},
+            "workload": {"inputTokensMean": 256, "inputTokensP99": 512, "outputTokensMean": 64,
+                         "outputTokensP99": 128, "peakRequestsPerSecond": 2},
+            "resources": {"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 8},
+        },
+        **({"status": status} if status else {}),
+    }
+
+
+def condition(outcome, kind: str) -> dict:
+    return next(c for c in outcome.status["conditions"] if c["type"] == kind)
+
+
+def by_kind(manifests, kind: str) -> dict:
+    return next(m for m in manifests if m["kind"] == kind)
+
+
+def finished_job(job: dict, condition_type: str = "Complete", reason: str = "") -> dict:
+    done = copy.deepcopy(job)
+    done["status"] = {"conditions": [{"type": condition_type, "status": "True", "reason": reason,
+                                      "message": "boom" if condition_type == "Failed" else ""}]}
+    return done
+
+
+def ready_deployment(deployment: dict, ready: int) -> dict:
+    done = copy.deepcopy(deployment)
+    done["status"] = {"readyReplicas": ready}
+    return done
+
+
+def test_first_pass_creates_every_child_with_no_serving_replicas_until_built():
+    outcome = decide(body(), [], SETTINGS, NOW)
+    assert sorted(m["kind"] for m in outcome.apply) == [
+        "ConfigMap", "Deployment", "Job", "PodDisruptionBudget", "Service"]
+    assert by_kind(outcome.apply, "Deployment")["spec"]["replicas"] == 0
+    assert condition(outcome, "Planned")["status"] == "True"
+    assert condition(outcome, "EngineBuilt")["status"] == "False"
+    assert condition(outcome, "Ready")["status"] == "False"
+    assert outcome.status["plan"]["summary"]
+    assert outcome.status["selector"] == "llmfleet.io/deployment=chat"
+    assert outcome.delete == []
+
+
+def test_built_engine_scales_the_deployment_to_the_plan():
+    first = decide(body(), [], SETTINGS, NOW)
+    children = [finished_job(by_kind(first.apply, "Job"))]
+    outcome = decide(body(), children, SETTINGS, NOW)
+    assert by_kind(outcome.apply, "Deployment")["spec"]["replicas"] == outcome.status["replicas"] >= 1
+    assert condition(outcome, "EngineBuilt")["status"] == "True"
+    assert condition(outcome, "Progressing")["reason"] == "RollingOut"
+
+
+def test_failed_build_sets_a_condition_with_the_job_reason():
+    first = decide(body(), [], SETTINGS, NOW)
+    children = [finished_job(by_kind(first.apply, "Job"), "Failed", "BackoffLimitExceeded")]
+    outcome = decide(body(), children, SETTINGS, NOW)
+    built = condition(outcome, "EngineBuilt")
+    assert (built["status"], built["reason"]) == ("False", "BuildFailed")
+    assert "BackoffLimitExceeded" in built["message"]
+    assert condition(outcome, "Degraded")["status"] == "True"
+    assert by_kind(outcome.apply, "Deployment")["spec"]["replicas"] == 0
+
+
+def test_ready_replicas_make_it_ready_and_events_report_transitions():
+    first = decide(body(), [], SETTINGS, NOW)
+    built = finished_job(by_kind(first.apply, "Job"))
+    second = decide(body(status=first.status), [built], SETTINGS, NOW)
+    serving = ready_deployment(by_kind(second.apply, "Deployment"), second.status["replicas"])
+    later = NOW + timedelta(seconds=30)
+    third = decide(body(status=second.status), [built, serving], SETTINGS, later)
+    ready = condition(third, "Ready")
+    assert ready["status"] == "True" and ready["lastTransitionTime"] == later.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert ("Normal", "Serving") in [(e.type, e.reason) for e in third.events]
+    # Nothing changed: no events, transition times kept.
+    fourth = decide(body(status=third.status), [built, serving], SETTINGS, later + timedelta(seconds=5))
+    assert fourth.events == []
+    assert condition(fourth, "Ready")["lastTransitionTime"] == ready["lastTransitionTime"]
+
+
+def test_old_revision_serves_until_the_new_one_is_ready_then_is_pruned():
+    old = decide(body(tpot_p99_ms=40), [], SETTINGS, NOW)
+    old_children = [finished_job(by_kind(old.apply, "Job")),
+                    ready_deployment(by_kind(old.apply, "Deployment"), 1),
+                    by_kind(old.apply, "ConfigMap"), by_kind(old.apply, "PodDisruptionBudget")]
+    new = decide(body(tpot_p99_ms=6), old_children, SETTINGS, NOW)
+    assert new.status["currentRevision"] != old.status["currentRevision"]
+    deleted = {m["kind"] for m in new.delete}
+    assert deleted == {"Job"}, "the old build Job goes; the old serving objects stay"
+    assert condition(new, "WorkloadAvailable")["status"] == "True"
+    new_children = old_children + [finished_job(by_kind(new.apply, "Job")),
+                                   ready_deployment(by_kind(new.apply, "Deployment"), new.status["replicas"])]
+    rolled = decide(body(tpot_p99_ms=6), new_children, SETTINGS, NOW)
+    old_names = {m["metadata"]["name"] for m in old_children}
+    assert {m["metadata"]["name"] for m in rolled.delete} == old_names
+    assert condition(rolled, "Ready")["status"] == "True"
+
+
+def test_infeasible_spec_creates_nothing_and_says_why():
+    outcome = decide(body(tpot_p99_ms=1), [], SETTINGS, NOW)
+    assert outcome.apply == [] and outcome.delete == []
+    planned = condition(outcome, "Planned")
+    assert (planned["status"], planned["reason"]) == ("False", "PlanInfeasible")
+    assert "closest" in planned["message"]
+    assert ("Warning", "PlanInfeasible") in [(e.type, e.reason) for e in outcome.events]
+
+
+def test_invalid_stored_object_gets_a_condition_naming_the_field():
+    error = InvalidSpecError([("spec.slo.ttftP99Ms", "must be positive")])
+    outcome = decide_invalid(body(), error, NOW)
+    planned = condition(outcome, "Planned")
+    assert planned["reason"] == "InvalidSpec" and "spec.slo.ttftP99Ms" in planned["message"]
+    assert outcome.apply == []
