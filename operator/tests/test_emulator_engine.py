@@ -1,0 +1,129 @@
+"""The emulated engine's real-time step loop, in process, with fake token sinks."""
+
+import threading
+import time
+
+import pytest
+
+from llmfleet.emulator.engine import VOCABULARY, EmulatedEngine
+from llmfleet.emulator.profile import EngineProfile
+from llmfleet.emulator.scheduler import RequestNeverFits
+from llmfleet.emulator.timing import expected_ttft_ms
+
+PROFILE = EngineProfile.from_json_dict({
+    "gpuType": "L4", "tensorParallelSize": 1, "quantization": "BF16", "kvCacheDtype": "FP16",
+    "prefillMsPerToken": 0.05, "prefillFixedMs": 2.0, "decodeStepBaseMs": 5.0,
+    "decodeStepMsPerSequence": 0.05, "decodeStepMsPerKvToken": 0.0,
+    "kvBlockTokens": 16, "kvBlocksTotal": 2000, "maxBatchSize": 64, "maxNumTokens": 2048,
+    "jitterFraction": 0.05, "seed": 1,
+})
+
+
+class FakeSink:
+    def __init__(self):
+        self.tokens, self.times_s, self.final, self.error = [], [], False, None
+        self.cancelled = False
+        self.done = threading.Event()
+
+    def send(self, token_text, final):
+        self.tokens.append(token_text)
+        self.times_s.append(time.monotonic())
+        self.final = final
+        if final:
+            self.done.set()
+
+    def abort(self, message):
+        self.error = message
+        self.done.set()
+
+    def is_cancelled(self):
+        return self.cancelled
+
+
+class RecordingObserver:
+    def __init__(self):
+        self.ttfts_ms, self.finished, self.stats = [], [], []
+
+    def first_token(self, ttft_ms):
+        self.ttfts_ms.append(ttft_ms)
+
+    def request_finished(self, input_tokens, output_tokens):
+        self.finished.append((input_tokens, output_tokens))
+
+    def iteration_stats(self, stats, overhead):
+        self.stats.append(stats)
+
+
+@pytest.fixture
+def engine():
+    engine = EmulatedEngine(PROFILE, RecordingObserver())
+    engine.start()
+    yield engine
+    engine.stop()
+
+
+def _prompt(words, tag=""):
+    return " ".join(f"{tag}w{index}" for index in range(words))
+
+
+def test_a_request_streams_its_tokens_with_the_final_flag_on_the_last(engine):
+    sink = FakeSink()
+    start_s = time.monotonic()
+    engine.submit(_prompt(100), 8, sink)
+    assert sink.done.wait(5)
+    assert len(sink.tokens) == 8 and sink.final and all(token in VOCABULARY for token in sink.tokens)
+    ttft_ms = (sink.times_s[0] - start_s) * 1000
+    assert ttft_ms == pytest.approx(expected_ttft_ms(PROFILE, 100), rel=0.2)
+    assert engine.observer.finished == [(100, 8)] and len(engine.observer.ttfts_ms) == 1
+    assert engine.observer.stats[-1].active_requests == 0  # reported idle after the request
+
+
+def test_same_prompt_gives_the_same_tokens(engine):
+    sinks = [FakeSink(), FakeSink()]
+    for sink in sinks:
+        engine.submit(_prompt(10), 6, sink)
+    assert all(sink.done.wait(5) for sink in sinks)
+    assert sinks[0].tokens == sinks[1].tokens
+
+
+def test_requests_that_can_never_run_are_refused_at_submit(engine):
+    with pytest.raises(RequestNeverFits):
+        engine.submit(_prompt(40_000), 10, FakeSink())
+    with pytest.raises(ValueError, match="max_tokens must be at least 1"):
+        engine.submit(_prompt(10), 0, FakeSink())
+    with pytest.raises(ValueError, match="no tokens"):
+        engine.submit("   ", 5, FakeSink())
+
+
+def test_a_cancelled_request_stops_and_frees_its_blocks(engine):
+    sink = FakeSink()
+    engine.submit(_prompt(50), 10_000, sink)
+    time.sleep(0.1)
+    sink.cancelled = True
+    time.sleep(0.5)  # more than the cancellation poll interval
+    emitted = len(sink.tokens)
+    time.sleep(0.1)
+    assert len(sink.tokens) == emitted and not sink.final
+    assert engine.observer.stats[-1].kv_blocks_used == 0
+
+
+def test_stop_ends_unfinished_streams_with_an_error():
+    engine = EmulatedEngine(PROFILE, RecordingObserver())
+    engine.start()
+    sinks = [FakeSink() for _ in range(3)]
+    for sink in sinks:
+        engine.submit(_prompt(20), 10_000, sink)
+    time.sleep(0.05)
+    engine.stop()
+    assert all(sink.done.is_set() and "engine stopped" in sink.error for sink in sinks)
+
+
+def test_loop_overhead_stays_under_a_millisecond_with_64_streams(engine):
+    sinks = [FakeSink() for _ in range(64)]
+    for index, sink in enumerate(sinks):
+        engine.submit(_prompt(200, tag=str(index)), 100, sink)
+    assert all(sink.done.wait(20) for sink in sinks)
+    overhead = engine.overhead
+    print(overhead.summary())
+    assert overhead.steps >= 100
+    assert overhead.overhead_ms_mean < 1.0
