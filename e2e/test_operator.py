@@ -73,23 +73,27 @@ def _children(sandbox, name: str) -> list[dict]:
 
 
 def _stream_tokens(address: str, prompt: str, max_tokens: int) -> list[str]:
+    """Stream through the ensemble as a TensorRT-LLM client does: batch-shaped [1, 1]
+    inputs, stream=true, tokens until the final-response flag."""
     results: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(address)
     client.start_stream(callback=lambda result, error: results.put(error or result))
-    text = grpcclient.InferInput("text_input", [1], "BYTES")
-    text.set_data_from_numpy(np.array([prompt.encode()], dtype=np.object_))
-    limit = grpcclient.InferInput("max_tokens", [1], "INT32")
-    limit.set_data_from_numpy(np.array([max_tokens], dtype=np.int32))
-    client.async_stream_infer("ensemble", [text, limit], enable_empty_final_response=True)
+    inputs = []
+    for name, datatype, value in (("text_input", "BYTES", np.array([[prompt.encode()]], dtype=np.object_)),
+                                  ("max_tokens", "INT32", np.array([[max_tokens]], dtype=np.int32)),
+                                  ("stream", "BOOL", np.array([[True]]))):
+        tensor = grpcclient.InferInput(name, [1, 1], datatype)
+        tensor.set_data_from_numpy(value)
+        inputs.append(tensor)
+    client.async_stream_infer("ensemble", inputs, enable_empty_final_response=True)
     tokens = []
     while True:
         result = results.get(timeout=30)
         assert not isinstance(result, Exception), result
         response = result.get_response()
         if response.outputs:
-            tokens.append(result.as_numpy("text_output")[0].decode())
-        if response.parameters.get("triton_final_response") and \
-                response.parameters["triton_final_response"].bool_param:
+            tokens.append(result.as_numpy("text_output").ravel()[0].decode())
+        if response.parameters["triton_final_response"].bool_param:
             break
     client.stop_stream()
     client.close()

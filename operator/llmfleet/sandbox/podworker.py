@@ -222,12 +222,18 @@ class PodWorker(threading.Thread):
     def _start(self, run: ContainerRun) -> None:
         spec = run.spec
         try:
-            if run.program is None:
-                run.program = images.resolve(spec["image"], spec.get("command") or [],
-                                             spec.get("args") or [], self.agent.config.state_dir)
             mounts = container_mounts(spec, self.volume_paths)
-            env = self._environment(spec, run.program, mounts)
-            argv = [rewrite_paths(_expand_env(arg, env), mounts) for arg in run.program.argv]
+            container_env = self._container_environment(spec, mounts)
+
+            def container_strings(key: str) -> list[str]:
+                # Only what the pod spec says is rewritten; paths the sandbox adds are real.
+                return [rewrite_paths(_expand_env(arg, container_env), mounts) for arg in spec.get(key) or []]
+
+            if run.program is None:
+                run.program = images.resolve(spec["image"], container_strings("command"),
+                                             container_strings("args"), self.agent.config.state_dir)
+            env = {**self._base_environment(), **run.program.env, **container_env}
+            argv = run.program.argv
         except images.ImageNotRunnable as error:
             if run.state.get("waiting", {}).get("reason") != "ErrImagePull":
                 self.agent.event(self.pod, "Warning", "Failed", f"Failed to pull image: {error}")
@@ -258,7 +264,7 @@ class PodWorker(threading.Thread):
         run.startup = new_probe(spec.get("startupProbe"))
         self.agent.event(self.pod, "Normal", "Started", f"Started container {run.name}")
 
-    def _environment(self, spec: dict, program: images.Program, mounts) -> dict[str, str]:
+    def _base_environment(self) -> dict[str, str]:
         env = {
             "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
             "HOME": str(self.pod_root),
@@ -268,7 +274,10 @@ class PodWorker(threading.Thread):
         }
         if self.gpu_indices:
             env["NVIDIA_VISIBLE_DEVICES"] = ",".join(str(i) for i in self.gpu_indices)
-        env.update(program.env)
+        return env
+
+    def _container_environment(self, spec: dict, mounts) -> dict[str, str]:
+        env: dict[str, str] = {}
         for source in spec.get("envFrom") or []:
             prefix = source.get("prefix", "")
             if "configMapRef" in source:
