@@ -9,9 +9,10 @@ from collections import defaultdict
 
 import kopf
 
-from llmfleet.api import GROUP, PLURAL, VERSION
+from llmfleet.api import GROUP, KIND, PLURAL, VERSION
 from llmfleet.k8s import KubeGateway, load_api_client
 from llmfleet.reconcile import OperatorSettings, reconcile
+from llmfleet.render.identity import MANAGED_BY_LABEL
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 log = logging.getLogger(__name__)
@@ -55,6 +56,25 @@ def _timer_interval() -> float:
 @kopf.timer(*RESOURCE, interval=_timer_interval(), idle=0)
 def on_timer(body, memo, **_) -> None:
     _run(body, memo)
+
+
+def _owner_name(body) -> str | None:
+    owner = next((ref for ref in body["metadata"].get("ownerReferences") or []
+                  if ref.get("kind") == KIND and ref.get("controller")), None)
+    return owner["name"] if owner else None
+
+
+# A build Job finishing or a serving Deployment becoming ready is a reason to
+# reconcile the owner now rather than at the next timer tick.
+@kopf.on.event("batch", "v1", "jobs", labels={MANAGED_BY_LABEL: "llmfleet"})
+@kopf.on.event("apps", "v1", "deployments", labels={MANAGED_BY_LABEL: "llmfleet"})
+def on_child_event(body, event, memo, **_) -> None:
+    owner_name = _owner_name(body)
+    if event["type"] not in ("MODIFIED", "DELETED") or owner_name is None:
+        return
+    owner = memo.gateway.get_llm_deployment(body["metadata"]["namespace"], owner_name)
+    if owner is not None and not owner["metadata"].get("deletionTimestamp"):
+        _run(owner, memo)
 
 
 @kopf.on.delete(*RESOURCE, optional=True)

@@ -101,6 +101,14 @@ class KubeGateway:
 
     # -- the LLMDeployment itself ---------------------------------------------------------
 
+    def get_llm_deployment(self, namespace: str, name: str) -> dict | None:
+        try:
+            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
     def patch_status(self, namespace: str, name: str, status: dict) -> None:
         """One merge patch of the status subresource; lists in it replace the old ones."""
         try:

@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from llmfleet.sandbox import images, network
 from llmfleet.sandbox.config import KUBERNETES_SERVICE_IP
-from llmfleet.sandbox.probes import ProbeState, new_probe, run_probe
+from llmfleet.sandbox.probes import ProbeState, new_probe, run_lifecycle_hook, run_probe
 from llmfleet.sandbox.volumes import (
     VolumeBuilder,
     VolumeError,
@@ -377,10 +377,13 @@ class PodWorker(threading.Thread):
     # -- stopping -------------------------------------------------------------------------
 
     def _terminate_all(self) -> None:
+        """Like the kubelet: each container runs its preStop hook, then gets SIGTERM;
+        whatever still runs when the grace period ends gets SIGKILL."""
         runs = [run for run in self.init_runs + self.app_runs if run.running]
-        for run in runs:
-            self.agent.event(self.pod, "Normal", "Killing", f"Stopping container {run.name}")
-            _signal_group(run.process, signal.SIGTERM)
+        stoppers = [threading.Thread(target=self._stop_container, args=(run,), daemon=True)
+                    for run in runs]
+        for stopper in stoppers:
+            stopper.start()
         while any(run.running for run in runs) and time.monotonic() < (self.stop_deadline or 0):
             time.sleep(0.1)
         for run in runs:
@@ -388,6 +391,18 @@ class PodWorker(threading.Thread):
                 _signal_group(run.process, signal.SIGKILL)
             run.process.wait()
             self._record_terminated_by_stop(run)
+
+    def _stop_container(self, run: ContainerRun) -> None:
+        self.agent.event(self.pod, "Normal", "Killing", f"Stopping container {run.name}")
+        hook = (run.spec.get("lifecycle") or {}).get("preStop")
+        if hook:
+            remaining = (self.stop_deadline or 0) - time.monotonic()
+            ok, message = run_lifecycle_hook(hook, run.spec, self.pod_ip,
+                                             network.exec_prefix(self.netns), remaining)
+            if not ok:
+                self.agent.event(self.pod, "Warning", "FailedPreStopHook",
+                                 f"PreStop hook for container {run.name} failed: {message}")
+        _signal_group(run.process, signal.SIGTERM)
 
     def _record_terminated_by_stop(self, run: ContainerRun) -> None:
         code = run.process.returncode

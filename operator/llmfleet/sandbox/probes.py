@@ -51,6 +51,16 @@ def run_probe(probe: dict, container: dict, pod_ip: str, exec_prefix: list[str])
         return False, f"probe failed: {error}"
 
 
+def run_lifecycle_hook(hook: dict, container: dict, pod_ip: str, exec_prefix: list[str],
+                       timeout_seconds: float) -> tuple[bool, str]:
+    """Run a preStop/postStart handler (exec, httpGet or sleep) within timeout_seconds."""
+    if "sleep" in hook:
+        time.sleep(max(0.0, min(hook["sleep"]["seconds"], timeout_seconds)))
+        return True, "slept"
+    return run_probe({**hook, "timeoutSeconds": max(timeout_seconds, 0.001)}, container, pod_ip,
+                     exec_prefix)
+
+
 @dataclass
 class ProbeState:
     """Consecutive results of one probe against one container run."""
