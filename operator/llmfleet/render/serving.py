@@ -28,6 +28,8 @@ LAUNCHER = "/app/scripts/launch_triton_server.py"
 STARTUP_PROBE_PERIOD_SECONDS = 10
 STARTUP_PROBE_FAILURES = 180
 PROGRESS_DEADLINE_SECONDS = 3600
+DRAIN_DELAY_SECONDS = 5
+EXIT_MARGIN_SECONDS = 5
 
 SCRAPE_ANNOTATIONS = {
     "prometheus.io/scrape": "true",
@@ -37,7 +39,13 @@ SCRAPE_ANNOTATIONS = {
 PORTS = (("http", layout.HTTP_PORT), ("grpc", layout.GRPC_PORT), ("metrics", layout.METRICS_PORT))
 
 
-def triton_command(plan: Plan) -> list[str]:
+def exit_timeout_seconds(settings: RenderSettings) -> int:
+    """How long Triton waits for in-flight streams after SIGTERM: the grace period left
+    after the preStop delay, minus a margin so it exits before SIGKILL."""
+    return max(settings.termination_grace_period_seconds - DRAIN_DELAY_SECONDS - EXIT_MARGIN_SECONDS, 1)
+
+
+def triton_command(plan: Plan, settings: RenderSettings) -> list[str]:
     world_size = pod.gpus_per_replica(plan)
     if world_size == 1:
         return [
@@ -51,6 +59,7 @@ def triton_command(plan: Plan) -> list[str]:
             f"--grpc-port={layout.GRPC_PORT}",
             f"--metrics-port={layout.METRICS_PORT}",
             "--metrics-config=histogram_latencies=true",
+            f"--exit-timeout-secs={exit_timeout_seconds(settings)}",
         ]
     # One tritonserver per rank under MPI; the launcher sets the ranks' flags itself.
     return [
@@ -111,7 +120,7 @@ def serving_deployment(deployment: LLMDeployment, plan: Plan, metadata: dict[str
     server = {
         "name": CONTAINER,
         "image": image,
-        "command": triton_command(plan),
+        "command": triton_command(plan, settings),
         "env": pod.writable_home_env(),
         "ports": [{"name": name, "containerPort": port, "protocol": "TCP"} for name, port in PORTS],
         "resources": {
@@ -123,6 +132,10 @@ def serving_deployment(deployment: LLMDeployment, plan: Plan, metadata: dict[str
                                failure_threshold=STARTUP_PROBE_FAILURES, timeout_seconds=5),
         "readinessProbe": _probe("/v2/health/ready", period_seconds=5, failure_threshold=3, timeout_seconds=3),
         "livenessProbe": _probe("/v2/health/live", period_seconds=10, failure_threshold=6, timeout_seconds=5),
+        # Draining: a terminating pod leaves the Service's endpoints at once, but proxies
+        # learn it a moment later; Triton must not stop taking requests before they do.
+        # After the delay, SIGTERM makes Triton refuse new requests and finish in-flight ones.
+        "lifecycle": {"preStop": {"sleep": {"seconds": DRAIN_DELAY_SECONDS}}},
         "volumeMounts": server_mounts,
         "securityContext": pod.container_security_context(),
     }
