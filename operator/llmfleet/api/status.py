@@ -146,6 +146,13 @@ class AutoscalerInputs(ApiModel):
     )
 
 
+class ReplicaRecommendation(ApiModel):
+    """One change of the autoscaler's recommendation; in force until the next entry."""
+
+    time: KubeTime = Field(description="When this recommendation was first made.")
+    replicas: int = Field(ge=0, description="Recommended replicas.")
+
+
 class AutoscalerStatus(ApiModel):
     """State of the p99-TTFT autoscaler."""
 
@@ -161,6 +168,18 @@ class AutoscalerStatus(ApiModel):
     )
     inputs: AutoscalerInputs | None = Field(
         default=None, description="Observations behind the last decision."
+    )
+    last_scale_time: KubeTime | None = Field(
+        default=None, description="When desired replicas last changed (start of the cooldown)."
+    )
+    warming_since: KubeTime | None = Field(
+        default=None,
+        description="Since when some replicas have not been ready (start of the warm-up timeout).",
+    )
+    recommendations: list[ReplicaRecommendation] | None = Field(
+        default=None,
+        max_length=64,
+        description="Recent recommendations, oldest first, for the stabilisation windows.",
     )
 
 

@@ -1,0 +1,27 @@
+"""Replica autoscaling on observed p99 TTFT: a pure policy (no I/O, no clock).
+
+`decide` turns a `MetricsSnapshot` (from llmfleet.metrics) and the remembered
+`AutoscalerState` into a `Decision`; the caller persists `Decision.state`.
+"""
+
+from llmfleet.autoscale.policy import (
+    DEFAULT_TUNING,
+    Decision,
+    PolicyTuning,
+    decide,
+    target_ttft_p99_ms,
+)
+from llmfleet.autoscale.snapshot import MetricsSnapshot
+from llmfleet.autoscale.state import MAX_RECOMMENDATIONS, AutoscalerState, Recommendation
+
+__all__ = [
+    "DEFAULT_TUNING",
+    "MAX_RECOMMENDATIONS",
+    "AutoscalerState",
+    "Decision",
+    "MetricsSnapshot",
+    "PolicyTuning",
+    "Recommendation",
+    "decide",
+    "target_ttft_p99_ms",
+]

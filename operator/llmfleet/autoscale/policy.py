@@ -1,0 +1,305 @@
+"""The p99-TTFT scaling policy: one pure decision per reconcile pass.
+
+Pipeline: bounds -> metrics check -> raw recommendation -> stabilisation windows (HPA-style) ->
+per-step limits -> cooldown and warm-up gates. docs/autoscaling.md explains each step and
+its numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from llmfleet.api import AutoscalingSpec
+from llmfleet.api.status import AutoscalerInputs, ScalingDecision
+from llmfleet.autoscale.snapshot import MetricsSnapshot
+from llmfleet.autoscale.state import AutoscalerState, Recommendation, in_force, record
+
+# Absorbs float error in replicas x factor, so that 10 x 1.1 is 11 replicas, not 12.
+_CEIL_SLACK = 1e-9
+
+
+@dataclass(frozen=True)
+class PolicyTuning:
+    """Policy constants that AutoscalingSpec does not expose (documented in docs/autoscaling.md)."""
+
+    scrape_interval_seconds: float = 5.0
+    stale_after_scrapes: int = 3
+    # Removing a replica raises the load on the others; TTFT climbs steeply near saturation,
+    # so only a p99 under half the target leaves room for that.
+    scale_down_below_target_fraction: float = 0.5
+    # A replica is removed only if the rest would hold the KV cache in use under this share.
+    scale_down_max_kv_cache_utilization: float = 0.7
+    # Waiting requests per replica that count as a backlog: enough to scale up on the queue
+    # alone while no request got a first token in the window (a stalled fleet has no TTFT).
+    backlog_waiting_per_replica: float = 4.0
+    # Below this many waiting requests per replica, queue growth is noise, not a signal.
+    queue_growth_min_waiting_per_replica: float = 1.0
+    # How long not-ready replicas block further scale-ups; a slow engine load must not
+    # cascade into more replicas, a replica that never becomes ready must not block forever.
+    warmup_timeout_seconds: float = 600.0
+
+    @property
+    def stale_after_seconds(self) -> float:
+        return self.scrape_interval_seconds * self.stale_after_scrapes
+
+
+DEFAULT_TUNING = PolicyTuning()
+
+
+@dataclass(frozen=True)
+class Decision:
+    desired_replicas: int
+    decision: ScalingDecision
+    reason: str  # a sentence for status.autoscaler.reason and the event
+    metrics_available: bool
+    metrics_reason: str  # CamelCase, for the MetricsAvailable condition
+    metrics_message: str
+    inputs: AutoscalerInputs
+    state: AutoscalerState
+
+
+@dataclass(frozen=True)
+class _Proposal:
+    replicas: int
+    reason: str
+
+
+def target_ttft_p99_ms(spec: AutoscalingSpec, slo_ttft_p99_ms: int) -> int:
+    """The p99 TTFT the autoscaler steers to: spec.autoscaling's target, never above the SLO."""
+    return min(spec.target_ttft_p99_ms or slo_ttft_p99_ms, slo_ttft_p99_ms)
+
+
+def decide(spec: AutoscalingSpec, slo_ttft_p99_ms: int, snapshot: MetricsSnapshot,
+           state: AutoscalerState, current_replicas: int, ready_replicas: int, now: datetime,
+           tuning: PolicyTuning = DEFAULT_TUNING) -> Decision:
+    """Desired replicas for this pass. `current_replicas` is the desired count in force
+    (warming replicas included), `ready_replicas` how many of them serve."""
+    target_ms = target_ttft_p99_ms(spec, slo_ttft_p99_ms)
+    bounded = min(max(current_replicas, spec.min_replicas), spec.max_replicas)
+    metrics_problem = _metrics_problem(snapshot, now, tuning)
+    recommended = None
+    if metrics_problem is None and bounded == current_replicas:
+        recommended = _recommend(spec, target_ms, snapshot, current_replicas, tuning)
+        if recommended is None:
+            metrics_problem = ("NoTtftData", "no request got a first token in the window, "
+                               "and the queue is below the backlog threshold")
+    # The bounds are the user's and apply at once; without metrics nothing else moves.
+    if bounded != current_replicas:
+        proposal = _Proposal(bounded, f"{current_replicas} replicas is outside minReplicas "
+                             f"{spec.min_replicas}..maxReplicas {spec.max_replicas}: "
+                             f"scaling to {bounded}")
+    elif recommended is None:
+        proposal = _Proposal(current_replicas, f"holding {current_replicas} replicas: "
+                             f"{metrics_problem[1]}")
+    else:
+        proposal = recommended
+
+    keep_seconds = max(spec.scale_up_stabilization_seconds, spec.scale_down_stabilization_seconds)
+    history = record(state.recommendations, Recommendation(now, proposal.replicas), keep_seconds)
+    if recommended is None:
+        desired, reason = proposal.replicas, proposal.reason
+    else:
+        desired, reason = _stabilise_and_limit(spec, state, history, recommended,
+                                               current_replicas, ready_replicas, now, tuning)
+
+    return Decision(
+        desired_replicas=desired,
+        decision=(ScalingDecision.SCALE_UP if desired > current_replicas else
+                  ScalingDecision.SCALE_DOWN if desired < current_replicas else
+                  ScalingDecision.HOLD),
+        reason=reason,
+        metrics_available=metrics_problem is None,
+        metrics_reason=metrics_problem[0] if metrics_problem else "MetricsFresh",
+        metrics_message=metrics_problem[1] if metrics_problem else
+        f"Prometheus answers; newest sample {_age_seconds(snapshot, now):.0f} s old",
+        inputs=_inputs(snapshot, target_ms, current_replicas, ready_replicas),
+        state=AutoscalerState(
+            last_scale_time=now if desired != current_replicas else state.last_scale_time,
+            warming_since=_warming_since(state, desired, current_replicas, ready_replicas, now),
+            recommendations=history,
+        ),
+    )
+
+
+def _metrics_problem(snapshot: MetricsSnapshot, now: datetime,
+                     tuning: PolicyTuning) -> tuple[str, str] | None:
+    """(CamelCase reason, message) when the snapshot cannot be trusted, else None."""
+    if snapshot.error is not None:
+        return "PrometheusError", f"Prometheus query failed: {snapshot.error}"
+    if snapshot.sample_time is None:
+        return "NoData", "Prometheus has no samples from the serving pods"
+    age = _age_seconds(snapshot, now)
+    if age > tuning.stale_after_seconds:
+        return "StaleData", (f"the newest sample is {age:.0f} s old (limit "
+                             f"{tuning.stale_after_seconds:.0f} s, {tuning.stale_after_scrapes} "
+                             "scrape intervals)")
+    return None
+
+
+def _age_seconds(snapshot: MetricsSnapshot, now: datetime) -> float:
+    # A sample stamped slightly ahead of `now` (clock skew) counts as fresh.
+    return max(0.0, (now - snapshot.sample_time).total_seconds())
+
+
+def _recommend(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot,
+               current: int, tuning: PolicyTuning) -> _Proposal | None:
+    """The replica count the fresh metrics call for, before stabilisation and limits; None
+    when they hold no usable signal."""
+    tolerance = spec.tolerance_percent / 100
+    queue_factor = _queue_growth_factor(snapshot, current, tuning)
+    queue_empty = snapshot.waiting_requests is not None and snapshot.waiting_requests < 1
+    ttft = snapshot.ttft_p99_ms
+
+    if ttft is not None:
+        ratio = ttft / target_ms
+        observed = f"p99 TTFT {ttft:.0f} ms"
+        if ratio > 1 + tolerance or queue_factor > 1 + tolerance:
+            return _scale_up(current, max(ratio, queue_factor),
+                             f"{observed} against a {target_ms} ms target (x{ratio:.2f})"
+                             + _queue_growth_text(snapshot, queue_factor))
+        if ratio >= 1 - tolerance:
+            return _Proposal(current, f"{observed} is within {spec.tolerance_percent:g}% of the "
+                             f"{target_ms} ms target")
+        if ratio < tuning.scale_down_below_target_fraction and queue_empty:
+            return _scale_down(spec, snapshot, current, tuning,
+                               f"{observed} is under {tuning.scale_down_below_target_fraction:.0%}"
+                               f" of the {target_ms} ms target and no request waits")
+        return _Proposal(current, f"{observed} is under the {target_ms} ms target, but not "
+                         f"under {tuning.scale_down_below_target_fraction:.0%} of it with an "
+                         "empty queue")
+
+    # No first token in the window: an idle fleet, a stalled one, or no signal.
+    if snapshot.requests_per_second == 0 and queue_empty:
+        return _scale_down(spec, snapshot, current, tuning,
+                           "no request in the window and none waiting")
+    waiting = snapshot.waiting_requests
+    if waiting is not None and waiting >= tuning.backlog_waiting_per_replica * current:
+        return _scale_up(current, queue_factor,
+                         f"no request got a first token in the window but {waiting:.0f} wait "
+                         f"({waiting / current:.1f} per replica)")
+    return None
+
+
+def _queue_growth_factor(snapshot: MetricsSnapshot, current: int, tuning: PolicyTuning) -> float:
+    """Capacity needed over capacity in use, from the queue: arrivals are the served rate plus
+    the queue's growth. 1.0 when the queue is not a signal."""
+    growth, served, waiting = (snapshot.waiting_growth_per_second, snapshot.requests_per_second,
+                               snapshot.waiting_requests)
+    if growth is None or served is None or waiting is None or growth <= 0 or served <= 0:
+        return 1.0
+    if waiting < tuning.queue_growth_min_waiting_per_replica * current:
+        return 1.0
+    return (served + growth) / served
+
+
+def _queue_growth_text(snapshot: MetricsSnapshot, queue_factor: float) -> str:
+    if queue_factor <= 1.0:
+        return ""
+    return (f"; the queue grows by {snapshot.waiting_growth_per_second:.1f} requests/s at "
+            f"{snapshot.requests_per_second:.1f} served/s (x{queue_factor:.2f})")
+
+
+def _scale_up(current: int, factor: float, why: str) -> _Proposal:
+    """Replicas in proportion to the breach, and at least one more."""
+    return _Proposal(max(current + 1, math.ceil(current * factor - _CEIL_SLACK)), why)
+
+
+def _scale_down(spec: AutoscalingSpec, snapshot: MetricsSnapshot, current: int,
+                tuning: PolicyTuning, why: str) -> _Proposal:
+    """The fewest replicas that keep the KV cache in use under its ceiling; one fewer when the
+    KV use is unknown. Never below minReplicas."""
+    if current <= spec.min_replicas:
+        return _Proposal(current, f"{why}; already at minReplicas {spec.min_replicas}")
+    kv = snapshot.kv_cache_utilization
+    if kv is None:
+        return _Proposal(current - 1, why)
+    ceiling = tuning.scale_down_max_kv_cache_utilization
+    needed = math.ceil(current * kv / ceiling - _CEIL_SLACK)
+    if needed >= current:
+        return _Proposal(current, f"{why}, but KV cache use {kv:.0%} would exceed {ceiling:.0%} "
+                         "on fewer replicas")
+    return _Proposal(max(spec.min_replicas, needed), f"{why}; KV cache use {kv:.0%}")
+
+
+def _stabilise_and_limit(spec: AutoscalingSpec, state: AutoscalerState,
+                         history: tuple[Recommendation, ...], proposal: _Proposal, current: int,
+                         ready: int, now: datetime, tuning: PolicyTuning) -> tuple[int, str]:
+    """HPA's stabilisation (lowest recommendation over the scale-up window, highest over the
+    scale-down window), then per-step limits and bounds, then the cooldown and warm-up gates."""
+    # A window counts only once the history reaches back to its start, so a fresh history
+    # (new deployment, lost status) waits a whole window before scaling down.
+    up_candidates, up_covered = in_force(history, spec.scale_up_stabilization_seconds, now)
+    down_candidates, down_covered = in_force(history, spec.scale_down_stabilization_seconds, now)
+    reason = proposal.reason
+    if min(up_candidates) > current and up_covered:
+        stabilised = min(up_candidates)
+        window_note = f" (lowest over the {spec.scale_up_stabilization_seconds} s window)"
+    elif max(down_candidates) < current and down_covered:
+        stabilised = max(down_candidates)
+        window_note = f" (highest over the {spec.scale_down_stabilization_seconds} s window)"
+    elif proposal.replicas < current:
+        return current, (f"{reason}; holding {current} replicas until {proposal.replicas} or "
+                         "fewer is recommended throughout the "
+                         f"{spec.scale_down_stabilization_seconds} s stabilisation window")
+    elif proposal.replicas > current:
+        return current, (f"{reason}; holding {current} replicas until more is recommended "
+                         f"throughout the {spec.scale_up_stabilization_seconds} s scale-up "
+                         "stabilisation window")
+    else:
+        return current, reason
+
+    stepped = min(max(stabilised, current - spec.max_scale_down_step),
+                  current + spec.max_scale_up_step)
+    desired = min(max(stepped, spec.min_replicas), spec.max_replicas)
+    if desired == current:
+        bound = (f"maxReplicas is {spec.max_replicas}" if stabilised > current
+                 else f"minReplicas is {spec.min_replicas}")
+        return current, f"{reason}; holding {current} replicas: {bound}"
+    if state.last_scale_time is not None:
+        quiet_until = state.last_scale_time + timedelta(seconds=spec.cooldown_seconds)
+        if now < quiet_until:
+            return current, (f"{reason}; holding {current} replicas for the cooldown, "
+                             f"{(quiet_until - now).total_seconds():.0f} s left")
+    warming = current - ready
+    if desired > current and warming > 0:
+        since = state.warming_since or now
+        if (now - since).total_seconds() < tuning.warmup_timeout_seconds:
+            return current, (f"{reason}; holding {current} replicas while {warming} warm up "
+                             f"(for at most {tuning.warmup_timeout_seconds:.0f} s)")
+    verb = "scaling up" if desired > current else "scaling down"
+    return desired, (f"{reason}; {verb} from {current} to {desired} replicas"
+                     f"{_limit_note(spec, proposal.replicas, stabilised, desired, window_note)}")
+
+
+def _limit_note(spec: AutoscalingSpec, proposed: int, stabilised: int, desired: int,
+                window_note: str) -> str:
+    """Which rule moved the count away from the raw recommendation, if any."""
+    if desired < stabilised:
+        return (f" (maxReplicas {spec.max_replicas})" if desired == spec.max_replicas
+                else f" (maxScaleUpStep {spec.max_scale_up_step})")
+    if desired > stabilised:
+        return f" (maxScaleDownStep {spec.max_scale_down_step})"
+    return window_note if stabilised != proposed else ""
+
+
+def _warming_since(state: AutoscalerState, desired: int, current: int, ready: int,
+                   now: datetime) -> datetime | None:
+    if desired > current:
+        return now  # the new replicas start warming now
+    if ready < current:
+        return state.warming_since or now
+    return None
+
+
+def _inputs(snapshot: MetricsSnapshot, target_ms: int, current: int, ready: int) -> AutoscalerInputs:
+    kv = snapshot.kv_cache_utilization
+    return AutoscalerInputs(
+        observed_ttft_p99_ms=snapshot.ttft_p99_ms,
+        target_ttft_p99_ms=target_ms,
+        current_replicas=current,
+        ready_replicas=ready,
+        requests_per_second=snapshot.requests_per_second,
+        kv_cache_utilization_percent=None if kv is None else min(100.0, max(0.0, kv * 100)),
+    )

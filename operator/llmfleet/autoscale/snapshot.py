@@ -1,0 +1,23 @@
+"""What the metrics adapter observed for one LLMDeployment: the autoscaler's only input signal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """Fleet-wide observations of one LLMDeployment's serving pods.
+
+    None means "no data" (no series, NaN, a failed query), never zero: an empty query result
+    must not read as an idle fleet.
+    """
+
+    ttft_p99_ms: float | None = None
+    waiting_requests: float | None = None  # summed over replicas
+    waiting_growth_per_second: float | None = None  # of the summed queue
+    kv_cache_utilization: float | None = None  # used blocks / all blocks, 0..1
+    requests_per_second: float | None = None  # requests that got their first token
+    sample_time: datetime | None = None  # newest sample behind the observations
+    error: str | None = None  # why Prometheus gave no answer

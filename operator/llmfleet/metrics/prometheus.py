@@ -1,0 +1,131 @@
+"""PromQL over one LLMDeployment's serving pods, answered as a `MetricsSnapshot`.
+
+Series carry the pod's target labels (`namespace`, `pod`, and every pod label with
+non-alphanumerics turned into '_', as kubernetes SD's labelmap does) plus Triton's `model` and
+`version`. Only the `tensorrt_llm` model counts: with Triton's global latency histograms on,
+the ensemble would report every request a second time.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from requests import RequestException
+from urllib3.exceptions import HTTPError as Urllib3Error
+from urllib3.util.retry import Retry
+
+from llmfleet.autoscale import MetricsSnapshot
+from llmfleet.render.identity import selector_labels
+from llmfleet.render.layout import TENSORRT_LLM_MODEL
+
+# Six 5 s scrapes: rate() and deriv() need at least two samples; longer windows react slower.
+DEFAULT_WINDOW_SECONDS = 30
+TTFT_HISTOGRAM = "nv_inference_first_response_histogram_ms"
+REQUEST_GAUGE = "nv_trt_llm_request_metrics"
+KV_CACHE_GAUGE = "nv_trt_llm_kv_cache_block_metrics"
+# Keeps an error message (some quote a whole response body) readable in status.
+MAX_ERROR_CHARS = 300
+
+
+@dataclass(frozen=True)
+class DeploymentQueries:
+    """One instant query per `MetricsSnapshot` field; each answers one value or nothing."""
+
+    ttft_p99_ms: str
+    waiting_requests: str
+    waiting_growth_per_second: str
+    kv_cache_utilization: str
+    requests_per_second: str
+    newest_sample_unix_seconds: str
+
+
+def _prometheus_label_name(kubernetes_label: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_]", "_", kubernetes_label)
+
+
+def _matchers(labels: dict[str, str]) -> str:
+    def quoted(value: str) -> str:
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return ", ".join(f"{name}={quoted(value)}" for name, value in labels.items())
+
+
+def deployment_queries(namespace: str, deployment_name: str,
+                       window_seconds: int) -> DeploymentQueries:
+    """The PromQL for one LLMDeployment, summed over all its pods and revisions."""
+    pods = {"namespace": namespace, "model": TENSORRT_LLM_MODEL}
+    pods.update({_prometheus_label_name(key): value
+                 for key, value in selector_labels(deployment_name).items()})
+    selector = _matchers(pods)
+    window = f"[{window_seconds}s]"
+    waiting = f'{REQUEST_GAUGE}{{{selector}, request_type="waiting"}}'
+    return DeploymentQueries(
+        ttft_p99_ms=(f"histogram_quantile(0.99, sum by (le) "
+                     f"(rate({TTFT_HISTOGRAM}_bucket{{{selector}}}{window})))"),
+        waiting_requests=f"sum({waiting})",
+        waiting_growth_per_second=f"sum(deriv({waiting}{window}))",
+        # Used over all blocks of the fleet: the mean across replicas, weighted by capacity.
+        kv_cache_utilization=(
+            f'sum({KV_CACHE_GAUGE}{{{selector}, kv_cache_block_type="used"}}) / '
+            f'sum({KV_CACHE_GAUGE}{{{selector}, kv_cache_block_type="max"}})'),
+        # Requests that got a first token: present in sandbox and real mode alike.
+        requests_per_second=f"sum(rate({TTFT_HISTOGRAM}_count{{{selector}}}{window}))",
+        newest_sample_unix_seconds=(
+            f'max(timestamp({{__name__=~"{TTFT_HISTOGRAM}_count|{REQUEST_GAUGE}", {selector}}}))'),
+    )
+
+
+class _QueryFailed(Exception):
+    pass
+
+
+class PrometheusMetrics:
+    """Reads a `MetricsSnapshot` from Prometheus' HTTP API. Never raises for Prometheus'
+    sake: a failure comes back as `MetricsSnapshot.error`."""
+
+    def __init__(self, url: str, timeout_seconds: float = 5.0):
+        # No retries: the next reconcile pass is the retry, and a dead Prometheus must not
+        # stall the pass for retries x timeout. Retry(False) also raises the underlying error
+        # (refused, timed out) rather than a "max retries exceeded" that hides it.
+        self._client = PrometheusConnect(url=url, retry=Retry(total=False),
+                                         timeout=timeout_seconds)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def snapshot(self, namespace: str, deployment_name: str, window_seconds: int,
+                 now: datetime) -> MetricsSnapshot:
+        """Observations over the `window_seconds` before `now`; None fields mean no data."""
+        queries = asdict(deployment_queries(namespace, deployment_name, window_seconds))
+        try:
+            values = {field: self._value(field, query, now) for field, query in queries.items()}
+        except _QueryFailed as failure:
+            return MetricsSnapshot(error=str(failure))
+        newest = values.pop("newest_sample_unix_seconds")
+        return MetricsSnapshot(
+            **values,
+            sample_time=None if newest is None else datetime.fromtimestamp(newest, timezone.utc))
+
+    def ttft_p99_ms(self, namespace: str, deployment_name: str, window_seconds: int,
+                    now: datetime) -> float | None:
+        """Observed p99 TTFT for status and printing; None when there is no data or no answer."""
+        query = deployment_queries(namespace, deployment_name, window_seconds).ttft_p99_ms
+        try:
+            return self._value("ttft_p99_ms", query, now)
+        except _QueryFailed:
+            return None
+
+    def _value(self, field: str, query: str, now: datetime) -> float | None:
+        """The single value the query answers; None when it answers nothing or NaN (e.g.
+        histogram_quantile over a window without requests)."""
+        try:
+            result = self._client.custom_query(query, params={"time": now.timestamp()})
+            value = float(result[0]["value"][1]) if result else None
+        except (RequestException, Urllib3Error, PrometheusApiClientException, ValueError,
+                KeyError, IndexError, TypeError) as error:
+            message = f"{field}: {type(error).__name__}: {error}"
+            raise _QueryFailed(message[:MAX_ERROR_CHARS]) from error
+        return value if value is not None and math.isfinite(value) else None

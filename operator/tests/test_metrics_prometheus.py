@@ -1,0 +1,280 @@
+"""The Prometheus adapter against a real Prometheus scraping tiny exporters.
+
+The exporters stand in for Triton pods and are discovered with the sandbox's own pod
+discovery format and relabelling, so the label names the PromQL selects on are the ones a
+sandbox (or real cluster) Prometheus attaches.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from llmfleet.metrics import PrometheusMetrics
+from llmfleet.render.identity import DEPLOYMENT_LABEL, REVISION_LABEL, fit_name
+from llmfleet.sandbox import prometheus as sandbox_prometheus
+from llmfleet.sandbox.config import Ports, SandboxConfig
+from llmfleet.sandbox.poddiscovery import pod_target_groups
+
+PROMETHEUS_BINARY = Path("/usr/bin/prometheus")
+NAMESPACE = "team-a"
+DEPLOYMENT = "llama"
+IDLE_DEPLOYMENT = "idle"
+WINDOW_SECONDS = 5
+STARTUP_TIMEOUT_SECONDS = 20
+
+BUCKETS_MS = (10, 25, 50, 75, 100, 150, 200, 250, 300, 400, 500)
+# Share of requests per TTFT bucket: 98 % at or under 300 ms, 2 % in (300, 400], so the p99
+# interpolates to the middle of that bucket.
+SHARE_BY_BUCKET = {100: 0.50, 300: 0.48, 400: 0.02}
+EXPECTED_P99_MS = 350.0
+REQUESTS_PER_SECOND = 100.0
+
+pytestmark = pytest.mark.skipif(not PROMETHEUS_BINARY.exists(), reason="needs /usr/bin/prometheus")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _histogram(model: str, total: float, share_by_bucket: dict[int, float]) -> list[str]:
+    labels = f'model="{model}",version="1"'
+    lines, cumulative = [], 0.0
+    for bound in BUCKETS_MS:
+        cumulative += share_by_bucket.get(bound, 0.0)
+        lines.append(f'nv_inference_first_response_histogram_ms_bucket{{{labels},le="{bound}"}} '
+                     f"{total * cumulative}")
+    lines += [f'nv_inference_first_response_histogram_ms_bucket{{{labels},le="+Inf"}} {total}',
+              f"nv_inference_first_response_histogram_ms_sum{{{labels}}} {total * 150}",
+              f"nv_inference_first_response_histogram_ms_count{{{labels}}} {total}"]
+    return lines
+
+
+class FakeTritonPod:
+    """Serves /metrics like a Triton pod with the TensorRT-LLM backend, counters growing at a
+    fixed request rate (zero for an idle pod)."""
+
+    def __init__(self, name: str, deployment: str, requests_per_second: float, waiting: int,
+                 kv_blocks_used: int, kv_blocks_max: int):
+        self.name, self.deployment = name, deployment
+        self.requests_per_second = requests_per_second
+        self.waiting, self.kv_blocks_used, self.kv_blocks_max = waiting, kv_blocks_used, kv_blocks_max
+        self.started = time.monotonic()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def exposition(self) -> str:
+        served = 1000 + self.requests_per_second * (time.monotonic() - self.started)
+        gauge = 'model="tensorrt_llm",version="1"'
+        lines = ["# TYPE nv_inference_first_response_histogram_ms histogram"]
+        lines += _histogram("tensorrt_llm", served, SHARE_BY_BUCKET)
+        # The ensemble sees the same requests, slower: counting it would double the rate.
+        lines += _histogram("ensemble", served, {500: 1.0})
+        lines += ["# TYPE nv_trt_llm_request_metrics gauge",
+                  f'nv_trt_llm_request_metrics{{{gauge},request_type="waiting"}} {self.waiting}',
+                  f'nv_trt_llm_request_metrics{{{gauge},request_type="active"}} 7',
+                  "# TYPE nv_trt_llm_kv_cache_block_metrics gauge",
+                  f'nv_trt_llm_kv_cache_block_metrics{{{gauge},kv_cache_block_type="used"}} '
+                  f"{self.kv_blocks_used}",
+                  f'nv_trt_llm_kv_cache_block_metrics{{{gauge},kv_cache_block_type="max"}} '
+                  f"{self.kv_blocks_max}"]
+        return "\n".join(lines) + "\n"
+
+    def pod(self) -> dict:
+        return {
+            "metadata": {"name": self.name, "namespace": NAMESPACE, "uid": f"uid-{self.name}",
+                         "labels": {DEPLOYMENT_LABEL: fit_name(self.deployment),
+                                    REVISION_LABEL: "0123456789"},
+                         "annotations": {"prometheus.io/scrape": "true",
+                                         "prometheus.io/port": str(self.port)}},
+            "spec": {"nodeName": "node-0",
+                     "containers": [{"name": "triton", "ports": [{"containerPort": self.port}]}]},
+            "status": {"podIP": "127.0.0.1", "phase": "Running"},
+        }
+
+    def _handler(self):
+        pod = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = pod.exposition().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        return Handler
+
+
+def _serve_json(payload) -> ThreadingHTTPServer:
+    body = json.dumps(payload).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class RunningPrometheus:
+    def __init__(self, process: subprocess.Popen, url: str):
+        self.process, self.url = process, url
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory):
+    pods = [FakeTritonPod("llama-a", DEPLOYMENT, REQUESTS_PER_SECOND / 2, 3, 30, 100),
+            FakeTritonPod("llama-b", DEPLOYMENT, REQUESTS_PER_SECOND / 2, 5, 50, 100),
+            FakeTritonPod("idle-a", IDLE_DEPLOYMENT, 0.0, 0, 0, 100)]
+    discovery = _serve_json([group for pod in pods for group in pod_target_groups(pod.pod())])
+    config = SandboxConfig(state_dir=tmp_path_factory.mktemp("prometheus"),
+                           scrape_interval_seconds=1,
+                           ports=Ports(prometheus=_free_port(),
+                                       pod_discovery=discovery.server_address[1]))
+    log = (config.state_dir / "prometheus.log").open("w")
+    process = subprocess.Popen(sandbox_prometheus.argv(config), stdout=log,
+                               stderr=subprocess.STDOUT)
+    running = RunningPrometheus(process, config.prometheus_url)
+    try:
+        _wait_for_rates(running)
+        yield running
+    finally:
+        running.stop()
+        log.close()
+        discovery.shutdown()
+        for pod in pods:
+            pod.server.shutdown()
+
+
+def _wait_for_rates(running: RunningPrometheus) -> None:
+    """Until both deployments have a window full of scrapes."""
+    metrics = PrometheusMetrics(running.url, timeout_seconds=1)
+    deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
+    try:
+        while time.monotonic() < deadline:
+            assert running.process.poll() is None, "prometheus exited; see prometheus.log"
+            busy = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now())
+            idle = metrics.snapshot(NAMESPACE, IDLE_DEPLOYMENT, WINDOW_SECONDS, _now())
+            if busy.ttft_p99_ms is not None and idle.requests_per_second is not None:
+                # rate() over a window the series only partly covers under-reads: fill it.
+                time.sleep(WINDOW_SECONDS + 1)
+                return
+            time.sleep(0.5)
+        raise AssertionError("prometheus did not scrape the fake pods in time")
+    finally:
+        metrics.close()
+
+
+@pytest.fixture
+def metrics(prometheus):
+    client = PrometheusMetrics(prometheus.url, timeout_seconds=2)
+    yield client
+    client.close()
+
+
+def test_snapshot_reads_the_fleet(metrics):
+    now = _now()
+    snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, now)
+    assert snapshot.error is None
+    # The p99 lies in the (300, 400] bucket; linear interpolation puts it at the middle.
+    assert snapshot.ttft_p99_ms == pytest.approx(EXPECTED_P99_MS, abs=5)
+    assert snapshot.requests_per_second == pytest.approx(REQUESTS_PER_SECOND, rel=0.1)
+    assert snapshot.waiting_requests == 8  # 3 + 5; the idle deployment's pod is not counted
+    assert snapshot.waiting_growth_per_second == pytest.approx(0, abs=1e-9)
+    assert snapshot.kv_cache_utilization == pytest.approx(0.4)  # (30 + 50) / (100 + 100)
+    assert now - timedelta(seconds=3) <= snapshot.sample_time <= now + timedelta(seconds=1)
+    assert metrics.ttft_p99_ms(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, now) == pytest.approx(
+        snapshot.ttft_p99_ms)
+
+
+def test_a_deployment_without_requests_has_no_ttft_but_a_zero_rate(metrics):
+    snapshot = metrics.snapshot(NAMESPACE, IDLE_DEPLOYMENT, WINDOW_SECONDS, _now())
+    assert snapshot.error is None
+    assert snapshot.ttft_p99_ms is None  # histogram_quantile over no requests is NaN
+    assert snapshot.requests_per_second == 0
+    assert snapshot.waiting_requests == 0
+    assert snapshot.kv_cache_utilization == 0
+    assert snapshot.sample_time is not None
+
+
+def test_absent_series_are_no_data_not_zero(metrics):
+    for namespace, name in ((NAMESPACE, "missing"), ("other-namespace", DEPLOYMENT)):
+        snapshot = metrics.snapshot(namespace, name, WINDOW_SECONDS, _now())
+        assert snapshot.error is None
+        assert (snapshot.ttft_p99_ms, snapshot.waiting_requests, snapshot.waiting_growth_per_second,
+                snapshot.kv_cache_utilization, snapshot.requests_per_second,
+                snapshot.sample_time) == (None,) * 6
+
+
+def test_samples_older_than_the_query_time_show_their_age(metrics):
+    later = _now() + timedelta(minutes=2)
+    snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, later)
+    # Evaluated two minutes ahead: the last samples are still within the lookback, and old.
+    assert snapshot.sample_time is not None
+    assert (later - snapshot.sample_time).total_seconds() > 100
+
+
+def test_an_unreachable_prometheus_is_an_error():
+    started = time.monotonic()
+    snapshot = PrometheusMetrics(f"http://127.0.0.1:{_free_port()}", timeout_seconds=1).snapshot(
+        NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now())
+    assert snapshot.error is not None and "refused" in snapshot.error
+    assert snapshot.ttft_p99_ms is None and snapshot.sample_time is None
+    assert time.monotonic() - started < 2  # no retries
+
+
+def test_a_prometheus_that_does_not_answer_times_out():
+    with socket.socket() as silent:  # accepts connections, never replies
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        metrics = PrometheusMetrics(f"http://127.0.0.1:{silent.getsockname()[1]}",
+                                    timeout_seconds=0.5)
+        snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now())
+    assert snapshot.error is not None and "Timeout" in snapshot.error
+    assert snapshot.ttft_p99_ms is None
+
+
+def test_a_stopped_prometheus_is_an_error(prometheus, metrics):
+    # Runs last in this module: it stops the shared Prometheus.
+    assert metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now()).error is None
+    prometheus.stop()
+    snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now())
+    assert snapshot.error is not None
+    assert snapshot.ttft_p99_ms is None and snapshot.waiting_requests is None
