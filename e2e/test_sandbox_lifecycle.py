@@ -38,7 +38,9 @@ def _descendants(pid: int) -> set[int]:
 
 
 def _port_free(host: str, port: int) -> bool:
+    """No listener on the port. SO_REUSEADDR: closed connections in TIME_WAIT do not count."""
     with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError:
