@@ -11,6 +11,7 @@ import kopf
 
 from llmfleet.api import GROUP, KIND, PLURAL, VERSION
 from llmfleet.k8s import KubeGateway, load_api_client
+from llmfleet.metrics import PrometheusMetrics
 from llmfleet.reconcile import OperatorSettings, reconcile
 from llmfleet.render.identity import MANAGED_BY_LABEL
 
@@ -35,11 +36,15 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     settings.execution.max_workers = 8
     memo.setdefault("operator_settings", OperatorSettings())
     memo.gateway = KubeGateway(load_api_client(memo.get("kubeconfig")))
+    prometheus_url = memo.get("prometheus_url")
+    memo.metrics = PrometheusMetrics(prometheus_url) if prometheus_url else None
+    if prometheus_url is None:
+        log.warning("no Prometheus URL: autoscaling deployments hold their replicas")
 
 
 def _run(body, memo) -> None:
     with _object_locks[body["metadata"]["uid"]]:
-        reconcile(dict(body), memo.gateway, memo.operator_settings, utc_now())
+        reconcile(dict(body), memo.gateway, memo.operator_settings, utc_now(), memo.metrics)
 
 
 @kopf.on.create(*RESOURCE)

@@ -20,6 +20,9 @@ from llmfleet.api import (
     set_condition,
 )
 from llmfleet.api.conditions import Condition
+from llmfleet.api.status import AutoscalerStatus, ReplicaRecommendation
+from llmfleet.autoscale import AutoscalerState, MetricsSnapshot, Recommendation
+from llmfleet.autoscale import decide as autoscale
 from llmfleet.planner import plan as make_plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec, plan_status_from_plan
 from llmfleet.render import RenderSettings, engine_build, render, revision_hash, serving
@@ -36,6 +39,8 @@ BAD_WHEN_TRUE = {ConditionType.DEGRADED.value}
 class OperatorSettings:
     render: RenderSettings = field(default_factory=RenderSettings)
     timer_interval_seconds: float = 5.0
+    # The window of the p99 TTFT query: a few scrapes, short enough to react within ~20 s.
+    metrics_window_seconds: int = 30
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,27 @@ def _dump_conditions(conditions: list[Condition]) -> list[dict]:
     return [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in conditions]
 
 
+def _autoscaler_state(body: dict) -> AutoscalerState:
+    raw = (body.get("status") or {}).get("autoscaler")
+    if not raw:
+        return AutoscalerState()
+    stored = AutoscalerStatus.model_validate(raw)
+    return AutoscalerState(
+        last_scale_time=stored.last_scale_time, warming_since=stored.warming_since,
+        recommendations=tuple(Recommendation(r.time, r.replicas) for r in stored.recommendations or ()))
+
+
+def _autoscaler_status(decision, now: datetime) -> dict:
+    state = decision.state
+    status = AutoscalerStatus(
+        desired_replicas=decision.desired_replicas, last_decision=decision.decision,
+        last_decision_time=now, reason=decision.reason[:1024], inputs=decision.inputs,
+        last_scale_time=state.last_scale_time, warming_since=state.warming_since,
+        recommendations=[ReplicaRecommendation(time=r.time, replicas=r.replicas)
+                         for r in state.recommendations] or None)
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
 def decide_invalid(body: dict, error: InvalidSpecError, now: datetime) -> Outcome:
     """A stored object the models reject (e.g. written before a CRD upgrade)."""
     generation = body["metadata"].get("generation")
@@ -128,7 +154,10 @@ def decide_invalid(body: dict, error: InvalidSpecError, now: datetime) -> Outcom
                    events=_transition_events(before, after))
 
 
-def decide(body: dict, children: list[dict], settings: OperatorSettings, now: datetime) -> Outcome:
+def decide(body: dict, children: list[dict], settings: OperatorSettings, now: datetime,
+           snapshot: MetricsSnapshot | None = None) -> Outcome:
+    """`snapshot` is the deployment's metrics when autoscaling is enabled (None: no
+    Prometheus configured, which the autoscaler treats like an outage: hold)."""
     deployment = LLMDeployment.from_manifest(body)
     metadata = body["metadata"]
     name, generation = metadata["name"], metadata.get("generation")
@@ -152,12 +181,26 @@ def decide(body: dict, children: list[dict], settings: OperatorSettings, now: da
                        events=_transition_events(before, after))
 
     revision = revision_hash(spec, plan)
-    desired_replicas = plan.replicas
     build = build_state(children, revision)
     serving = _serving_deployments(children)
+    ready = _ready_replicas(serving.get(revision))
+    desired_replicas = plan.replicas
+    autoscaler_status = None
+    events: list[Event] = []
+    if spec.autoscaling.enabled:
+        scaling = spec.autoscaling
+        stored_replicas = (body.get("status") or {}).get("replicas")
+        current = stored_replicas if stored_replicas is not None else plan.replicas
+        current = min(max(current, scaling.min_replicas), scaling.max_replicas)
+        decision = autoscale(scaling, spec.slo.ttft_p99_ms,
+                             snapshot or MetricsSnapshot(error="no Prometheus URL configured"),
+                             _autoscaler_state(body), current, ready if build.finished else current, now)
+        desired_replicas = decision.desired_replicas
+        autoscaler_status = _autoscaler_status(decision, now)
+        if desired_replicas != current:
+            events.append(Event("Normal", decision.decision.value, decision.reason))
     serving_replicas = desired_replicas if build.finished else 0
     manifests = render(deployment, plan, revision, settings.render, serving_replicas=serving_replicas)
-    ready = _ready_replicas(serving.get(revision))
     rolled_out = build.finished and ready >= desired_replicas
 
     # Older revisions keep serving until the new one is fully ready; then they go.
@@ -200,6 +243,12 @@ def decide(body: dict, children: list[dict], settings: OperatorSettings, now: da
                       f"revision {revision} serves with {ready}/{desired_replicas} replicas ready"
                       if rolled_out else (build.message if not build.finished
                                           else f"{ready}/{desired_replicas} replicas ready"))
+    if autoscaler_status is not None:
+        after = condition(after, ConditionType.AUTOSCALING_ACTIVE, TRUE, decision.decision.value,
+                          decision.reason)
+        after = condition(after, ConditionType.METRICS_AVAILABLE,
+                          TRUE if decision.metrics_available else FALSE,
+                          decision.metrics_reason, decision.metrics_message)
 
     selector = ",".join(f"{k}={v}" for k, v in sorted(selector_labels(name).items()))
     revisions = [{"name": rev, "planSummary": plan_status.get("summary") if rev == revision else None,
@@ -216,16 +265,25 @@ def decide(body: dict, children: list[dict], settings: OperatorSettings, now: da
         "currentRevision": revision,
         "revisions": [{k: v for k, v in r.items() if v is not None} for r in revisions] or None,
         "conditions": _dump_conditions(after),
+        "autoscaler": autoscaler_status,
+        "ttftP99Ms": snapshot.ttft_p99_ms if snapshot is not None else None,
     }
-    return Outcome(apply=manifests, delete=delete, status=status, events=_transition_events(before, after))
+    return Outcome(apply=manifests, delete=delete, status=status,
+                   events=events + _transition_events(before, after))
 
 
-def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime) -> Outcome:
-    """Bring the cluster to the state `decide` wants for this LLMDeployment."""
+def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metrics=None) -> Outcome:
+    """Bring the cluster to the state `decide` wants for this LLMDeployment.
+
+    `metrics` (a llmfleet.metrics.PrometheusMetrics, or None) is read only when the
+    deployment autoscales."""
     metadata = body["metadata"]
     namespace, name = metadata["namespace"], metadata["name"]
+    autoscaling = ((body.get("spec") or {}).get("autoscaling") or {}).get("enabled")
+    snapshot = (metrics.snapshot(namespace, name, settings.metrics_window_seconds, now)
+                if autoscaling and metrics is not None else None)
     try:
-        outcome = decide(body, kube.list_children(namespace, name), settings, now)
+        outcome = decide(body, kube.list_children(namespace, name), settings, now, snapshot)
     except InvalidSpecError as error:
         outcome = decide_invalid(body, error, now)
     for manifest in outcome.apply:

@@ -133,3 +133,38 @@ def test_invalid_stored_object_gets_a_condition_naming_the_field():
     planned = condition(outcome, "Planned")
     assert planned["reason"] == "InvalidSpec" and "spec.slo.ttftP99Ms" in planned["message"]
     assert outcome.apply == []
+
+
+def autoscaling_body(status: dict | None = None) -> dict:
+    manifest = body(status=status)
+    manifest["spec"]["autoscaling"] = {"enabled": True, "minReplicas": 1, "maxReplicas": 4}
+    return manifest
+
+
+def test_autoscaler_scales_up_on_a_ttft_breach_and_records_why():
+    from llmfleet.autoscale import MetricsSnapshot
+
+    first = decide(autoscaling_body(), [], SETTINGS, NOW)
+    built = finished_job(by_kind(first.apply, "Job"))
+    serving = ready_deployment(by_kind(first.apply, "Deployment"), 1)
+    breach = MetricsSnapshot(ttft_p99_ms=3000.0, waiting_requests=0.0, requests_per_second=2.0,
+                             kv_cache_utilization=0.5, sample_time=NOW)
+    outcome = decide(autoscaling_body(status=first.status), [built, serving], SETTINGS, NOW, breach)
+    assert outcome.status["replicas"] > 1
+    assert by_kind(outcome.apply, "Deployment")["spec"]["replicas"] == outcome.status["replicas"]
+    assert outcome.status["autoscaler"]["lastDecision"] == "ScaleUp"
+    assert outcome.status["ttftP99Ms"] == 3000.0
+    assert condition(outcome, "MetricsAvailable")["status"] == "True"
+    assert ("Normal", "ScaleUp") in [(e.type, e.reason) for e in outcome.events]
+
+
+def test_autoscaler_holds_without_metrics_and_says_so():
+    first = decide(autoscaling_body(), [], SETTINGS, NOW)
+    built = finished_job(by_kind(first.apply, "Job"))
+    status = {**first.status, "replicas": 3}
+    serving = ready_deployment(by_kind(first.apply, "Deployment"), 3)
+    outcome = decide(autoscaling_body(status=status), [built, serving], SETTINGS, NOW, None)
+    assert outcome.status["replicas"] == 3
+    assert outcome.status["autoscaler"]["lastDecision"] == "Hold"
+    metrics = condition(outcome, "MetricsAvailable")
+    assert metrics["status"] == "False" and "Prometheus" in metrics["message"]
