@@ -12,7 +12,7 @@ PYTEST_OPTS ?=
 .PHONY: sandbox test unit e2e down setup apt-packages python-env controlplane crds bench help
 
 help:
-	@echo "make sandbox   install what is missing, start the sandbox cluster"
+	@echo "make sandbox   install what is missing, start the sandbox, the operator and a demo"
 	@echo "make test      install what is missing, run unit and e2e tests"
 	@echo "make down      stop the sandbox"
 	@echo "make crds      regenerate crds/, the chart copy and docs/api.md from the API models"
@@ -44,8 +44,7 @@ controlplane:
 
 sandbox: setup
 	$(SUDO) $(BIN)/llmfleet sandbox up
-	@echo
-	@echo 'Next:  eval "$$($(BIN)/llmfleet sandbox env)" && kubectl get nodes'
+	$(SUDO) $(BIN)/llmfleet sandbox demo
 
 down: python-env
 	$(SUDO) $(BIN)/llmfleet sandbox down

@@ -139,7 +139,7 @@ def main() -> int:
     rows = []
     if args.cold_build:
         seconds = cold_build_seconds()
-        rows.append(("cold build of etcd, kube-apiserver, controller-manager, scheduler, kubectl "
+        rows.append(("cold build of etcd, kube-apiserver, controller-manager, scheduler, kubectl, helm "
                      "(empty Go build cache, module cache warm)", f"{seconds / 60:.1f} min", "under 20 min"))
     up = warm_up_seconds()
     rows.append((f"warm `sandbox up` to nodes Ready and Prometheus ready (median of {UP_RUNS})",

@@ -24,7 +24,10 @@ from llmfleet.sandbox.processes import ProcessTable
 # Start order; `down` stops in reverse so pods end before the apiserver does.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
               "node-agent", "service-proxy", "pod-discovery", "prometheus")
+# Started on request (`sandbox demo`); stopped first by `down`.
+OPTIONAL_COMPONENTS = ("operator",)
 NODE_AGENT_STOP_SECONDS = 60
+DEMO_MANIFEST = controlplane.REPO_ROOT / "examples" / "sandbox-chat.yaml"
 
 
 class SandboxError(RuntimeError):
@@ -172,7 +175,7 @@ def _wait_for_nodes(config: SandboxConfig, bin_dir: Path, timeout_seconds: float
 def stop_everything(config: SandboxConfig, quiet: bool = False) -> None:
     """Stop recorded processes (even after a crash) and remove pod networks."""
     table = process_table(config)
-    for name in reversed(COMPONENTS):
+    for name in OPTIONAL_COMPONENTS + tuple(reversed(COMPONENTS)):
         record = table.get(name)
         if record is None:
             continue
@@ -203,6 +206,10 @@ def status(config: SandboxConfig) -> tuple[bool, str]:
         alive = record is not None and record.alive()
         all_up &= alive
         lines.append(f"{name:24} {'running (pid ' + str(record.pid) + ')' if alive else 'stopped'}")
+    for name in OPTIONAL_COMPONENTS:
+        record = records.get(name)
+        if record is not None and record.alive():
+            lines.append(f"{name:24} running (pid {record.pid})")
     if settings:
         lines += [
             f"{'kubernetes':24} {settings['kubernetesVersion']}",
@@ -214,6 +221,40 @@ def status(config: SandboxConfig) -> tuple[bool, str]:
             f"{'state':24} {config.state_dir}",
         ]
     return all_up, "\n".join(lines)
+
+
+def demo(config: SandboxConfig) -> str:
+    """Install the CRD, start the operator (sandbox mode, autoscaling on the sandbox's
+    Prometheus) and apply the demo LLMDeployment; return what to do next."""
+    settings = load_settings(config)
+    if settings is None or running_components(config) < set(COMPONENTS):
+        raise SandboxError("the sandbox is not running; start it with `llmfleet sandbox up`")
+    kubectl = [str(Path(settings["binDir"]) / "kubectl"), "--kubeconfig", str(config.admin_kubeconfig)]
+    crds = controlplane.REPO_ROOT / "crds"
+    subprocess.run([*kubectl, "apply", "--server-side", "-f", str(crds)], check=True,
+                   capture_output=True)
+    subprocess.run([*kubectl, "wait", "--for=condition=Established",
+                    "crd/llmdeployments.llmfleet.io", "--timeout=30s"], check=True, capture_output=True)
+    table = process_table(config)
+    if "operator" not in running_components(config):
+        progress("starting the operator (sandbox mode)")
+        table.start("operator", [sys.executable, "-m", "llmfleet", "run", "--kubeconfig",
+                                 str(config.admin_kubeconfig), "--sandbox-mode",
+                                 "--prometheus-url", config.prometheus_url],
+                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    subprocess.run([*kubectl, "apply", "-f", str(DEMO_MANIFEST)], check=True, capture_output=True)
+    progress(f"applied {DEMO_MANIFEST.relative_to(controlplane.REPO_ROOT)}")
+    return f"""The operator is running (log: {config.logs_dir / 'operator.log'}) and serves the
+LLMDeployment `chat` (Llama 3.1 70B on H100, emulated). Next:
+
+  eval "$(llmfleet sandbox env)"
+  kubectl get llmdeployment chat -w                # plan, replicas, p99 TTFT
+  kubectl wait --for=condition=Ready llmdeployment/chat --timeout=180s
+  llmfleet load --target $(kubectl get svc chat -o jsonpath='{{.spec.clusterIP}}'):8001 \
+      --schedule "steps:0:1,60:5,240:1" --duration 360 --output-dir /tmp/chat-load
+  kubectl get llmdeployment chat -o jsonpath='{{.status.autoscaler}}'   # why it scaled
+  open {config.prometheus_url} and query nv_inference_first_response_histogram_ms_bucket
+"""
 
 
 def environment_script(config: SandboxConfig) -> str:
