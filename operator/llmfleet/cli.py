@@ -50,7 +50,7 @@ def _run_sandbox(args) -> int:
             raise SystemExit(f"llmfleet sandbox up: --gpu-type: {error}") from None
         config = manager.up(config)
         print(manager.status(config)[1])
-        print(f"\nUse it:  eval \"$(llmfleet sandbox env)\" && kubectl get nodes")
+        print("\nUse it:  eval \"$(llmfleet sandbox env)\" && kubectl get nodes")
         return 0
     if args.sandbox_command == "down":
         manager.down(config, purge=args.purge)

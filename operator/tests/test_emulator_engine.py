@@ -22,7 +22,7 @@ PROFILE = EngineProfile.from_json_dict({
 class FakeSink:
     def __init__(self):
         self.tokens, self.times_s, self.final, self.error = [], [], False, None
-        self.cancelled = False
+        self.cancelled = self.closed = False
         self.done = threading.Event()
 
     def send(self, token_text, final):
@@ -34,6 +34,10 @@ class FakeSink:
 
     def abort(self, message):
         self.error = message
+        self.done.set()
+
+    def close(self):
+        self.closed = True
         self.done.set()
 
     def is_cancelled(self):
@@ -105,6 +109,7 @@ def test_a_cancelled_request_stops_and_frees_its_blocks(engine):
     time.sleep(0.1)
     assert len(sink.tokens) == emitted and not sink.final
     assert engine.observer.stats[-1].kv_blocks_used == 0
+    assert sink.closed, "a cancelled stream still gets its final flag"
 
 
 def test_stop_ends_unfinished_streams_with_an_error():

@@ -50,6 +50,9 @@ class TokenSink(Protocol):
     def abort(self, message: str) -> None:
         """End the stream with an error (the engine stops before the request finished)."""
 
+    def close(self) -> None:
+        """End a cancelled stream: a decoupled model owes Triton a final flag even then."""
+
     def is_cancelled(self) -> bool: ...
 
 
@@ -247,3 +250,7 @@ class EmulatedEngine:
             request.done = True
             self._requests.pop(request.sequence, None)
             self._scheduler.cancel(request.sequence)
+        try:
+            request.sink.close()
+        except Exception:  # noqa: BLE001 - the client is gone; nothing left to tell it
+            pass

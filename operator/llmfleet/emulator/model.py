@@ -49,6 +49,9 @@ class _TritonStream:
         self._sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)),
                           flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
+    def close(self) -> None:
+        self._sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
     def is_cancelled(self) -> bool:
         return self._sender.is_cancelled()
 
