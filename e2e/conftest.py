@@ -100,3 +100,27 @@ def sandbox() -> Sandbox:
                              capture_output=True, text=True)
     # Keep the state (pid files, logs) when down fails, so nothing is orphaned.
     assert stopped.returncode == 0, f"sandbox down failed; state kept in {state_dir}:\n{stopped.stderr}"
+
+
+@pytest.fixture(scope="session")
+def operator(sandbox, tmp_path_factory):
+    """The operator on the host with its own ServiceAccount identity, in sandbox mode,
+    autoscaling on the sandbox's Prometheus; the CRD installed."""
+    from operator_fixtures import (
+        OPERATOR_NAMESPACE,
+        OperatorProcess,
+        chart_rbac_manifests,
+        operator_kubeconfig,
+    )
+
+    sandbox.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
+    sandbox.kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmfleet.io",
+                    "--timeout=30s")
+    sandbox.kubectl("create", "namespace", OPERATOR_NAMESPACE)
+    sandbox.kubectl("apply", "-f", "-", input_text=chart_rbac_manifests(sandbox))
+    directory = tmp_path_factory.mktemp("operator")
+    process = OperatorProcess(sandbox, operator_kubeconfig(sandbox, directory / "kubeconfig"),
+                              directory / "operator.log")
+    process.start()
+    yield process
+    process.stop()

@@ -13,13 +13,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from conftest import wait_for
-from operator_fixtures import (
-    OPERATOR_NAMESPACE,
-    REPO_ROOT,
-    OperatorProcess,
-    chart_rbac_manifests,
-    operator_kubeconfig,
-)
+from operator_fixtures import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
 NAMESPACE = "serving"
@@ -42,21 +36,11 @@ def llm_deployment(name: str, tpot_p99_ms: int) -> dict:
     }
 
 
-@pytest.fixture(scope="module")
-def operator(sandbox, tmp_path_factory):
-    sandbox.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
-    sandbox.kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmfleet.io",
-                    "--timeout=30s")
-    for namespace in (OPERATOR_NAMESPACE, NAMESPACE):
-        sandbox.kubectl("create", "namespace", namespace)
-    sandbox.kubectl("apply", "-f", "-", input_text=chart_rbac_manifests(sandbox))
-    directory = tmp_path_factory.mktemp("operator")
-    process = OperatorProcess(sandbox, operator_kubeconfig(sandbox, directory / "kubeconfig"),
-                              directory / "operator.log")
-    process.start()
-    yield process
-    process.stop()
-    print(process.log_tail())
+@pytest.fixture(scope="module", autouse=True)
+def serving_namespace(sandbox, operator):
+    sandbox.kubectl("create", "namespace", NAMESPACE)
+    yield NAMESPACE
+    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
 
 
 def _get(sandbox, name: str) -> dict:

@@ -66,8 +66,13 @@ def up(config: SandboxConfig) -> SandboxConfig:
         progress(f"already running (state in {config.state_dir}); `llmfleet sandbox status` shows it")
         return configured(config.state_dir)
     if running:
-        missing = ", ".join(sorted(set(COMPONENTS) - running))
-        progress(f"partly running ({missing} stopped): restarting every component")
+        # Start only what stopped: pods, cluster data and addresses stay as they are.
+        config = configured(config.state_dir)
+        missing = [name for name in COMPONENTS if name not in running]
+        progress(f"partly running; starting {', '.join(missing)}")
+        bin_dir = Path(load_settings(config)["binDir"])
+        _start_components(config, process_table(config), bin_dir, set(missing))
+        return config
     stop_everything(config, quiet=True)
     busy = ports_in_use(config)
     if busy:
@@ -93,20 +98,8 @@ def up(config: SandboxConfig) -> SandboxConfig:
     config.settings_file.write_text(json.dumps({
         "config": config.to_dict(), "kubernetesVersion": kubernetes_version,
         "binDir": str(bin_dir)}, indent=2))
-    table = process_table(config)
     try:
-        _start_control_plane(config, table, bin_dir)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        table.start("node-agent", [sys.executable, "-m", "llmfleet.sandbox.agent",
-                                   "--settings", str(config.settings_file)], env=env)
-        table.start("service-proxy", [sys.executable, "-m", "llmfleet.sandbox.serviceproxy",
-                                      "--kubeconfig", str(config.admin_kubeconfig)], env=env)
-        table.start("pod-discovery", [sys.executable, "-m", "llmfleet.sandbox.poddiscovery",
-                                      "--kubeconfig", str(config.admin_kubeconfig),
-                                      "--port", str(config.ports.pod_discovery)], env=env)
-        table.start("prometheus", prometheus.argv(config))
-        _wait_for_nodes(config, bin_dir, timeout_seconds=60)
-        controlplane.wait_for_http_ok(f"{config.prometheus_url}/-/ready", 60, "prometheus")
+        _start_components(config, process_table(config), bin_dir, set(COMPONENTS))
     except Exception:
         progress(f"start failed; logs are in {config.logs_dir}; stopping what was started")
         stop_everything(config, quiet=True)
@@ -114,6 +107,26 @@ def up(config: SandboxConfig) -> SandboxConfig:
     progress(f"up in {time.monotonic() - started:.1f} s: {config.node_count} nodes x "
              f"{config.gpus_per_node} {config.gpu_type}")
     return config
+
+
+def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
+                      wanted: set[str]) -> None:
+    """Start the wanted components in dependency order, each once it can work."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    python_components = {
+        "node-agent": ["llmfleet.sandbox.agent", "--settings", str(config.settings_file)],
+        "service-proxy": ["llmfleet.sandbox.serviceproxy", "--kubeconfig", str(config.admin_kubeconfig)],
+        "pod-discovery": ["llmfleet.sandbox.poddiscovery", "--kubeconfig", str(config.admin_kubeconfig),
+                          "--port", str(config.ports.pod_discovery)],
+    }
+    _start_control_plane(config, table, bin_dir, wanted)
+    for name, module_args in python_components.items():
+        if name in wanted:
+            table.start(name, [sys.executable, "-m", *module_args], env=env)
+    if "prometheus" in wanted:
+        table.start("prometheus", prometheus.argv(config))
+    _wait_for_nodes(config, bin_dir, timeout_seconds=60)
+    controlplane.wait_for_http_ok(f"{config.prometheus_url}/-/ready", 60, "prometheus")
 
 
 def ports_in_use(config: SandboxConfig) -> list[str]:
@@ -141,18 +154,23 @@ def _binary_version(bin_dir: Path) -> str:
     return output.split()[-1]
 
 
-def _start_control_plane(config: SandboxConfig, table: ProcessTable, bin_dir: Path) -> None:
-    progress("starting etcd")
-    table.start("etcd", controlplane.etcd_argv(bin_dir, config))
+def _start_control_plane(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
+                         wanted: set[str]) -> None:
+    if "etcd" in wanted:
+        progress("starting etcd")
+        table.start("etcd", controlplane.etcd_argv(bin_dir, config))
     controlplane.wait_for_http_ok(f"http://127.0.0.1:{config.ports.etcd_client}/health", 30, "etcd")
-    progress("starting kube-apiserver")
-    table.start("kube-apiserver", controlplane.apiserver_argv(bin_dir, config))
+    if "kube-apiserver" in wanted:
+        progress("starting kube-apiserver")
+        table.start("kube-apiserver", controlplane.apiserver_argv(bin_dir, config))
     controlplane.wait_for_https_ok(f"{config.apiserver_url}/readyz", config, 60, "kube-apiserver")
-    progress("starting kube-controller-manager and kube-scheduler")
-    table.start("kube-controller-manager", controlplane.controller_manager_argv(bin_dir, config))
-    table.start("kube-scheduler", controlplane.scheduler_argv(bin_dir, config))
-    for name, port in (("kube-controller-manager", config.ports.controller_manager),
-                       ("kube-scheduler", config.ports.scheduler)):
+    for name, argv, port in (
+            ("kube-controller-manager", controlplane.controller_manager_argv(bin_dir, config),
+             config.ports.controller_manager),
+            ("kube-scheduler", controlplane.scheduler_argv(bin_dir, config), config.ports.scheduler)):
+        if name in wanted:
+            progress(f"starting {name}")
+            table.start(name, argv)
         controlplane.wait_for_https_ok(f"https://127.0.0.1:{port}/healthz", config, 60, name,
                                        authenticated=False)
 

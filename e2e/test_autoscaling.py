@@ -1,0 +1,178 @@
+"""Closed-loop autoscaling on p99 TTFT, through real Triton, the real service
+proxy, real Prometheus and the operator: scale up on a breach, recover, scale
+down after the stabilisation window without cutting a request off, no
+flapping at steady load, hold through a Prometheus outage."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from conftest import wait_for
+
+pytestmark = pytest.mark.e2e
+NAMESPACE = "autoscaling"
+SLO_TTFT_MS = 500
+MAX_REPLICAS = 3
+SCALE_DOWN_STABILIZATION_S = 30
+COOLDOWN_S = 15
+
+
+def scaler(name: str) -> dict:
+    """Llama 3.1 70B on one H100 with a 4-sequence batch: one replica serves about
+    3.5 requests/s of 128-token prompts and 32-token answers in the emulator."""
+    return {
+        "apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "model": {"name": "llama-3.1-70b"},
+            "engine": {"maxBatchSize": 4, "maxInputLen": 1024, "maxSeqLen": 2048, "maxNumTokens": 2048},
+            "slo": {"ttftP99Ms": SLO_TTFT_MS, "tpotP99Ms": 50,
+                    "quality": {"allowedQuantizations": ["BF16", "FP8"]}},
+            "workload": {"inputTokensMean": 128, "inputTokensP99": 256, "outputTokensMean": 32,
+                         "outputTokensP99": 64, "peakRequestsPerSecond": 0.5},
+            "resources": {"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 8},
+            "autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": MAX_REPLICAS,
+                            "scaleDownStabilizationSeconds": SCALE_DOWN_STABILIZATION_S,
+                            "cooldownSeconds": COOLDOWN_S},
+        },
+    }
+
+
+@dataclass
+class Observation:
+    seconds: float
+    replicas: int | None
+    ready: int | None
+    ttft_p99_ms: float | None
+    metrics_available: str | None
+
+
+@dataclass
+class Watcher:
+    """Samples the LLMDeployment's status every second while a load runs."""
+
+    sandbox: object
+    name: str
+    samples: list[Observation] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self, started: float) -> None:
+        while not self.stop.is_set():
+            status = _status(self.sandbox, self.name)
+            metrics = next((c["status"] for c in status.get("conditions") or []
+                            if c["type"] == "MetricsAvailable"), None)
+            self.samples.append(Observation(time.monotonic() - started, status.get("replicas"),
+                                            status.get("readyReplicas"), status.get("ttftP99Ms"),
+                                            metrics))
+            self.stop.wait(1.0)
+
+    def replica_changes(self, since_s: float = 0.0) -> list[tuple[float, int]]:
+        changes, previous = [], None
+        for sample in self.samples:
+            if sample.seconds >= since_s and sample.replicas is not None:
+                if previous is not None and sample.replicas != previous:
+                    changes.append((sample.seconds, sample.replicas))
+                previous = sample.replicas
+        return changes
+
+
+def _status(sandbox, name: str) -> dict:
+    return sandbox.kubectl_json("get", "llmdeployment", name, "-n", NAMESPACE).get("status") or {}
+
+
+def _deploy_ready(sandbox, name: str) -> str:
+    sandbox.apply([scaler(name)], namespace=NAMESPACE)
+    wait_for(lambda: any(c["type"] == "Ready" and c["status"] == "True"
+                         for c in _status(sandbox, name).get("conditions") or []), 180, f"{name} Ready")
+    service = sandbox.kubectl_json("get", "service", name, "-n", NAMESPACE)
+    return f"{service['spec']['clusterIP']}:8001"
+
+
+def _load(sandbox, target: str, schedule: str, duration_s: int, output_dir: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "llmfleet", "load", "--target", target, "--model", "ensemble",
+         "--schedule", schedule, "--duration-s", str(duration_s), "--input-tokens", "lognormal:128:256",
+         "--output-tokens", "fixed:32", "--slo-ttft-ms", str(SLO_TTFT_MS), "--output-dir", str(output_dir),
+         "--quiet"], env=sandbox.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def autoscaling_namespace(sandbox, operator):
+    sandbox.kubectl("create", "namespace", NAMESPACE)
+    yield NAMESPACE
+    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+
+
+def test_scales_up_on_a_breach_recovers_and_scales_down_without_cutting_requests(sandbox, tmp_path):
+    target = _deploy_ready(sandbox, "burst")
+    assert _status(sandbox, "burst")["replicas"] == 1
+    watcher = Watcher(sandbox, "burst")
+    started = time.monotonic()
+    thread = threading.Thread(target=watcher.run, args=(started,), daemon=True)
+    thread.start()
+    high_s, total_s = 120, 220
+    load = _load(sandbox, target, f"steps:0:7,{high_s}:0.5", total_s, tmp_path)
+    stdout, stderr = load.communicate(timeout=total_s + 180)
+    watcher.stop.set()
+    thread.join()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+
+    # No request failed or was cut off, including while replicas were removed.
+    assert load.returncode == 0, f"{stderr}\n{stdout}"
+    assert summary["errors"] == 0 and summary["truncated"] == 0
+    changes = watcher.replica_changes()
+    peak = max(sample.replicas or 0 for sample in watcher.samples)
+    assert 1 < peak <= MAX_REPLICAS, changes
+    first_up = next(seconds for seconds, replicas in changes if replicas > 1)
+    assert first_up < 60, f"scale-up took {first_up:.0f} s: {changes}"
+    # p99 TTFT came back under the SLO while the load was still high.
+    assert any(s.ttft_p99_ms is not None and s.ttft_p99_ms < SLO_TTFT_MS
+               for s in watcher.samples if first_up < s.seconds < high_s), watcher.samples
+    # Scale-down only after the load dropped and the stabilisation window passed.
+    downs = [seconds for seconds, replicas in changes if seconds > first_up
+             and replicas < max(r for s, r in changes if s <= seconds)]
+    assert downs, f"never scaled down: {changes}"
+    assert all(seconds >= high_s + SCALE_DOWN_STABILIZATION_S for seconds in downs), changes
+
+
+def test_steady_load_does_not_flap_and_a_prometheus_outage_holds_replicas(sandbox, tmp_path):
+    target = _deploy_ready(sandbox, "steady")
+    watcher = Watcher(sandbox, "steady")
+    started = time.monotonic()
+    thread = threading.Thread(target=watcher.run, args=(started,), daemon=True)
+    thread.start()
+    steady_s, outage_s, total_s = 90, 40, 170
+    load = _load(sandbox, target, "constant:2.5", total_s, tmp_path)
+    time.sleep(steady_s)
+    assert len(watcher.replica_changes()) <= 1, watcher.replica_changes()
+
+    replicas_before = _status(sandbox, "steady")["replicas"]
+    pid = json.loads((sandbox.state_dir / "pids" / "prometheus.json").read_text())["pid"]
+    os.kill(pid, signal.SIGTERM)
+
+    def metrics_unavailable():
+        condition = next((c for c in _status(sandbox, "steady").get("conditions") or []
+                          if c["type"] == "MetricsAvailable"), None)
+        return condition if condition and condition["status"] == "False" else None
+    condition = wait_for(metrics_unavailable, 30, "MetricsAvailable=False")
+    assert condition["reason"] == "PrometheusError"
+    time.sleep(outage_s - 10)
+    assert _status(sandbox, "steady")["replicas"] == replicas_before
+    assert _status(sandbox, "steady")["autoscaler"]["lastDecision"] == "Hold"
+
+    sandbox.llmfleet("up")  # starts only the stopped Prometheus
+    wait_for(lambda: not metrics_unavailable(), 60, "MetricsAvailable=True again")
+    stdout, stderr = load.communicate(timeout=total_s + 180)
+    watcher.stop.set()
+    thread.join()
+    assert load.returncode == 0, f"{stderr}\n{stdout}"
