@@ -76,6 +76,11 @@ class Watcher:
                                             metrics))
             self.stop.wait(1.0)
 
+    def timeline(self) -> list[tuple]:
+        """(s, replicas, ready, p99 TTFT ms) every 5 samples, for failure messages."""
+        return [(round(s.seconds), s.replicas, s.ready, s.ttft_p99_ms and round(s.ttft_p99_ms))
+                for s in self.samples[::5]]
+
     def replica_changes(self, since_s: float = 0.0) -> list[tuple[float, int]]:
         changes, previous = [], None
         for sample in self.samples:
@@ -137,12 +142,12 @@ def test_scales_up_on_a_breach_recovers_and_scales_down_without_cutting_requests
     assert first_up < 60, f"scale-up took {first_up:.0f} s: {changes}"
     # p99 TTFT came back under the SLO while the load was still high.
     assert any(s.ttft_p99_ms is not None and s.ttft_p99_ms < SLO_TTFT_MS
-               for s in watcher.samples if first_up < s.seconds < high_s), watcher.samples
+               for s in watcher.samples if first_up < s.seconds < high_s), watcher.timeline()
     # Scale-down only after the load dropped and the stabilisation window passed.
     downs = [seconds for seconds, replicas in changes if seconds > first_up
              and replicas < max(r for s, r in changes if s <= seconds)]
-    assert downs, f"never scaled down: {changes}"
-    assert all(seconds >= high_s + SCALE_DOWN_STABILIZATION_S for seconds in downs), changes
+    assert downs, f"never scaled down: {watcher.timeline()}"
+    assert all(seconds >= high_s + SCALE_DOWN_STABILIZATION_S for seconds in downs), watcher.timeline()
 
 
 def test_steady_load_does_not_flap_and_a_prometheus_outage_holds_replicas(sandbox, tmp_path):

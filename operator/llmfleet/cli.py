@@ -373,6 +373,9 @@ def _add_load_parser(commands) -> None:
     load.add_argument("--drain-timeout-s", type=float, metavar="S", default=120.0,
                       help="after the last arrival, how long to wait for open requests before "
                            "counting them truncated (default 120)")
+    load.add_argument("--max-stream-age-s", type=float, metavar="S", default=2.0,
+                      help="reopen a gRPC stream once it is this old, so that a Service, which "
+                           "balances connections, spreads load onto new replicas (default 2)")
     load.add_argument("--output-dir", default="llmfleet-load", metavar="DIR",
                       help="where the CSV, JSON and PNG go (default ./llmfleet-load)")
     load.add_argument("--quiet", action="store_true", help="no progress line on stderr")

@@ -78,7 +78,8 @@ def _check_positive(flag: str, value: float | None) -> None:
 def _common(args) -> _Common:
     for flag, value in (("--duration-s", args.duration_s), ("--window-s", args.window_s),
                         ("--drain-timeout-s", args.drain_timeout_s), ("--slo-ttft-ms", args.slo_ttft_ms),
-                        ("--slo-tpot-ms", args.slo_tpot_ms), ("--max-in-flight", args.max_in_flight)):
+                        ("--slo-tpot-ms", args.slo_tpot_ms), ("--max-in-flight", args.max_in_flight),
+                        ("--max-stream-age-s", args.max_stream_age_s)):
         _check_positive(flag, value)
     if not 0 <= args.shared_prefix_fraction <= 1:
         raise LoadInputError(f"--shared-prefix-fraction must be within 0..1, got {args.shared_prefix_fraction}")
@@ -132,7 +133,7 @@ def _concurrencies(text: str) -> list[int]:
 
 def _open_loop(common: _Common, plan, duration_s: float, args) -> int:
     result = run_open_loop(common.target, plan, common.prompts, duration_s, args.max_in_flight,
-                           args.drain_timeout_s, args.quiet)
+                           args.drain_timeout_s, args.quiet, args.max_stream_age_s)
     summary = {"mode": "open-loop", "schedule": None if args.trace else args.schedule, "trace": args.trace,
                "schedule_duration_s": duration_s,
                "offered_rate_per_second": _round_rate(len(plan), duration_s),

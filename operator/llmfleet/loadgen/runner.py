@@ -97,7 +97,8 @@ class _Progress(threading.Thread):
 
 
 def run_open_loop(target: Target, plan: Sequence[PlannedRequest], prompts: PromptFactory, duration_s: float,
-                  max_in_flight: int, drain_timeout_s: float, quiet: bool) -> RunResult:
+                  max_in_flight: int, drain_timeout_s: float, quiet: bool,
+                  max_stream_age_s: float = float("inf")) -> RunResult:
     """Send each planned request at its arrival time whatever is in flight (open loop); only the
     `max_in_flight` safety cap can delay a send, and every such wait is counted."""
     timer, in_flight, clock = CallbackTimer(), _InFlight(), RunClock()
@@ -113,10 +114,13 @@ def run_open_loop(target: Target, plan: Sequence[PlannedRequest], prompts: Promp
 
     def stream_for(endpoint: str) -> RequestStream:
         with pool_lock:
-            for stream in idle[endpoint]:
-                if stream.broken:  # only closed here, not on its own callback thread
-                    stream.close()
-            idle[endpoint] = [stream for stream in idle[endpoint] if not stream.broken]
+            # Broken and aged streams are closed here, not on their own callback thread. Aged
+            # ones so that a Service balancing connections spreads load onto new replicas.
+            retired = [stream for stream in idle[endpoint]
+                       if stream.broken or stream.age_s() > max_stream_age_s]
+            for stream in retired:
+                stream.close()
+            idle[endpoint] = [stream for stream in idle[endpoint] if stream not in retired]
             if idle[endpoint]:
                 return idle[endpoint].pop()
         stream = RequestStream(endpoint, target.model, clock, timer, on_done)

@@ -77,12 +77,16 @@ class RequestStream:
         self._token_times_s: list[float] = []
         # Guards _record between the stream's callback thread and `abandon` at the end of a run.
         self._lock = threading.Lock()
+        self._opened_monotonic_s = time.monotonic()
         self._client = grpcclient.InferenceServerClient(endpoint)
         # TensorRT-LLM's model repositories batch (max_batch_size > 0): every input then
         # carries a leading batch dimension, [1, 1] for one request.
         config = self._client.get_model_config(model, as_json=True)["config"]
         self._shape = [1, 1] if int(config.get("max_batch_size", 0)) > 0 else [1]
         self._client.start_stream(callback=self._on_response)
+
+    def age_s(self) -> float:
+        return time.monotonic() - self._opened_monotonic_s
 
     def send(self, record: RequestRecord, prompt: str) -> None:
         values = (("text_input", "BYTES", np.array([prompt.encode()], dtype=np.object_)),
