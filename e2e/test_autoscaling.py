@@ -126,7 +126,7 @@ def test_scales_up_on_a_breach_recovers_and_scales_down_without_cutting_requests
     thread = threading.Thread(target=watcher.run, args=(started,), daemon=True)
     thread.start()
     high_s, total_s = 120, 220
-    load = _load(sandbox, target, f"steps:0:7,{high_s}:0.5", total_s, tmp_path)
+    load = _load(sandbox, target, f"steps:0:6,{high_s}:0.5", total_s, tmp_path)
     stdout, stderr = load.communicate(timeout=total_s + 180)
     watcher.stop.set()
     thread.join()

@@ -21,6 +21,11 @@ from llmfleet.loadgen.stats import RequestRecord
 CALLBACK_SAMPLES_KEPT = 200_000
 
 
+# gRPC shares TCP connections between channels to the same address by default; each
+# stream needs its own, or a Service (which balances connections) sees just one.
+OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
+
+
 class TargetUnavailable(Exception):
     """An endpoint does not answer or does not serve the model; the message names it."""
 
@@ -78,7 +83,7 @@ class RequestStream:
         # Guards _record between the stream's callback thread and `abandon` at the end of a run.
         self._lock = threading.Lock()
         self._opened_monotonic_s = time.monotonic()
-        self._client = grpcclient.InferenceServerClient(endpoint)
+        self._client = grpcclient.InferenceServerClient(endpoint, channel_args=OWN_CONNECTION)
         # TensorRT-LLM's model repositories batch (max_batch_size > 0): every input then
         # carries a leading batch dimension, [1, 1] for one request.
         config = self._client.get_model_config(model, as_json=True)["config"]
