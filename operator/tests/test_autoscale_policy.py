@@ -127,6 +127,9 @@ def test_queue_growth_scales_up_before_ttft_breaches(waiting, growth, served, tt
     (4, dict(kv_cache_utilization=None), 3, "from 4 to 3"),  # unknown KV: one fewer
     (4, dict(kv_cache_utilization=0.1), 3, "(maxScaleDownStep 1)"),  # 1 would do, 1 step
     (4, dict(kv_cache_utilization=0.6), 4, "KV cache use 60% would exceed 70%"),
+    # Full batches with an empty cache: the busier resource decides.
+    (4, dict(kv_cache_utilization=0.05, batch_utilization=0.6), 4, "batch slot use 60% would exceed 70%"),
+    (4, dict(kv_cache_utilization=None, batch_utilization=0.1), 3, "batch slot use 10%"),
     (4, dict(waiting_requests=1.0), 4, "not under 50% of it with an empty queue"),
     (4, dict(waiting_requests=None), 4, "not under 50%"),  # queue unknown is not empty
     (1, {}, 1, "already at minReplicas 1"),

@@ -84,6 +84,7 @@ class FakeTritonPod:
         lines += ["# TYPE nv_trt_llm_request_metrics gauge",
                   f'nv_trt_llm_request_metrics{{{gauge},request_type="waiting"}} {self.waiting}',
                   f'nv_trt_llm_request_metrics{{{gauge},request_type="active"}} 7',
+                  f'nv_trt_llm_request_metrics{{{gauge},request_type="max"}} 10',
                   "# TYPE nv_trt_llm_kv_cache_block_metrics gauge",
                   f'nv_trt_llm_kv_cache_block_metrics{{{gauge},kv_cache_block_type="used"}} '
                   f"{self.kv_blocks_used}",
@@ -219,6 +220,7 @@ def test_snapshot_reads_the_fleet(metrics):
     assert snapshot.waiting_requests == 8  # 3 + 5; the idle deployment's pod is not counted
     assert snapshot.waiting_growth_per_second == pytest.approx(0, abs=1e-9)
     assert snapshot.kv_cache_utilization == pytest.approx(0.4)  # (30 + 50) / (100 + 100)
+    assert snapshot.batch_utilization == pytest.approx(0.7)  # (7 + 7) / (10 + 10)
     assert now - timedelta(seconds=3) <= snapshot.sample_time <= now + timedelta(seconds=1)
     assert metrics.ttft_p99_ms(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, now) == pytest.approx(
         snapshot.ttft_p99_ms)

@@ -29,8 +29,9 @@ class PolicyTuning:
     # Removing a replica raises the load on the others; TTFT climbs steeply near saturation,
     # so only a p99 under half the target leaves room for that.
     scale_down_below_target_fraction: float = 0.5
-    # A replica is removed only if the rest would hold the KV cache in use under this share.
-    scale_down_max_kv_cache_utilization: float = 0.7
+    # A replica is removed only if the rest would keep KV cache and batch slots in use under
+    # this share.
+    scale_down_max_utilization: float = 0.7
     # Waiting requests per replica that count as a backlog: enough to scale up on the queue
     # alone while no request got a first token in the window (a stalled fleet has no TTFT).
     backlog_waiting_per_replica: float = 4.0
@@ -208,19 +209,22 @@ def _scale_up(current: int, factor: float, why: str) -> _Proposal:
 
 def _scale_down(spec: AutoscalingSpec, snapshot: MetricsSnapshot, current: int,
                 tuning: PolicyTuning, why: str) -> _Proposal:
-    """The fewest replicas that keep the KV cache in use under its ceiling; one fewer when the
-    KV use is unknown. Never below minReplicas."""
+    """The fewest replicas that keep KV cache and batch-slot use under their ceiling (the
+    busier of the two decides); one fewer when neither is known. Never below minReplicas."""
     if current <= spec.min_replicas:
         return _Proposal(current, f"{why}; already at minReplicas {spec.min_replicas}")
-    kv = snapshot.kv_cache_utilization
-    if kv is None:
+    uses = {name: value for name, value in (("KV cache", snapshot.kv_cache_utilization),
+                                            ("batch slot", snapshot.batch_utilization))
+            if value is not None}
+    if not uses:
         return _Proposal(current - 1, why)
-    ceiling = tuning.scale_down_max_kv_cache_utilization
-    needed = math.ceil(current * kv / ceiling - _CEIL_SLACK)
+    name, use = max(uses.items(), key=lambda item: item[1])
+    ceiling = tuning.scale_down_max_utilization
+    needed = math.ceil(current * use / ceiling - _CEIL_SLACK)
     if needed >= current:
-        return _Proposal(current, f"{why}, but KV cache use {kv:.0%} would exceed {ceiling:.0%} "
+        return _Proposal(current, f"{why}, but {name} use {use:.0%} would exceed {ceiling:.0%} "
                          "on fewer replicas")
-    return _Proposal(max(spec.min_replicas, needed), f"{why}; KV cache use {kv:.0%}")
+    return _Proposal(max(spec.min_replicas, needed), f"{why}; {name} use {use:.0%}")
 
 
 def _stabilise_and_limit(spec: AutoscalingSpec, state: AutoscalerState,

@@ -18,6 +18,7 @@ class MetricsSnapshot:
     waiting_requests: float | None = None  # summed over replicas
     waiting_growth_per_second: float | None = None  # of the summed queue
     kv_cache_utilization: float | None = None  # used blocks / all blocks, 0..1
+    batch_utilization: float | None = None  # active sequences / batch slots over the window, 0..1
     requests_per_second: float | None = None  # requests that got their first token
     sample_time: datetime | None = None  # newest sample behind the observations
     error: str | None = None  # why Prometheus gave no answer

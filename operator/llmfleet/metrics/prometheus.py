@@ -39,6 +39,7 @@ class DeploymentQueries:
     waiting_requests: str
     waiting_growth_per_second: str
     kv_cache_utilization: str
+    batch_utilization: str
     requests_per_second: str
     newest_sample_unix_seconds: str
 
@@ -71,6 +72,11 @@ def deployment_queries(namespace: str, deployment_name: str,
         kv_cache_utilization=(
             f'sum({KV_CACHE_GAUGE}{{{selector}, kv_cache_block_type="used"}}) / '
             f'sum({KV_CACHE_GAUGE}{{{selector}, kv_cache_block_type="max"}})'),
+        # In-flight batch slots in use, averaged over the window: KV use alone misses a
+        # fleet whose batches are full while its cache is mostly empty.
+        batch_utilization=(
+            f'sum(avg_over_time({REQUEST_GAUGE}{{{selector}, request_type="active"}}{window})) / '
+            f'sum(avg_over_time({REQUEST_GAUGE}{{{selector}, request_type="max"}}{window}))'),
         # Requests that got a first token: present in sandbox and real mode alike.
         requests_per_second=f"sum(rate({TTFT_HISTOGRAM}_count{{{selector}}}{window}))",
         newest_sample_unix_seconds=(
