@@ -14,10 +14,7 @@ import csv
 import json
 import os
 import platform
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -29,7 +26,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import yaml  # noqa: E402
 
-from bench_sandbox import LLMFLEET, run, sandbox_env  # noqa: E402
+from bench_sandbox import run, sandbox_with_operator  # noqa: E402
 
 NAMESPACE = "bench"
 SLO_TTFT_MS = 500
@@ -150,30 +147,13 @@ def plot(runs: dict[str, tuple[list, list]]) -> None:
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory(prefix="llmfleet-bench-") as state:
-        base_env = {**os.environ, "LLMFLEET_SANDBOX_DIR": state}
-        run([*LLMFLEET, "up"], base_env)
-        operator = None
-        try:
-            env = sandbox_env(Path(state))
-            run(["kubectl", "apply", "--server-side", "-f", str(REPO / "crds")], env)
-            run(["kubectl", "wait", "--for=condition=Established", "crd/llmdeployments.llmfleet.io"], env)
-            run(["kubectl", "create", "namespace", NAMESPACE], env)
-            operator = subprocess.Popen([sys.executable, "-m", "llmfleet", "run", "--sandbox-mode"],
-                                        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        start_new_session=True)
-            work = Path(state)
-            step = drive(env, "react", deploy(env, "react", True), *STEP_SCHEDULE, work / "step")
-            run(["kubectl", "delete", "llmdeployment", "react", "-n", NAMESPACE, "--wait=true"], env)
-            times = reaction(*step, breach_from_s=20)
-            autoscaled = drive(env, "ramp-auto", deploy(env, "ramp-auto", True), *RAMP_SCHEDULE, work / "auto")
-            run(["kubectl", "delete", "llmdeployment", "ramp-auto", "-n", NAMESPACE, "--wait=true"], env)
-            static = drive(env, "ramp-static", deploy(env, "ramp-static", False), *RAMP_SCHEDULE, work / "static")
-        finally:
-            if operator is not None:
-                os.killpg(operator.pid, signal.SIGTERM)
-                operator.wait(timeout=30)
-            run([*LLMFLEET, "down", "--purge"], base_env)
+    with sandbox_with_operator(NAMESPACE) as (env, work):
+        step = drive(env, "react", deploy(env, "react", True), *STEP_SCHEDULE, work / "step")
+        run(["kubectl", "delete", "llmdeployment", "react", "-n", NAMESPACE, "--wait=true"], env)
+        times = reaction(*step, breach_from_s=20)
+        autoscaled = drive(env, "ramp-auto", deploy(env, "ramp-auto", True), *RAMP_SCHEDULE, work / "auto")
+        run(["kubectl", "delete", "llmdeployment", "ramp-auto", "-n", NAMESPACE, "--wait=true"], env)
+        static = drive(env, "ramp-static", deploy(env, "ramp-static", False), *RAMP_SCHEDULE, work / "static")
     seconds = RAMP_SCHEDULE[1]
     auto_cost, static_cost = replica_seconds(autoscaled[0], seconds), replica_seconds(static[0], seconds)
     plot({"autoscaled": autoscaled, "static (peak-sized)": static})

@@ -9,9 +9,11 @@ sandbox running. Run: sudo .venv/bin/python benchmarks/bench_sandbox.py [--cold-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -34,6 +36,30 @@ POD_RUNS = 5
 
 def run(argv, env, **kwargs):
     return subprocess.run(argv, env=env, capture_output=True, text=True, check=True, **kwargs)
+
+
+@contextlib.contextmanager
+def sandbox_with_operator(namespace: str):
+    """A fresh sandbox with the CRD, `namespace` and the operator on the host (sandbox mode,
+    autoscaling on the sandbox's Prometheus). Yields (env, state dir); stops all of it."""
+    with tempfile.TemporaryDirectory(prefix="llmfleet-bench-") as state:
+        base_env = {**os.environ, "LLMFLEET_SANDBOX_DIR": state}
+        run([*LLMFLEET, "up"], base_env)
+        operator = None
+        try:
+            env = sandbox_env(Path(state))
+            run(["kubectl", "apply", "--server-side", "-f", str(REPO / "crds")], env)
+            run(["kubectl", "wait", "--for=condition=Established", "crd/llmdeployments.llmfleet.io"], env)
+            run(["kubectl", "create", "namespace", namespace], env)
+            operator = subprocess.Popen([sys.executable, "-m", "llmfleet", "run", "--sandbox-mode"],
+                                        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True)
+            yield env, Path(state)
+        finally:
+            if operator is not None:
+                os.killpg(operator.pid, signal.SIGTERM)
+                operator.wait(timeout=30)
+            run([*LLMFLEET, "down", "--purge"], base_env)
 
 
 def cold_build_seconds() -> float:

@@ -213,7 +213,7 @@ def plan(request: PlanRequest, catalog: Catalog | None = None) -> Plan:
     catalog = catalog or load_catalog()
     model = _resolve_model(request.model, catalog)
     request = PlanRequest(model, request.workload, request.slo, request.space)
-    w, slo, space = request.workload, request.slo, request.space
+    w, space = request.workload, request.space
     context_p99 = w.input_tokens_p99 + w.output_tokens_p99
     if context_p99 > model.max_position_embeddings:
         reason = (f"p99 context {context_p99:.0f} tokens exceeds the model's "
