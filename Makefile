@@ -53,6 +53,7 @@ test: setup unit e2e
 
 # pytest exits 5 when it collects nothing; that is not a failure here.
 unit: python-env
+	$(BIN)/ruff check operator e2e benchmarks
 	@$(BIN)/pytest operator/tests -q $(PYTEST_OPTS) || [ $$? -eq 5 ]
 
 e2e: setup
