@@ -33,7 +33,8 @@ SLO_TTFT_MS = 500
 TARGET_TTFT_MS = 300  # steer below the SLO, so that scaling starts before users notice
 MAX_REPLICAS = 3
 STEP_SCHEDULE = ("steps:0:0.5,20:6", 120)  # (schedule, seconds): breach at 20 s
-RAMP_SCHEDULE = ("ramp:0:0.5,60:6,150:6,210:0.5", 270)
+# A compressed day: quiet, a one-minute climb, a one-minute peak, a one-minute fall, quiet.
+RAMP_SCHEDULE = ("ramp:0:0.5,60:0.5,120:6,180:6,240:0.5", 420)
 LOAD_FLAGS = ["--input-tokens", "lognormal:128:256", "--output-tokens", "fixed:32", "--seed", "7"]
 
 
