@@ -8,6 +8,7 @@ to it and hands each to a PodWorker. Run as `python -m llmfleet.sandbox.agent`.
 from __future__ import annotations
 
 import argparse
+import base64
 import datetime
 import ipaddress
 import json
@@ -81,8 +82,6 @@ class NodeAgent:
         return self.core.read_namespaced_config_map(name, namespace).data or {}
 
     def read_secret(self, namespace: str, name: str) -> dict[str, str]:
-        import base64
-
         data = self.core.read_namespaced_secret(name, namespace).data or {}
         return {key: base64.b64decode(value).decode() for key, value in data.items()}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -490,8 +491,6 @@ class PodWorker(threading.Thread):
 
 def _expand_env(text: str, env: dict[str, str]) -> str:
     """Kubernetes $(VAR) expansion; $$(VAR) escapes it."""
-    import re
-
     def replace(match):
         if match.group(0).startswith("$$"):
             return match.group(0)[1:]
