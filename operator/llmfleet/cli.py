@@ -50,7 +50,8 @@ def _run_sandbox(args) -> int:
             raise SystemExit(f"llmfleet sandbox up: --gpu-type: {error}") from None
         config = manager.up(config)
         print(manager.status(config)[1])
-        print("\nUse it:  eval \"$(llmfleet sandbox env)\" && kubectl get nodes")
+        llmfleet = Path(sys.executable).parent / "llmfleet"
+        print(f"\nUse it:  eval \"$({llmfleet} sandbox env)\" && kubectl get nodes")
         return 0
     if args.sandbox_command == "down":
         manager.down(config, purge=args.purge)
@@ -383,15 +384,16 @@ def _add_load_parser(commands) -> None:
 
 
 def _run_operator(args) -> int:
+    if args.kubeconfig:
+        # Kopf's own login reads the same file. Set before the kubernetes client is imported:
+        # it reads $KUBECONFIG once, at import.
+        os.environ["KUBECONFIG"] = str(Path(args.kubeconfig).resolve())
     import kopf
 
     from llmfleet import handlers  # noqa: F401 - registers the handlers
     from llmfleet.reconcile import OperatorSettings
     from llmfleet.render import RenderSettings
 
-    if args.kubeconfig:
-        # Kopf's own login reads the same file.
-        os.environ["KUBECONFIG"] = str(Path(args.kubeconfig).resolve())
     settings = OperatorSettings(render=RenderSettings(sandbox_mode=args.sandbox_mode))
     kopf.configure(verbose=args.verbose)
     kopf.run(standalone=True, clusterwide=not args.namespace, namespaces=args.namespace,

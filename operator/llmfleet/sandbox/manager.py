@@ -259,13 +259,14 @@ def demo(config: SandboxConfig) -> str:
         table.start("operator", [sys.executable, "-m", "llmfleet", "run", "--kubeconfig",
                                  str(config.admin_kubeconfig), "--sandbox-mode",
                                  "--prometheus-url", config.prometheus_url],
-                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                    env={**os.environ, "PYTHONUNBUFFERED": "1",
+                         "KUBECONFIG": str(config.admin_kubeconfig)})
     subprocess.run([*kubectl, "apply", "-f", str(DEMO_MANIFEST)], check=True, capture_output=True)
     progress(f"applied {DEMO_MANIFEST.relative_to(controlplane.REPO_ROOT)}")
     return f"""The operator is running (log: {config.logs_dir / 'operator.log'}) and serves the
 LLMDeployment `chat` (Llama 3.1 70B on H100, emulated). Next:
 
-  eval "$(llmfleet sandbox env)"
+  eval "$({Path(sys.executable).parent / 'llmfleet'} sandbox env)"
   kubectl get llmdeployment chat -w                # plan, replicas, p99 TTFT
   kubectl wait --for=condition=Ready llmdeployment/chat --timeout=180s
   llmfleet load --target $(kubectl get svc chat -o jsonpath='{{.spec.clusterIP}}'):8001 \\
@@ -280,6 +281,7 @@ def environment_script(config: SandboxConfig) -> str:
     settings = load_settings(config)
     if settings is None:
         raise SandboxError("the sandbox has never been started here; run `llmfleet sandbox up`")
+    # The matching kubectl and helm first, then this environment's llmfleet.
     return (f"export KUBECONFIG={config.admin_kubeconfig}\n"
-            f"export PATH={settings['binDir']}:$PATH\n"
+            f"export PATH={settings['binDir']}:{Path(sys.executable).parent}:$PATH\n"
             f"export LLMFLEET_PROMETHEUS_URL={config.prometheus_url}\n")
