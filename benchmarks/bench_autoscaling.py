@@ -27,6 +27,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import yaml  # noqa: E402
 
 from bench_sandbox import run, sandbox_with_operator  # noqa: E402
+from operator_fixtures import small_batch_70b  # noqa: E402
 
 NAMESPACE = "bench"
 SLO_TTFT_MS = 500
@@ -39,23 +40,11 @@ LOAD_FLAGS = ["--input-tokens", "lognormal:128:256", "--output-tokens", "fixed:3
 
 
 def deployment(name: str, autoscaled: bool) -> dict:
-    spec = {
-        "model": {"name": "llama-3.1-70b"},
-        "engine": {"maxBatchSize": 4, "maxInputLen": 1024, "maxSeqLen": 2048, "maxNumTokens": 2048},
-        "slo": {"ttftP99Ms": SLO_TTFT_MS, "tpotP99Ms": 50,
-                "quality": {"allowedQuantizations": ["BF16", "FP8"]}},
-        "workload": {"inputTokensMean": 128, "inputTokensP99": 256, "outputTokensMean": 32,
-                     "outputTokensP99": 64, "peakRequestsPerSecond": 0.5},
-        "resources": {"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 8},
-    }
     if autoscaled:
-        spec["autoscaling"] = {"enabled": True, "minReplicas": 1, "maxReplicas": MAX_REPLICAS,
-                               "targetTtftP99Ms": TARGET_TTFT_MS, "cooldownSeconds": 15,
-                               "scaleDownStabilizationSeconds": 60}
-    else:
-        spec["plan"] = {"replicas": MAX_REPLICAS}
-    return {"apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
-            "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
+        return small_batch_70b(name, NAMESPACE, SLO_TTFT_MS, autoscaling={
+            "enabled": True, "minReplicas": 1, "maxReplicas": MAX_REPLICAS,
+            "targetTtftP99Ms": TARGET_TTFT_MS, "cooldownSeconds": 15, "scaleDownStabilizationSeconds": 60})
+    return small_batch_70b(name, NAMESPACE, SLO_TTFT_MS, plan={"replicas": MAX_REPLICAS})
 
 
 def status(env, name: str) -> dict:

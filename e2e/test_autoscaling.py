@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_for
+from operator_fixtures import small_batch_70b
 
 pytestmark = pytest.mark.e2e
 NAMESPACE = "autoscaling"
@@ -28,24 +29,9 @@ COOLDOWN_S = 15
 
 
 def scaler(name: str, min_replicas: int = 1) -> dict:
-    """Llama 3.1 70B on one H100 with a 4-sequence batch: one replica serves about
-    3.5 requests/s of 128-token prompts and 32-token answers in the emulator."""
-    return {
-        "apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "model": {"name": "llama-3.1-70b"},
-            "engine": {"maxBatchSize": 4, "maxInputLen": 1024, "maxSeqLen": 2048, "maxNumTokens": 2048},
-            "slo": {"ttftP99Ms": SLO_TTFT_MS, "tpotP99Ms": 50,
-                    "quality": {"allowedQuantizations": ["BF16", "FP8"]}},
-            "workload": {"inputTokensMean": 128, "inputTokensP99": 256, "outputTokensMean": 32,
-                         "outputTokensP99": 64, "peakRequestsPerSecond": 0.5},
-            "resources": {"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 8},
-            "autoscaling": {"enabled": True, "minReplicas": min_replicas, "maxReplicas": MAX_REPLICAS,
-                            "scaleDownStabilizationSeconds": SCALE_DOWN_STABILIZATION_S,
-                            "cooldownSeconds": COOLDOWN_S},
-        },
-    }
+    return small_batch_70b(name, NAMESPACE, SLO_TTFT_MS, autoscaling={
+        "enabled": True, "minReplicas": min_replicas, "maxReplicas": MAX_REPLICAS,
+        "scaleDownStabilizationSeconds": SCALE_DOWN_STABILIZATION_S, "cooldownSeconds": COOLDOWN_S})
 
 
 @dataclass
