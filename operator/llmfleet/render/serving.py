@@ -24,9 +24,11 @@ MEMORY_PER_GPU_GIB = 16
 # Where the Triton TensorRT-LLM image keeps the tokenizer models' code (to verify per release).
 IMAGE_MODELS_PATH = "/app/all_models/inflight_batcher_llm"
 LAUNCHER = "/app/scripts/launch_triton_server.py"
-# Loading a large engine takes minutes: the startup probe allows up to 30 minutes.
-STARTUP_PROBE_PERIOD_SECONDS = 10
-STARTUP_PROBE_FAILURES = 180
+# Loading a large engine takes minutes: the startup probe allows up to 30 minutes. It polls
+# often because a loaded engine that waits for its next probe is scale-up time lost, and a
+# health GET costs nothing next to serving.
+STARTUP_PROBE_PERIOD_SECONDS = 2
+STARTUP_PROBE_FAILURES = 900
 PROGRESS_DEADLINE_SECONDS = 3600
 DRAIN_DELAY_SECONDS = 5
 EXIT_MARGIN_SECONDS = 5
@@ -130,7 +132,10 @@ def serving_deployment(deployment: LLMDeployment, plan: Plan, metadata: dict[str
         },
         "startupProbe": _probe("/v2/health/ready", period_seconds=STARTUP_PROBE_PERIOD_SECONDS,
                                failure_threshold=STARTUP_PROBE_FAILURES, timeout_seconds=5),
-        "readinessProbe": _probe("/v2/health/ready", period_seconds=5, failure_threshold=3, timeout_seconds=3),
+        # Polled as often as the startup probe (the first readiness probe comes up to a period
+        # after startup passes); five failures leave a busy server 10 s before it is dropped.
+        "readinessProbe": _probe("/v2/health/ready", period_seconds=STARTUP_PROBE_PERIOD_SECONDS,
+                                 failure_threshold=5, timeout_seconds=2),
         "livenessProbe": _probe("/v2/health/live", period_seconds=10, failure_threshold=6, timeout_seconds=5),
         # Draining: a terminating pod leaves the Service's endpoints at once, but proxies
         # learn it a moment later; Triton must not stop taking requests before they do.
