@@ -113,6 +113,15 @@ def test_probe_thresholds_flip_only_when_reached():
     assert state.passing is False
 
 
+def test_probe_ticks_passed_during_startup_delay_the_first_probe_by_a_period():
+    readiness = ProbeState({"periodSeconds": 5}, started_at=100)
+    assert readiness.due(100)
+    readiness.pass_tick(100)
+    assert not readiness.due(104)
+    assert readiness.due(105)
+    assert readiness.passing is None
+
+
 def test_pid_records_do_not_match_a_reused_pid(tmp_path):
     table = ProcessTable(tmp_path / "pids", tmp_path / "logs")
     record = table.start("sleeper", ["sleep", "30"])

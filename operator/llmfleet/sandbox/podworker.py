@@ -313,6 +313,9 @@ class PodWorker(threading.Thread):
                 run.startup.record(ok, now)
                 if run.startup.passing is False:
                     self._kill_for_restart(run, f"Startup probe failed: {message}")
+            for waiting in (run.readiness, run.liveness):
+                if waiting is not None:
+                    waiting.pass_tick(now)
             return
         if run.readiness is not None and run.readiness.due(now):
             ok, message = run_probe(run.readiness.spec, run.spec, self.pod_ip, prefix)

@@ -7,7 +7,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 def resolve_port(port, container: dict) -> int:
@@ -69,13 +69,20 @@ class ProbeState:
     started_at: float
     successes: int = 0
     failures: int = 0
-    last_run: float = field(default=0.0)
+    last_run: float | None = None
     passing: bool | None = None
 
     def due(self, now: float) -> bool:
         if now - self.started_at < self.spec.get("initialDelaySeconds", 0):
             return False
-        return now - self.last_run >= self.spec.get("periodSeconds", 10)
+        return self.last_run is None or now - self.last_run >= self.spec.get("periodSeconds", 10)
+
+    def pass_tick(self, now: float) -> None:
+        """Let a due tick go by unprobed. The kubelet's readiness and liveness workers tick on
+        their own period from container start and skip while the startup probe has not
+        passed, so the first readiness probe comes up to a period after startup succeeds."""
+        if self.due(now):
+            self.last_run = now
 
     def record(self, ok: bool, now: float) -> None:
         """Apply success/failure thresholds; `passing` flips only when one is reached."""
