@@ -110,10 +110,12 @@ def reaction(samples: list, requests: list, breach_from_s: float) -> dict:
     breach = next(start for start, p99 in windows if start >= breach_from_s - 5
                   and p99 is not None and p99 > SLO_TTFT_MS)
     decision = next(t for t, replicas, *_ in samples if replicas and replicas > 1)
+    scaled_to = next(replicas for t, replicas, *_ in samples if t >= decision)
+    ready = next((t for t, _, ready, _ in samples if t >= decision and (ready or 0) >= scaled_to), None)
     recovered = next((start + 5 for start, p99 in windows if start > decision and p99 is not None
                       and p99 <= SLO_TTFT_MS
                       and all(q is None or q <= SLO_TTFT_MS for s, q in windows if s >= start)), None)
-    return {"breach_s": breach, "decision_s": decision, "recovered_s": recovered}
+    return {"breach_s": breach, "decision_s": decision, "ready_s": ready, "recovered_s": recovered}
 
 
 def plot(runs: dict[str, tuple[list, list]]) -> None:
@@ -149,6 +151,7 @@ def main() -> int:
     auto_cost, static_cost = replica_seconds(autoscaled[0], seconds), replica_seconds(static[0], seconds)
     plot({"autoscaled": autoscaled, "static (peak-sized)": static})
     to_decision = times["decision_s"] - times["breach_s"]
+    to_ready = (times["ready_s"] - times["breach_s"]) if times["ready_s"] else None
     to_recovery = (times["recovered_s"] - times["breach_s"]) if times["recovered_s"] else None
     lines = [
         "# Autoscaling benchmarks", "",
@@ -164,6 +167,8 @@ def main() -> int:
         "|---|---:|---|",
         f"| to the scale-up decision (status.replicas rises) | {to_decision:.0f} | target under 20 s; "
         "HPA syncs every 15 s, KEDA polls every 30 s |",
+        f"| to the new replicas ready (status.readyReplicas reaches it) | "
+        f"{'not within the run' if to_ready is None else f'{to_ready:.0f}'} | report |",
         f"| to recovery (every later 5 s window within the SLO) | "
         f"{'not within the run' if to_recovery is None else f'{to_recovery:.0f}'} | report |", "",
         f"## Ramp and fall ({RAMP_SCHEDULE[0]} requests/s, {seconds} s, same seeded trace)", "",
