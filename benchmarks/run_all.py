@@ -9,6 +9,7 @@ Run: sudo .venv/bin/python benchmarks/run_all.py [--collect] [--cold-build]
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +35,8 @@ def collect() -> str:
     for _, section in BENCHMARKS:
         path = SECTIONS / section
         if path.exists():
-            text = path.read_text().replace("](autoscaling.png)", "](benchmarks/autoscaling.png)")
+            # Images sit next to the sections; links must resolve from docs/benchmarks.md.
+            text = re.sub(r"\]\(([\w-]+\.png)\)", r"](benchmarks/\1)", path.read_text())
             # Every heading goes one level down: the section's title becomes a second level.
             parts.append("\n".join("#" + line if line.startswith("#") else line
                                     for line in text.strip().splitlines()) + "\n")
