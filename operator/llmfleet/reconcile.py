@@ -21,7 +21,7 @@ from llmfleet.api import (
 )
 from llmfleet.api.conditions import Condition
 from llmfleet.api.status import AutoscalerStatus, ReplicaRecommendation
-from llmfleet.autoscale import AutoscalerState, MetricsSnapshot, Recommendation
+from llmfleet.autoscale import AutoscalerState, MetricsSnapshot, Recommendation, display_round
 from llmfleet.autoscale import decide as autoscale
 from llmfleet.planner import plan as make_plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec, plan_status_from_plan
@@ -266,7 +266,7 @@ def decide(body: dict, children: list[dict], settings: OperatorSettings, now: da
         "revisions": [{k: v for k, v in r.items() if v is not None} for r in revisions] or None,
         "conditions": _dump_conditions(after),
         "autoscaler": autoscaler_status,
-        "ttftP99Ms": snapshot.ttft_p99_ms if snapshot is not None else None,
+        "ttftP99Ms": display_round(snapshot.ttft_p99_ms, 1) if snapshot is not None else None,
     }
     return Outcome(apply=manifests, delete=delete, status=status,
                    events=events + _transition_events(before, after))

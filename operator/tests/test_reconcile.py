@@ -147,13 +147,14 @@ def test_autoscaler_scales_up_on_a_ttft_breach_and_records_why():
     first = decide(autoscaling_body(), [], SETTINGS, NOW)
     built = finished_job(by_kind(first.apply, "Job"))
     serving = ready_deployment(by_kind(first.apply, "Deployment"), 1)
-    breach = MetricsSnapshot(ttft_p99_ms=3000.0, waiting_requests=0.0, requests_per_second=2.0,
+    breach = MetricsSnapshot(ttft_p99_ms=3000.0416666667, waiting_requests=0.0, requests_per_second=2.0,
                              kv_cache_utilization=0.5, sample_time=NOW)
     outcome = decide(autoscaling_body(status=first.status), [built, serving], SETTINGS, NOW, breach)
     assert outcome.status["replicas"] > 1
     assert by_kind(outcome.apply, "Deployment")["spec"]["replicas"] == outcome.status["replicas"]
     assert outcome.status["autoscaler"]["lastDecision"] == "ScaleUp"
-    assert outcome.status["ttftP99Ms"] == 3000.0
+    assert outcome.status["ttftP99Ms"] == 3000.0  # rounded to 0.1 ms for kubectl get
+    assert outcome.status["autoscaler"]["inputs"]["observedTtftP99Ms"] == 3000.0
     assert condition(outcome, "MetricsAvailable")["status"] == "True"
     assert ("Normal", "ScaleUp") in [(e.type, e.reason) for e in outcome.events]
 

@@ -9,6 +9,7 @@ from llmfleet.autoscale.policy import (
     Decision,
     PolicyTuning,
     decide,
+    display_round,
     target_ttft_p99_ms,
 )
 from llmfleet.autoscale.snapshot import MetricsSnapshot
@@ -23,5 +24,6 @@ __all__ = [
     "PolicyTuning",
     "Recommendation",
     "decide",
+    "display_round",
     "target_ttft_p99_ms",
 ]

@@ -297,13 +297,19 @@ def _warming_since(state: AutoscalerState, desired: int, current: int, ready: in
     return None
 
 
+def display_round(value: float | None, digits: int) -> float | None:
+    """Rounded for status: a histogram quantile or a rate is not precise to 15 digits, and
+    `kubectl get` prints what status holds."""
+    return None if value is None else round(value, digits)
+
+
 def _inputs(snapshot: MetricsSnapshot, target_ms: int, current: int, ready: int) -> AutoscalerInputs:
     kv = snapshot.kv_cache_utilization
     return AutoscalerInputs(
-        observed_ttft_p99_ms=snapshot.ttft_p99_ms,
+        observed_ttft_p99_ms=display_round(snapshot.ttft_p99_ms, 1),
         target_ttft_p99_ms=target_ms,
         current_replicas=current,
         ready_replicas=ready,
-        requests_per_second=snapshot.requests_per_second,
-        kv_cache_utilization_percent=None if kv is None else min(100.0, max(0.0, kv * 100)),
+        requests_per_second=display_round(snapshot.requests_per_second, 3),
+        kv_cache_utilization_percent=None if kv is None else round(min(100.0, max(0.0, kv * 100)), 1),
     )
