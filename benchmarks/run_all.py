@@ -21,6 +21,7 @@ OUTPUT = REPO / "docs" / "benchmarks.md"
 BENCHMARKS = (
     ("bench_sandbox.py", "sandbox.md"),
     ("bench_planner.py", "planner.md"),
+    ("bench_emulator.py", "emulator.md"),
     ("bench_reconcile.py", "reconcile.md"),
     ("bench_autoscaling.py", "autoscaling.md"),
 )

@@ -12,14 +12,16 @@ from llmfleet.cli import main
 from llmfleet.emulator.profile import EngineProfile
 from llmfleet.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
 # The emulator's own real-Triton test already knows how to start and stop the server.
-from test_emulator_triton import BASE_PROFILE, _start_triton
+from test_emulator_triton import BASE_PROFILE
+from triton_process import start_triton
 
 RATE_PER_SECOND, DURATION_S, INPUT_TOKENS, OUTPUT_TOKENS = 4, 10, 100, 20
 
 
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory):
-    yield from _start_triton(tmp_path_factory.mktemp("triton-loadgen"), BASE_PROFILE)
+    with start_triton(tmp_path_factory.mktemp("triton-loadgen"), BASE_PROFILE) as server:
+        yield server
 
 
 def _csv_rows(path):
