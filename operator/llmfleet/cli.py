@@ -16,6 +16,7 @@ class BadInput(Exception):
 
 
 BAD_INPUT_EXIT_CODE = 2
+BROKEN_PIPE_EXIT_CODE = 141  # 128 + SIGPIPE, what a shell reports for a writer killed by it
 # `plan`: nothing meets the spec; `estimate`: the configuration cannot run.
 NOT_FEASIBLE_EXIT_CODE = 1
 
@@ -410,6 +411,11 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as error:
         print(f"llmfleet {args.command}: {error}", file=sys.stderr)
         return BAD_INPUT_EXIT_CODE
+    except BrokenPipeError:
+        # The reader went away (`llmfleet plan ... | head`): stop quietly like other Unix tools.
+        # Pointing stdout at /dev/null keeps Python's exit-time flush from failing again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE_EXIT_CODE
 
 
 if __name__ == "__main__":

@@ -239,6 +239,16 @@ def test_console_script_plans_the_example():
     assert set(json.loads(completed.stdout)) == PLAN_KEYS
 
 
+def test_a_reader_that_goes_away_ends_the_output_quietly():
+    # Like `llmfleet plan ... | head -1`: the reader closes the pipe before anything is written.
+    process = subprocess.Popen([str(CONSOLE_SCRIPT), "plan", "-f", str(EXAMPLE)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 141
+    assert stderr == ""
+
+
 def test_help_describes_both_commands(capsys):
     with pytest.raises(SystemExit) as exited:
         main(["--help"])
