@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 REPORT = REPO / "docs" / "benchmarks" / "emulator.md"
 sys.path.insert(0, str(REPO / "operator" / "tests"))
 
-from triton_process import MODEL, start_triton  # noqa: E402
+from triton_process import MODEL, metric_value, start_triton  # noqa: E402
 
 from llmfleet.api import LLMDeploymentSpec  # noqa: E402
 from llmfleet.emulator.profile import EngineProfile  # noqa: E402
@@ -55,13 +55,6 @@ def rendered_profile(model: str) -> dict:
     return emulator_profile(plan(plan_request_from_spec(spec)), spec)
 
 
-def gauge(text: str, name: str, label: str, value: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(name + "{") and f'{label}="{value}"' in line:
-            return float(line.rsplit(" ", 1)[1])
-    raise RuntimeError(f"no sample of {name}{{{label}={value!r}}}")
-
-
 def measure(profile: dict, streams: int, work: Path) -> dict:
     with start_triton(work / "triton", profile) as server:
         result = subprocess.run(
@@ -74,7 +67,7 @@ def measure(profile: dict, streams: int, work: Path) -> dict:
             raise RuntimeError(f"llmfleet load failed:\n{result.stderr}")
         metrics = server.metrics()
     point = json.loads((work / "load" / "sweep.json").read_text())["points"][0]
-    overhead = {stat: gauge(metrics, "llmfleet_emulator_step_overhead_ms", "stat", stat)
+    overhead = {stat: metric_value(metrics, "llmfleet_emulator_step_overhead_ms", stat=stat)
                 for stat in ("mean", "max", "host_work_mean")}
     return {"streams": streams, "tpot_p50_ms": point["tpot_p50_ms"], "tokens_per_s": point["output_tokens_per_second"],
             "late_mean_ms": overhead["mean"], "late_max_ms": overhead["max"], "host_ms": overhead["host_work_mean"]}

@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 
 from llmfleet.emulator.profile import EngineProfile
 from llmfleet.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
-from triton_process import MODEL, start_triton
+from triton_process import MODEL, metric_value, start_triton
 
 # Slow enough that 2 CPU cores keep up, fast enough for the whole file to run in well under a minute.
 BASE_PROFILE = {
@@ -120,14 +120,6 @@ def test_rising_concurrency_saturates_throughput_and_raises_ttft(triton):
     assert throughputs[3] < 1.25 * throughputs[2]
 
 
-def _metric(text: str, name: str, **labels: str) -> float:
-    wanted = [f'{key}="{value}"' for key, value in labels.items()]
-    for line in text.splitlines():
-        if line.startswith(name + "{") and all(label in line for label in wanted):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"no sample of {name} {labels}")
-
-
 def test_non_streaming_request_gets_one_response_with_the_whole_text(triton):
     client = grpcclient.InferenceServerClient(triton.grpc_url)
     responses: queue.Queue = queue.Queue()
@@ -156,14 +148,14 @@ def test_client_cancellation_frees_the_blocks(triton):
     client.async_stream_infer(MODEL, inputs)
     for _ in range(5):
         assert tokens.get(timeout=10) is None
-    assert _metric(triton.metrics(), "nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="used") > 0
+    assert metric_value(triton.metrics(), "nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="used") > 0
     client.stop_stream(cancel_requests=True)
     client.close()
     deadline = time.monotonic() + 5
-    while _metric(triton.metrics(), "nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="used") > 0:
+    while metric_value(triton.metrics(), "nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="used") > 0:
         assert time.monotonic() < deadline, "blocks of the cancelled request were not freed"
         time.sleep(0.1)
-    assert _metric(triton.metrics(), "nv_trt_llm_request_metrics", request_type="active") == 0
+    assert metric_value(triton.metrics(), "nv_trt_llm_request_metrics", request_type="active") == 0
 
 
 def test_kv_exhaustion_queues_requests_instead_of_failing(small_kv_triton):

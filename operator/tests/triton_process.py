@@ -36,6 +36,15 @@ class TritonServer:
             return response.read().decode()
 
 
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """The value of the first sample of `name` carrying all `labels` in Prometheus text."""
+    wanted = [f'{key}="{value}"' for key, value in labels.items()]
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(label in line for label in wanted):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no sample of {name} {labels}")
+
+
 def config_pbtxt(profile: dict) -> str:
     profile_json = json.dumps(json.dumps(profile))  # a pbtxt string literal holding the JSON
     return f"""name: "{MODEL}"
