@@ -28,8 +28,8 @@ sys.path.insert(0, str(REPO / "operator" / "tests"))
 from triton_process import MODEL, metric_value, start_triton  # noqa: E402
 
 from llmfleet.api import LLMDeploymentSpec  # noqa: E402
-from llmfleet.emulator.profile import EngineProfile  # noqa: E402
-from llmfleet.emulator.timing import expected_tpot_ms  # noqa: E402
+from llmfleet_sandbox.emulator.profile import EngineProfile  # noqa: E402
+from llmfleet_sandbox.emulator.timing import expected_tpot_ms  # noqa: E402
 from llmfleet.planner import plan  # noqa: E402
 from llmfleet.planner.spec_adapter import plan_request_from_spec  # noqa: E402
 from llmfleet.render import emulator_profile  # noqa: E402

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_for
-from llmfleet.emulator.profile import EngineProfile
-from llmfleet.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
+from llmfleet_sandbox.emulator.profile import EngineProfile
+from llmfleet_sandbox.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
 
 pytestmark = pytest.mark.e2e
 NAMESPACE = "fidelity"

@@ -22,8 +22,8 @@ NOT_FEASIBLE_EXIT_CODE = 1
 
 
 def _sandbox_config(args):
-    from llmfleet.sandbox.config import SandboxConfig
-    from llmfleet.sandbox.manager import configured
+    from llmfleet_sandbox.config import SandboxConfig
+    from llmfleet_sandbox.manager import configured
 
     if args.sandbox_command != "up":
         return configured(args.state_dir)
@@ -38,8 +38,8 @@ def _sandbox_config(args):
 
 
 def _run_sandbox(args) -> int:
-    from llmfleet.sandbox import manager
-    from llmfleet.sandbox.gpus import gfd_labels
+    from llmfleet_sandbox import manager
+    from llmfleet_sandbox.gpus import gfd_labels
 
     config = _sandbox_config(args)
     if args.sandbox_command == "up":
@@ -236,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "proxy and Prometheus. Needs root for per-pod network namespaces.")
     sandbox.add_argument("--state-dir", type=Path, default=None,
                          help="where the sandbox keeps its state (default: $LLMFLEET_SANDBOX_DIR "
-                              "or ~/.local/state/llmfleet/sandbox)")
+                              "or ~/.local/state/llmfleet_sandbox)")
     sandbox_commands = sandbox.add_subparsers(dest="sandbox_command", required=True, metavar="ACTION")
     sandbox_up = sandbox_commands.add_parser("up", help="start the sandbox (idempotent)")
     sandbox_up.add_argument("--nodes", type=int, default=2, help="number of GPU nodes (default 2)")

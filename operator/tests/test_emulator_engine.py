@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from llmfleet.emulator.engine import VOCABULARY, EmulatedEngine
-from llmfleet.emulator.profile import EngineProfile
-from llmfleet.emulator.scheduler import RequestNeverFits
-from llmfleet.emulator.timing import expected_ttft_ms
+from llmfleet_sandbox.emulator.engine import VOCABULARY, EmulatedEngine
+from llmfleet_sandbox.emulator.profile import EngineProfile
+from llmfleet_sandbox.emulator.scheduler import RequestNeverFits
+from llmfleet_sandbox.emulator.timing import expected_ttft_ms
 
 PROFILE = EngineProfile.from_json_dict({
     "gpuType": "L4", "tensorParallelSize": 1, "quantization": "BF16", "kvCacheDtype": "FP16",

@@ -6,8 +6,8 @@ import statistics
 
 import pytest
 
-from llmfleet.emulator.profile import EngineProfile, ProfileError
-from llmfleet.emulator.timing import (
+from llmfleet_sandbox.emulator.profile import EngineProfile, ProfileError
+from llmfleet_sandbox.emulator.timing import (
     StepWork,
     expected_mean_tpot_ms,
     expected_tpot_ms,

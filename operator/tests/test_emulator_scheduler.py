@@ -2,10 +2,10 @@
 
 import pytest
 
-from llmfleet.emulator.kvcache import prompt_block_hashes
-from llmfleet.emulator.profile import EngineProfile
-from llmfleet.emulator.scheduler import RequestNeverFits, Scheduler, Sequence
-from llmfleet.emulator.timing import expected_ttft_ms, step_duration_ms
+from llmfleet_sandbox.emulator.kvcache import prompt_block_hashes
+from llmfleet_sandbox.emulator.profile import EngineProfile
+from llmfleet_sandbox.emulator.scheduler import RequestNeverFits, Scheduler, Sequence
+from llmfleet_sandbox.emulator.timing import expected_ttft_ms, step_duration_ms
 
 PROFILE = {
     "gpuType": "H100-SXM-80GB", "tensorParallelSize": 1, "quantization": "FP8", "kvCacheDtype": "FP8",

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from llmfleet.emulator.profile import EngineProfile
-from llmfleet.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
+from llmfleet_sandbox.emulator.profile import EngineProfile
+from llmfleet_sandbox.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
 from triton_process import MODEL, metric_value, start_triton
 
 # Slow enough that 2 CPU cores keep up, fast enough for the whole file to run in well under a minute.

@@ -17,7 +17,7 @@ CLOCK_CALLS = {("datetime", "now"), ("datetime", "utcnow"), ("time", "time"), ("
                ("date", "today")}
 # Outside the pure layers, who may import which client library.
 ALLOWED_IMPORTERS = {
-    "kubernetes": ("k8s", "sandbox"),
+    "kubernetes": ("k8s",),
     "kopf": ("handlers.py", "cli.py"),
     "prometheus_api_client": ("metrics",),
 }

@@ -9,8 +9,8 @@ import math
 import pytest
 
 from llmfleet.cli import main
-from llmfleet.emulator.profile import EngineProfile
-from llmfleet.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
+from llmfleet_sandbox.emulator.profile import EngineProfile
+from llmfleet_sandbox.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
 # The emulator's own real-Triton test already knows how to start and stop the server.
 from test_emulator_triton import BASE_PROFILE
 from triton_process import start_triton

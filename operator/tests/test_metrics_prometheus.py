@@ -20,9 +20,9 @@ import pytest
 
 from llmfleet.metrics import PrometheusMetrics
 from llmfleet.render.identity import DEPLOYMENT_LABEL, REVISION_LABEL, fit_name
-from llmfleet.sandbox import prometheus as sandbox_prometheus
-from llmfleet.sandbox.config import Ports, SandboxConfig
-from llmfleet.sandbox.poddiscovery import pod_target_groups
+from llmfleet_sandbox import prometheus as sandbox_prometheus
+from llmfleet_sandbox.config import Ports, SandboxConfig
+from llmfleet_sandbox.poddiscovery import pod_target_groups
 
 PROMETHEUS_BINARY = Path("/usr/bin/prometheus")
 NAMESPACE = "team-a"

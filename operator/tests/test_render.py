@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from llmfleet.api import LLMDeployment
-from llmfleet.emulator.profile import EngineProfile
-from llmfleet.emulator.timing import expected_tpot_ms, expected_ttft_ms
+from llmfleet_sandbox.emulator.profile import EngineProfile
+from llmfleet_sandbox.emulator.timing import expected_tpot_ms, expected_ttft_ms
 from llmfleet.planner import plan
 from llmfleet.planner.latency import build_engine, prefill_seconds, step_seconds
 from llmfleet.planner.spec_adapter import plan_request_from_spec
@@ -231,7 +231,7 @@ def test_volume_items_cover_every_config_map_key():
 
 def test_sandbox_stand_in_carries_a_valid_emulator_profile():
     config_map = rendered(1, SANDBOX)[0]
-    assert config_map["data"]["tensorrt_llm.1.model.py"].startswith("from llmfleet.emulator.model import")
+    assert config_map["data"]["tensorrt_llm.1.model.py"].startswith("from llmfleet_sandbox.emulator.model import")
     config = config_map["data"]["tensorrt_llm.config.pbtxt"]
     assert 'backend: "python"' in config and "model_metrics" not in config
     encoded = re.search(r'key: "engine_profile_json"\n  value \{\n    string_value: (".*")', config).group(1)

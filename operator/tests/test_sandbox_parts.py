@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.sandbox import images
-from llmfleet.sandbox.poddiscovery import pod_target_groups
-from llmfleet.sandbox.probes import ProbeState
-from llmfleet.sandbox.processes import ProcessTable, process_start_ticks
-from llmfleet.sandbox.serviceproxy import EndpointTable
-from llmfleet.sandbox.volumes import Mount, rewrite_paths
+from llmfleet_sandbox import images
+from llmfleet_sandbox.poddiscovery import pod_target_groups
+from llmfleet_sandbox.probes import ProbeState
+from llmfleet_sandbox.processes import ProcessTable, process_start_ticks
+from llmfleet_sandbox.serviceproxy import EndpointTable
+from llmfleet_sandbox.volumes import Mount, rewrite_paths
 
 MOUNTS = [Mount("/models", Path("/state/pod/volumes/repo")),
           Mount("/models/engine", Path("/state/pod/volumes/engine")),

@@ -90,7 +90,7 @@ def start_triton(work_dir: Path, profile: dict) -> Iterator[TritonServer]:
     model_dir = work_dir / "repo" / MODEL
     (model_dir / "1").mkdir(parents=True)
     (model_dir / "config.pbtxt").write_text(config_pbtxt(profile))
-    (model_dir / "1" / "model.py").write_text("from llmfleet.emulator.model import TritonPythonModel  # noqa: F401\n")
+    (model_dir / "1" / "model.py").write_text("from llmfleet_sandbox.emulator.model import TritonPythonModel  # noqa: F401\n")
 
     http_port, grpc_port, metrics_port = free_ports(3)
     env = {

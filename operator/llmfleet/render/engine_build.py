@@ -109,7 +109,7 @@ def _real_build_container(deployment: LLMDeployment, plan: Plan, key: str,
 
 def _emulated_build_container(key: str, settings: RenderSettings) -> dict[str, Any]:
     # The sandbox runs `python` in the engine image as its local Python with llmfleet.
-    return {"command": ["python", "-m", "llmfleet.emulator.build",
+    return {"command": ["python", "-m", "llmfleet_sandbox.emulator.build",
                         "--cache-dir", layout.ENGINE_CACHE_PATH, "--key", key,
                         "--duration-seconds", str(settings.emulated_build_seconds)],
             "env": pod.writable_home_env()}

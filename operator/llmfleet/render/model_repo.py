@@ -27,7 +27,7 @@ POSTPROCESSING_MODEL = "postprocessing"
 VERSION = "1"
 # Tokenisation runs per request on CPU; a few instances keep it off the TTFT path.
 TOKENIZER_INSTANCE_COUNT = 4
-EMULATOR_MODEL_PY = "from llmfleet.emulator.model import TritonPythonModel  # noqa: F401\n"
+EMULATOR_MODEL_PY = "from llmfleet_sandbox.emulator.model import TritonPythonModel  # noqa: F401\n"
 # Every model needs a version directory; models without files in it get this placeholder.
 VERSION_PLACEHOLDER = ".version"
 # The engine guarantees each admitted request its whole KV (as the planner assumes).

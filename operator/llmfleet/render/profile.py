@@ -1,6 +1,6 @@
 """The emulated engine's profile: the planner's latency model, linearised for the emulator.
 
-docs/render.md lists the keys; `llmfleet.emulator.profile.EngineProfile` reads them.
+docs/render.md lists the keys; `llmfleet_sandbox.emulator.profile.EngineProfile` reads them.
 """
 
 from __future__ import annotations

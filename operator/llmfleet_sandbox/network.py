@@ -15,7 +15,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from llmfleet.sandbox.config import (
+from llmfleet_sandbox.config import (
     BRIDGE_CIDR,
     BRIDGE_GATEWAY_IP,
     BRIDGE_NAME,

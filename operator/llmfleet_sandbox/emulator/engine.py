@@ -18,10 +18,10 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from llmfleet.emulator.kvcache import prompt_block_hashes
-from llmfleet.emulator.profile import EngineProfile
-from llmfleet.emulator.scheduler import Scheduler, SchedulerStats, Sequence
-from llmfleet.emulator.timing import jitter_multiplier, step_duration_ms
+from llmfleet_sandbox.emulator.kvcache import prompt_block_hashes
+from llmfleet_sandbox.emulator.profile import EngineProfile
+from llmfleet_sandbox.emulator.scheduler import Scheduler, SchedulerStats, Sequence
+from llmfleet_sandbox.emulator.timing import jitter_multiplier, step_duration_ms
 
 STATS_PERIOD_S = 0.1  # TensorRT-LLM's default stats_check_period_ms is 100
 # Asking the client connection whether a request was cancelled costs a round trip to the Triton

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 
 from kubernetes.client.exceptions import ApiException
 
-from llmfleet.sandbox import images, network
-from llmfleet.sandbox.config import KUBERNETES_SERVICE_IP
-from llmfleet.sandbox.probes import ProbeState, new_probe, run_lifecycle_hook, run_probe
-from llmfleet.sandbox.volumes import (
+from llmfleet_sandbox import images, network
+from llmfleet_sandbox.config import KUBERNETES_SERVICE_IP
+from llmfleet_sandbox.probes import ProbeState, new_probe, run_lifecycle_hook, run_probe
+from llmfleet_sandbox.volumes import (
     VolumeBuilder,
     VolumeError,
     container_mounts,
@@ -31,7 +31,7 @@ from llmfleet.sandbox.volumes import (
 )
 
 if TYPE_CHECKING:
-    from llmfleet.sandbox.agent import NodeAgent
+    from llmfleet_sandbox.agent import NodeAgent
 
 LOOP_SECONDS = 0.25
 BACKOFF_INITIAL_SECONDS = 10.0

@@ -6,7 +6,7 @@ endpoint with the same `__meta_kubernetes_pod_*` labels that Prometheus'
 kubernetes SD (role: pod) produces: one target per declared container port, or
 one port-less target for a pod that declares none. The relabelling rules are
 therefore the ones you would write for a real cluster.
-Run as `python -m llmfleet.sandbox.poddiscovery --kubeconfig FILE --port N`.
+Run as `python -m llmfleet_sandbox.poddiscovery --kubeconfig FILE --port N`.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from llmfleet.sandbox.certs import CONTROLLER_MANAGER, SCHEDULER
-from llmfleet.sandbox.config import (
+from llmfleet_sandbox.certs import CONTROLLER_MANAGER, SCHEDULER
+from llmfleet_sandbox.config import (
     BRIDGE_GATEWAY_IP,
     SERVICE_CIDR,
     SandboxConfig,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from llmfleet.sandbox.config import SandboxConfig
+from llmfleet_sandbox.config import SandboxConfig
 
 PROMETHEUS_BINARY = "prometheus"
 

@@ -12,14 +12,14 @@ import sys
 import time
 from pathlib import Path
 
-from llmfleet.sandbox import certs, controlplane, network, prometheus
-from llmfleet.sandbox.config import (
+from llmfleet_sandbox import certs, controlplane, network, prometheus
+from llmfleet_sandbox.config import (
     BRIDGE_GATEWAY_IP,
     CLUSTER_DOMAIN,
     KUBERNETES_SERVICE_IP,
     SandboxConfig,
 )
-from llmfleet.sandbox.processes import ProcessTable
+from llmfleet_sandbox.processes import ProcessTable
 
 # Start order; `down` stops in reverse so pods end before the apiserver does.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
@@ -114,9 +114,9 @@ def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
     """Start the wanted components in dependency order, each once it can work."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     python_components = {
-        "node-agent": ["llmfleet.sandbox.agent", "--settings", str(config.settings_file)],
-        "service-proxy": ["llmfleet.sandbox.serviceproxy", "--kubeconfig", str(config.admin_kubeconfig)],
-        "pod-discovery": ["llmfleet.sandbox.poddiscovery", "--kubeconfig", str(config.admin_kubeconfig),
+        "node-agent": ["llmfleet_sandbox.agent", "--settings", str(config.settings_file)],
+        "service-proxy": ["llmfleet_sandbox.serviceproxy", "--kubeconfig", str(config.admin_kubeconfig)],
+        "pod-discovery": ["llmfleet_sandbox.poddiscovery", "--kubeconfig", str(config.admin_kubeconfig),
                           "--port", str(config.ports.pod_discovery)],
     }
     _start_control_plane(config, table, bin_dir, wanted)

@@ -15,9 +15,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Hashable
 
-from llmfleet.emulator.kvcache import KvBlockAllocator, blocks_for_tokens
-from llmfleet.emulator.profile import EngineProfile
-from llmfleet.emulator.timing import StepWork
+from llmfleet_sandbox.emulator.kvcache import KvBlockAllocator, blocks_for_tokens
+from llmfleet_sandbox.emulator.profile import EngineProfile
+from llmfleet_sandbox.emulator.timing import StepWork
 
 
 class RequestNeverFits(ValueError):

@@ -4,7 +4,7 @@ Like kube-proxy's original userspace mode: for each TCP port of each ClusterIP
 Service it listens on clusterIP:port (the service range is routed to the host's
 loopback) and splices each connection to a ready endpoint from the Service's
 EndpointSlices, round robin. With no ready endpoint, connections are refused.
-Run as `python -m llmfleet.sandbox.serviceproxy --kubeconfig FILE`.
+Run as `python -m llmfleet_sandbox.serviceproxy --kubeconfig FILE`.
 """
 
 from __future__ import annotations

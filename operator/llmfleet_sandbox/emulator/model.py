@@ -17,9 +17,9 @@ import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from llmfleet.emulator.engine import EmulatedEngine, OverheadStats
-from llmfleet.emulator.profile import EngineProfile
-from llmfleet.emulator.scheduler import SchedulerStats
+from llmfleet_sandbox.emulator.engine import EmulatedEngine, OverheadStats
+from llmfleet_sandbox.emulator.profile import EngineProfile
+from llmfleet_sandbox.emulator.scheduler import SchedulerStats
 from llmfleet.render.layout import TTFT_HISTOGRAM_BUCKETS_MS
 
 PROFILE_PARAMETER = "engine_profile_json"

@@ -2,7 +2,7 @@
 
 It plays the kubelet for every sandbox node: registers the Node with GPU
 capacity and GPU Feature Discovery labels, renews its Lease, watches pods bound
-to it and hands each to a PodWorker. Run as `python -m llmfleet.sandbox.agent`.
+to it and hands each to a PodWorker. Run as `python -m llmfleet_sandbox.agent`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import time
 from kubernetes import client, config as kube_config, watch
 from kubernetes.client.exceptions import ApiException
 
-from llmfleet.sandbox import gpus, network
-from llmfleet.sandbox.config import BRIDGE_GATEWAY_IP, SandboxConfig
-from llmfleet.sandbox.podworker import PodWorker, rfc3339
+from llmfleet_sandbox import gpus, network
+from llmfleet_sandbox.config import BRIDGE_GATEWAY_IP, SandboxConfig
+from llmfleet_sandbox.podworker import PodWorker, rfc3339
 
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_SECONDS = 40

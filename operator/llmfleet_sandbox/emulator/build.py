@@ -20,7 +20,7 @@ PROGRESS_INTERVAL_S = 1.0
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m llmfleet.emulator.build",
+        prog="python -m llmfleet_sandbox.emulator.build",
         description="Emulate a TensorRT-LLM engine build into an engine cache entry. Exits 0 at once if "
                     f"CACHE_DIR/KEY/{BUILD_COMPLETE_MARKER} exists; otherwise takes --duration-seconds, "
                     f"writes CACHE_DIR/KEY/{ENGINE_SUBDIR}/ and {TOKENIZER_SUBDIR}/, then the marker.")
