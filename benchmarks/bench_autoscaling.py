@@ -2,7 +2,7 @@
 scale decision and to recovery, and two ramp-and-fall traces, each served by an
 autoscaled deployment and by a static one sized for the peak, in one run.
 
-Starts its own sandbox and operator (host, sandbox mode, the sandbox's
+Starts its own sandbox and operator (host, the sandbox's
 Prometheus at a 5 s scrape). Prints markdown, writes docs/benchmarks/autoscaling.md
 and docs/benchmarks/autoscaling.png. Needs root and no other sandbox running.
 Run: sudo .venv/bin/python benchmarks/bench_autoscaling.py   (about 50 minutes)

@@ -40,8 +40,8 @@ def run(argv, env, **kwargs):
 
 @contextlib.contextmanager
 def sandbox_with_operator(namespace: str):
-    """A fresh sandbox with the CRD, `namespace` and the operator on the host (sandbox mode,
-    autoscaling on the sandbox's Prometheus). Yields (env, state dir); stops all of it."""
+    """A fresh sandbox with the CRD, `namespace` and the operator on the host
+    (autoscaling on the sandbox's Prometheus). Yields (env, state dir); stops all of it."""
     with tempfile.TemporaryDirectory(prefix="llmfleet-bench-") as state:
         base_env = {**os.environ, "LLMFLEET_SANDBOX_DIR": state}
         run([*LLMFLEET, "up"], base_env)
@@ -51,7 +51,7 @@ def sandbox_with_operator(namespace: str):
             run(["kubectl", "apply", "--server-side", "-f", str(REPO / "crds")], env)
             run(["kubectl", "wait", "--for=condition=Established", "crd/llmdeployments.llmfleet.io"], env)
             run(["kubectl", "create", "namespace", namespace], env)
-            operator = subprocess.Popen([sys.executable, "-m", "llmfleet", "run", "--sandbox-mode"],
+            operator = subprocess.Popen([sys.executable, "-m", "llmfleet", "run"],
                                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                         start_new_session=True)
             yield env, Path(state)

@@ -104,7 +104,7 @@ def sandbox() -> Sandbox:
 
 @pytest.fixture(scope="session")
 def operator(sandbox, tmp_path_factory):
-    """The operator on the host with its own ServiceAccount identity, in sandbox mode,
+    """The operator on the host with its own ServiceAccount identity,
     autoscaling on the sandbox's Prometheus; the CRD installed."""
     from operator_fixtures import (
         OPERATOR_NAMESPACE,

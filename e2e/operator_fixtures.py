@@ -27,7 +27,7 @@ def small_batch_70b(name: str, namespace: str, slo_ttft_p99_ms: int, **spec: dic
         "apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
-            "model": {"name": "llama-3.1-70b"},
+            "model": {"name": "llama-3.1-70b", "source": "hf://meta-llama/Llama-3.1-70B-Instruct"},
             "engine": {"maxBatchSize": 4, "maxInputLen": 1024, "maxSeqLen": 2048, "maxNumTokens": 2048},
             "slo": {"ttftP99Ms": slo_ttft_p99_ms, "tpotP99Ms": 50,
                     "quality": {"allowedQuantizations": ["BF16", "FP8"]}},
@@ -76,8 +76,7 @@ class OperatorProcess:
     def start(self) -> None:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "llmfleet", "run", "--kubeconfig", str(self.kubeconfig),
-             "--sandbox-mode"],
+            [sys.executable, "-m", "llmfleet", "run", "--kubeconfig", str(self.kubeconfig)],
             env={**self.sandbox.env, "PYTHONUNBUFFERED": "1"}, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True)
         log.close()

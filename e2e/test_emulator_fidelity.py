@@ -30,7 +30,7 @@ MANIFEST = {
     "apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
     "metadata": {"name": NAME, "namespace": NAMESPACE},
     "spec": {
-        "model": {"name": "llama-3.1-70b"},
+        "model": {"name": "llama-3.1-70b", "source": "hf://meta-llama/Llama-3.1-70B-Instruct"},
         "engine": {"maxBatchSize": MAX_BATCH_SIZE, "maxInputLen": 4096, "maxSeqLen": 4160,
                    "maxNumTokens": 4096},
         "slo": {"ttftP99Ms": 3000, "tpotP99Ms": 80, "quality": {"allowedQuantizations": ["BF16", "FP8"]}},

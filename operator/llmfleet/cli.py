@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from llmfleet.render.settings import RenderSettings
+
 
 class BadInput(Exception):
     """Input the command cannot use (unreadable file, invalid manifest, unknown name): exit 2."""
@@ -38,7 +40,12 @@ def _sandbox_config(args):
 
 
 def _run_sandbox(args) -> int:
-    from llmfleet_sandbox import manager
+    try:
+        from llmfleet_sandbox import manager
+    except ModuleNotFoundError:
+        # The operator image ships the product only.
+        raise BadInput("the sandbox is not part of this installation; run it from a source "
+                       "checkout of llmfleet (`make sandbox`)") from None
     from llmfleet_sandbox.gpus import gfd_labels
 
     config = _sandbox_config(args)
@@ -305,9 +312,13 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "then $KUBECONFIG, then ~/.kube/config)")
     run.add_argument("--namespace", action="append", default=[],
                      help="watch only this namespace (repeatable; default: all namespaces)")
-    run.add_argument("--sandbox-mode", action="store_true",
-                     help="render CPU stand-ins for the TensorRT-LLM engine and its build "
-                          "(for the llmfleet sandbox)")
+    run.add_argument("--engine-cache-claim", default=RenderSettings.engine_cache_claim_name, metavar="NAME",
+                     help="PersistentVolumeClaim (ReadWriteMany) holding built engines in each namespace; "
+                          "created when missing (default %(default)s)")
+    run.add_argument("--engine-cache-storage-class", default=None, metavar="CLASS",
+                     help="StorageClass of a created engine cache claim (default: the cluster's default)")
+    run.add_argument("--engine-cache-size", default=RenderSettings.engine_cache_size, metavar="SIZE",
+                     help="size of a created engine cache claim (default %(default)s)")
     run.add_argument("--prometheus-url", default=os.environ.get("LLMFLEET_PROMETHEUS_URL"),
                      metavar="URL", help="Prometheus for autoscaling (default: "
                                          "$LLMFLEET_PROMETHEUS_URL; without it autoscaling holds)")
@@ -393,9 +404,10 @@ def _run_operator(args) -> int:
 
     from llmfleet import handlers  # noqa: F401 - registers the handlers
     from llmfleet.reconcile import OperatorSettings
-    from llmfleet.render import RenderSettings
 
-    settings = OperatorSettings(render=RenderSettings(sandbox_mode=args.sandbox_mode))
+    settings = OperatorSettings(render=RenderSettings(
+        engine_cache_claim_name=args.engine_cache_claim, engine_cache_storage_class=args.engine_cache_storage_class,
+        engine_cache_size=args.engine_cache_size))
     kopf.configure(verbose=args.verbose)
     kopf.run(standalone=True, clusterwide=not args.namespace, namespaces=args.namespace,
              liveness_endpoint=args.liveness,

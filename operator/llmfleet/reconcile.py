@@ -27,6 +27,7 @@ from llmfleet.planner import plan as make_plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec, plan_status_from_plan
 from llmfleet.render import RenderSettings, engine_build, render, revision_hash, serving
 from llmfleet.render.identity import COMPONENT_LABEL, REVISION_LABEL, selector_labels
+from llmfleet.render.pod import engine_cache_claim
 
 SERVER_COMPONENT = serving.COMPONENT
 BUILD_COMPONENT = engine_build.COMPONENT
@@ -52,6 +53,8 @@ class Event:
 
 @dataclass
 class Outcome:
+    # Shared objects the workload needs, created when missing and otherwise left alone.
+    ensure: list[dict] = field(default_factory=list)
     apply: list[dict] = field(default_factory=list)
     delete: list[dict] = field(default_factory=list)
     status: dict = field(default_factory=dict)
@@ -268,7 +271,8 @@ def decide(body: dict, children: list[dict], settings: OperatorSettings, now: da
         "autoscaler": autoscaler_status,
         "ttftP99Ms": display_round(snapshot.ttft_p99_ms, 1) if snapshot is not None else None,
     }
-    return Outcome(apply=manifests, delete=delete, status=status,
+    return Outcome(ensure=[engine_cache_claim(metadata["namespace"], settings.render)],
+                   apply=manifests, delete=delete, status=status,
                    events=events + _transition_events(before, after))
 
 
@@ -286,6 +290,8 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
         outcome = decide(body, kube.list_children(namespace, name), settings, now, snapshot)
     except InvalidSpecError as error:
         outcome = decide_invalid(body, error, now)
+    for manifest in outcome.ensure:
+        kube.ensure(manifest)
     for manifest in outcome.apply:
         kube.apply(manifest)
     for child in outcome.delete:

@@ -23,7 +23,7 @@ from llmfleet_sandbox.processes import ProcessTable
 
 # Start order; `down` stops in reverse so pods end before the apiserver does.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-              "node-agent", "service-proxy", "pod-discovery", "prometheus")
+              "node-agent", "service-proxy", "pod-discovery", "volume-provisioner", "prometheus")
 # Started on request (`sandbox demo`); stopped first by `down`.
 OPTIONAL_COMPONENTS = ("operator",)
 NODE_AGENT_STOP_SECONDS = 60
@@ -112,12 +112,16 @@ def up(config: SandboxConfig) -> SandboxConfig:
 def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
                       wanted: set[str]) -> None:
     """Start the wanted components in dependency order, each once it can work."""
+    # Here, not at the top: it loads the kubernetes client, which status and down do not need.
+    from llmfleet_sandbox import provisioner
+
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     python_components = {
         "node-agent": ["llmfleet_sandbox.agent", "--settings", str(config.settings_file)],
         "service-proxy": ["llmfleet_sandbox.serviceproxy", "--kubeconfig", str(config.admin_kubeconfig)],
         "pod-discovery": ["llmfleet_sandbox.poddiscovery", "--kubeconfig", str(config.admin_kubeconfig),
                           "--port", str(config.ports.pod_discovery)],
+        "volume-provisioner": ["llmfleet_sandbox.provisioner", "--settings", str(config.settings_file)],
     }
     _start_control_plane(config, table, bin_dir, wanted)
     for name, module_args in python_components.items():
@@ -126,6 +130,8 @@ def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
     if "prometheus" in wanted:
         table.start("prometheus", prometheus.argv(config))
     _wait_for_nodes(config, bin_dir, timeout_seconds=60)
+    provisioner.wait_for_storage_class(
+        [str(bin_dir / "kubectl"), "--kubeconfig", str(config.admin_kubeconfig)], timeout_seconds=30)
     controlplane.wait_for_http_ok(f"{config.prometheus_url}/-/ready", 60, "prometheus")
 
 
@@ -242,7 +248,7 @@ def status(config: SandboxConfig) -> tuple[bool, str]:
 
 
 def demo(config: SandboxConfig) -> str:
-    """Install the CRD, start the operator (sandbox mode, autoscaling on the sandbox's
+    """Install the CRD, start the operator (autoscaling on the sandbox's
     Prometheus) and apply the demo LLMDeployment; return what to do next."""
     settings = load_settings(config)
     if settings is None or running_components(config) < set(COMPONENTS):
@@ -255,9 +261,9 @@ def demo(config: SandboxConfig) -> str:
                     "crd/llmdeployments.llmfleet.io", "--timeout=30s"], check=True, capture_output=True)
     table = process_table(config)
     if "operator" not in running_components(config):
-        progress("starting the operator (sandbox mode)")
+        progress("starting the operator")
         table.start("operator", [sys.executable, "-m", "llmfleet", "run", "--kubeconfig",
-                                 str(config.admin_kubeconfig), "--sandbox-mode",
+                                 str(config.admin_kubeconfig),
                                  "--prometheus-url", config.prometheus_url],
                     env={**os.environ, "PYTHONUNBUFFERED": "1",
                          "KUBECONFIG": str(config.admin_kubeconfig)})

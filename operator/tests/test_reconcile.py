@@ -11,7 +11,7 @@ from llmfleet.reconcile import OperatorSettings, decide, decide_invalid
 from llmfleet.render import RenderSettings
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
-SETTINGS = OperatorSettings(render=RenderSettings(sandbox_mode=True))
+SETTINGS = OperatorSettings(render=RenderSettings())
 
 
 def body(tpot_p99_ms: int = 40, status: dict | None = None) -> dict:
@@ -19,7 +19,7 @@ def body(tpot_p99_ms: int = 40, status: dict | None = None) -> dict:
         "apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
         "metadata": {"name": "chat", "namespace": "serving", "uid": "uid-1", "generation": 3},
         "spec": {
-            "model": {"name": "llama-3.1-8b"},
+            "model": {"name": "llama-3.1-8b", "source": "hf://meta-llama/Llama-3.1-8B-Instruct"},
             "slo": {"ttftP99Ms": 1000, "tpotP99Ms": tpot_p99_ms,
                     "quality": {"allowedQuantizations": ["BF16", "FP8"]}},
             "workload": {"inputTokensMean": 256, "inputTokensP99": 512, "outputTokensMean": 64,
@@ -62,6 +62,10 @@ def test_first_pass_creates_every_child_with_no_serving_replicas_until_built():
     assert outcome.status["plan"]["summary"]
     assert outcome.status["selector"] == "llmfleet.io/deployment=chat"
     assert outcome.delete == []
+    # The namespace's engine cache claim is created when missing, never applied over.
+    (claim,) = outcome.ensure
+    assert claim["kind"] == "PersistentVolumeClaim" and claim["metadata"]["namespace"] == "serving"
+    assert claim not in outcome.apply
 
 
 def test_built_engine_scales_the_deployment_to_the_plan():

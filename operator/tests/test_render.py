@@ -14,14 +14,11 @@ import pytest
 import yaml
 
 from llmfleet.api import LLMDeployment
-from llmfleet_sandbox.emulator.profile import EngineProfile
-from llmfleet_sandbox.emulator.timing import expected_tpot_ms, expected_ttft_ms
 from llmfleet.planner import plan
-from llmfleet.planner.latency import build_engine, prefill_seconds, step_seconds
 from llmfleet.planner.spec_adapter import plan_request_from_spec
-from llmfleet.catalog import load_catalog
-from llmfleet.render import RenderError, RenderSettings, emulator_profile, engine_cache_key, render, revision_hash
-from llmfleet.render.profile import KV_CACHE_FREE_GPU_MEM_FRACTION
+from llmfleet.render import RenderError, RenderSettings, engine_cache_key, render, revision_hash
+from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION
+from llmfleet.render.pod import engine_cache_claim
 
 GOLDEN_DIR = Path(__file__).parent / "golden" / "render"
 RENDER_PACKAGE = Path(__file__).parents[1] / "llmfleet" / "render"
@@ -31,7 +28,6 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 REQUIRED_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/managed-by",
                    "llmfleet.io/deployment")
 REAL = RenderSettings()
-SANDBOX = RenderSettings(sandbox_mode=True)
 
 
 def manifest(tensor_parallel_size: int, *, quantization: str = "FP8", name: str = "chat") -> dict:
@@ -76,8 +72,6 @@ GoldenDumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
 CASES = {
     "real-tp1": (1, REAL),
     "real-tp2": (2, REAL),
-    "sandbox-tp1": (1, SANDBOX),
-    "sandbox-tp2": (2, SANDBOX),
 }
 
 
@@ -221,7 +215,8 @@ def test_tensorrt_llm_config_carries_the_plan():
 
 
 def test_volume_items_cover_every_config_map_key():
-    for objects in (rendered(1, REAL), rendered(1, SANDBOX)):
+    for tensor_parallel_size in (1, 2):
+        objects = rendered(tensor_parallel_size, REAL)
         config_map, deployment = objects[0], objects[2]
         (volume,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
         items = volume["configMap"]["items"]
@@ -229,36 +224,24 @@ def test_volume_items_cover_every_config_map_key():
         assert all("/" not in key for key in config_map["data"])
 
 
-def test_sandbox_stand_in_carries_a_valid_emulator_profile():
-    config_map = rendered(1, SANDBOX)[0]
-    assert config_map["data"]["tensorrt_llm.1.model.py"].startswith("from llmfleet_sandbox.emulator.model import")
-    config = config_map["data"]["tensorrt_llm.config.pbtxt"]
-    assert 'backend: "python"' in config and "model_metrics" not in config
-    encoded = re.search(r'key: "engine_profile_json"\n  value \{\n    string_value: (".*")', config).group(1)
-    profile = EngineProfile.from_json(json.loads(encoded))
-    assert profile.gpu_type == "H100-SXM-80GB" and profile.enable_prefix_reuse
+def test_engine_cache_claim_is_shared_and_unowned():
+    claim = engine_cache_claim("serving", REAL)
+    assert claim["metadata"]["name"] == "llmfleet-engine-cache" and claim["metadata"]["namespace"] == "serving"
+    assert "ownerReferences" not in claim["metadata"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"] and "storageClassName" not in claim["spec"]
+    custom = engine_cache_claim("serving", RenderSettings(engine_cache_claim_name="engines",
+                                                          engine_cache_storage_class="nfs", engine_cache_size="2Ti"))
+    assert custom["spec"]["storageClassName"] == "nfs"
+    assert custom["spec"]["resources"]["requests"]["storage"] == "2Ti"
+    for pod_spec in pod_specs(rendered(1, RenderSettings(engine_cache_claim_name="engines"))):
+        (volume,) = [v for v in pod_spec["volumes"] if "persistentVolumeClaim" in v]
+        assert volume["persistentVolumeClaim"]["claimName"] == "engines"
 
 
-@pytest.mark.parametrize("tensor_parallel_size", [1, 2])
-def test_emulator_profile_reproduces_the_planner_on_an_idle_engine(tensor_parallel_size):
-    deployment, chosen = deployment_and_plan(tensor_parallel_size)
-    profile = EngineProfile.from_json_dict(emulator_profile(chosen, deployment.spec))
-    catalog = load_catalog()
-    engine = build_engine(catalog.model(deployment.spec.model.name.value), catalog.gpu(chosen.gpu_type),
-                          catalog.quantization(chosen.quantization), catalog.kv_cache_dtype(chosen.kv_cache_dtype),
-                          chosen.tensor_parallel_size, catalog.calibration,
-                          max_batch_size=256, max_num_tokens=8192,
-                          kv_cache_free_gpu_mem_fraction=KV_CACHE_FREE_GPU_MEM_FRACTION)
-    # The additive emulator step also pays the weight read that a compute-bound prefill hides
-    # under its GEMMs, so it may run slow by up to one empty step.
-    empty_step_ms = step_seconds(engine, 0, 0) * 1000
-    for prompt_tokens in (512, 4096):
-        planner_ttft_ms = prefill_seconds(engine, prompt_tokens, 0, 0, 0) * 1000
-        emulated_ttft_ms = expected_ttft_ms(profile, prompt_tokens)
-        assert planner_ttft_ms * 0.9 <= emulated_ttft_ms <= planner_ttft_ms * 1.1 + empty_step_ms
-    for batch, context in ((1, 1024), (64, 1024)):
-        planner_tpot_ms = step_seconds(engine, batch, context) * 1000
-        assert expected_tpot_ms(profile, batch, context) == pytest.approx(planner_tpot_ms, rel=0.25)
+def test_render_knows_nothing_of_the_sandbox():
+    for path in RENDER_PACKAGE.glob("*.py"):
+        text = path.read_text().lower()
+        assert "sandbox" not in text and "emulat" not in text, path.name
 
 
 def test_rendering_is_deterministic():

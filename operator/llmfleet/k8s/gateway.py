@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import NotFoundError
+from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
 
 from llmfleet.api import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
@@ -55,6 +55,8 @@ class KubeGateway:
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self._resources = {}
+        # Objects known to exist: ensure() asks the API once per object and operator process.
+        self._ensured: set[tuple[str, str, str]] = set()
 
     def _resource(self, api_version: str, kind: str):
         key = (api_version, kind)
@@ -72,6 +74,20 @@ class KubeGateway:
             body=manifest, name=metadata["name"], namespace=metadata.get("namespace"),
             field_manager=FIELD_MANAGER, force_conflicts=True)
         return applied.to_dict()
+
+    def ensure(self, manifest: dict) -> None:
+        """Create the object unless it exists; never change or take over an existing one (a
+        user may have created the engine cache claim with their own storage class)."""
+        metadata = manifest["metadata"]
+        key = (manifest["kind"], metadata.get("namespace", ""), metadata["name"])
+        if key in self._ensured:
+            return
+        resource = self._resource(manifest["apiVersion"], manifest["kind"])
+        try:
+            resource.create(body=manifest, namespace=metadata.get("namespace"), field_manager=FIELD_MANAGER)
+        except ConflictError:
+            pass  # it exists
+        self._ensured.add(key)
 
     def list_children(self, namespace: str, deployment_name: str) -> list[dict]:
         selector = f"{DEPLOYMENT_LABEL}={deployment_name}"

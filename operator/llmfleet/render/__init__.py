@@ -23,7 +23,6 @@ from llmfleet.render.identity import (
     selector_labels,
 )
 from llmfleet.render.model_repo import config_map_key, model_repository_files, volume_items
-from llmfleet.render.profile import emulator_profile
 from llmfleet.render.settings import RenderError, RenderSettings
 
 MODEL_REPOSITORY_COMPONENT = "model-repository"
@@ -58,7 +57,7 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
     def child(child_name: str, component: str) -> dict[str, Any]:
         return metadata(deployment, child_name, revision_labels(name, revision, component))
 
-    files = model_repository_files(spec, plan, key, settings.sandbox_mode)
+    files = model_repository_files(spec, key)
     config_map_name = fit_name(name, revision, "model-repo")
     config_map = {
         "apiVersion": "v1",
@@ -78,6 +77,6 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
 
 
 __all__ = [
-    "RenderError", "RenderSettings", "emulator_profile", "engine_build_job_name", "engine_cache_key",
+    "RenderError", "RenderSettings", "engine_build_job_name", "engine_cache_key",
     "layout", "render", "revision_hash", "serving_deployment_name",
 ]

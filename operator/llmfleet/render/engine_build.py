@@ -78,7 +78,7 @@ def _env(pairs: dict[str, str]) -> list[dict[str, str]]:
     return [{"name": name, "value": value} for name, value in pairs.items()]
 
 
-def _real_build_container(deployment: LLMDeployment, plan: Plan, key: str,
+def _build_container(deployment: LLMDeployment, plan: Plan, key: str,
                           settings: RenderSettings) -> dict[str, Any]:
     catalog = load_catalog()
     spec = deployment.spec
@@ -107,14 +107,6 @@ def _real_build_container(deployment: LLMDeployment, plan: Plan, key: str,
             "env": pod.writable_home_env() + _env(env)}
 
 
-def _emulated_build_container(key: str, settings: RenderSettings) -> dict[str, Any]:
-    # The sandbox runs `python` in the engine image as its local Python with llmfleet.
-    return {"command": ["python", "-m", "llmfleet_sandbox.emulator.build",
-                        "--cache-dir", layout.ENGINE_CACHE_PATH, "--key", key,
-                        "--duration-seconds", str(settings.emulated_build_seconds)],
-            "env": pod.writable_home_env()}
-
-
 def _token_volume(deployment: LLMDeployment) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(volumes, mounts) for the hub token Secret, mounted as a file; none without secretRef."""
     ref = deployment.spec.model.secret_ref
@@ -130,10 +122,7 @@ def _token_volume(deployment: LLMDeployment) -> tuple[list[dict[str, Any]], list
 
 def engine_build_job(deployment: LLMDeployment, plan: Plan, key: str, metadata: dict[str, Any],
                      settings: RenderSettings) -> dict[str, Any]:
-    if settings.sandbox_mode:
-        container = _emulated_build_container(key, settings)
-    else:
-        container = _real_build_container(deployment, plan, key, settings)
+    container = _build_container(deployment, plan, key, settings)
     gpus = pod.gpus_per_replica(plan)
     token_volumes, token_mounts = _token_volume(deployment)
     build = {

@@ -1,4 +1,4 @@
-"""Fixed names, ports and paths shared by the rendered objects (and by the emulator)."""
+"""Fixed names, ports and paths shared by the rendered objects."""
 
 from __future__ import annotations
 

@@ -3,33 +3,30 @@
 ConfigMap keys cannot contain '/', so each file has a flat key (`tensorrt_llm.config.pbtxt`)
 and the volume's `items` map keys back to paths (`tensorrt_llm/config.pbtxt`).
 
-Real mode: the inflight_batcher_llm layout (ensemble -> preprocessing -> tensorrt_llm ->
-postprocessing). The pre/postprocessing `model.py` files ship in the Triton TensorRT-LLM image,
-not here: the pod copies them in (see serving.py). Sandbox mode: the ensemble has one step, a
-python-backend `tensorrt_llm` stand-in whose model.py imports the emulator. Clients see the same
-ensemble inputs and outputs in both modes.
+The inflight_batcher_llm layout (ensemble -> preprocessing -> tensorrt_llm -> postprocessing).
+The pre/postprocessing `model.py` files ship in the Triton TensorRT-LLM image, not here: the pod
+copies them in (see serving.py).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from llmfleet.api import LLMDeploymentSpec
-from llmfleet.planner.types import Plan
+from llmfleet.planner.types import SearchSpace
 from llmfleet.render import layout
-from llmfleet.render.pbtxt import Symbol, string_parameters, to_pbtxt
-from llmfleet.render.profile import KV_CACHE_FREE_GPU_MEM_FRACTION, emulator_profile
 from llmfleet.render.identity import prefix_reuse_enabled
+from llmfleet.render.pbtxt import Symbol, string_parameters, to_pbtxt
 
 PREPROCESSING_MODEL = "preprocessing"
 POSTPROCESSING_MODEL = "postprocessing"
 VERSION = "1"
 # Tokenisation runs per request on CPU; a few instances keep it off the TTFT path.
 TOKENIZER_INSTANCE_COUNT = 4
-EMULATOR_MODEL_PY = "from llmfleet_sandbox.emulator.model import TritonPythonModel  # noqa: F401\n"
 # Every model needs a version directory; models without files in it get this placeholder.
 VERSION_PLACEHOLDER = ".version"
+# The planner sized the KV pool with this fraction; config.pbtxt tells the backend the same.
+KV_CACHE_FREE_GPU_MEM_FRACTION = SearchSpace.kv_cache_free_gpu_mem_fraction
 # The engine guarantees each admitted request its whole KV (as the planner assumes).
 BATCH_SCHEDULER_POLICY = "guaranteed_no_evict"
 
@@ -59,7 +56,7 @@ def _ttft_histogram() -> dict[str, Any]:
     }]}
 
 
-# Client-facing tensors of the ensemble, the same in both modes.
+# Client-facing tensors of the ensemble.
 CLIENT_INPUTS = (
     _scalar_input("text_input", STRING),
     _scalar_input("max_tokens", INT32),
@@ -89,7 +86,7 @@ def _ensemble(max_batch_size: int, extra_inputs: tuple[dict[str, Any], ...],
     }
 
 
-def _real_models(spec: LLMDeploymentSpec, engine_cache_key: str) -> dict[str, dict[str, Any]]:
+def _models(spec: LLMDeploymentSpec, engine_cache_key: str) -> dict[str, dict[str, Any]]:
     max_batch_size = spec.engine.max_batch_size
     tokenizer_dir = layout.tokenizer_dir(engine_cache_key)
     sampling_inputs = (
@@ -195,38 +192,12 @@ def _real_models(spec: LLMDeploymentSpec, engine_cache_key: str) -> dict[str, di
             layout.TENSORRT_LLM_MODEL: tensorrt_llm, POSTPROCESSING_MODEL: postprocessing}
 
 
-def _sandbox_models(spec: LLMDeploymentSpec, plan: Plan) -> dict[str, dict[str, Any]]:
-    max_batch_size = spec.engine.max_batch_size
-    passthrough = {tensor["name"]: tensor["name"] for tensor in CLIENT_INPUTS}
-    ensemble = _ensemble(max_batch_size, (), [
-        _step(layout.TENSORRT_LLM_MODEL, passthrough, {"text_output": "text_output"})])
-    # Triton 2.51 (the sandbox's server) rejects `model_metrics`: the emulator exports the
-    # TTFT histogram itself, with layout.TTFT_HISTOGRAM_BUCKETS_MS.
-    stand_in = {
-        "name": layout.TENSORRT_LLM_MODEL,
-        "backend": "python",
-        "max_batch_size": max_batch_size,
-        "model_transaction_policy": {"decoupled": True},
-        "input": list(CLIENT_INPUTS),
-        "output": [CLIENT_OUTPUT],
-        "instance_group": _cpu_instances(1),
-        "parameters": string_parameters({
-            "engine_profile_json": json.dumps(emulator_profile(plan, spec), sort_keys=True)}),
-    }
-    return {layout.ENSEMBLE_MODEL: ensemble, layout.TENSORRT_LLM_MODEL: stand_in}
-
-
-def model_repository_files(spec: LLMDeploymentSpec, plan: Plan, engine_cache_key: str,
-                           sandbox_mode: bool) -> dict[str, str]:
+def model_repository_files(spec: LLMDeploymentSpec, engine_cache_key: str) -> dict[str, str]:
     """Repository-relative path -> file content, in a fixed order."""
-    models = _sandbox_models(spec, plan) if sandbox_mode else _real_models(spec, engine_cache_key)
     files = {}
-    for name, config in models.items():
+    for name, config in _models(spec, engine_cache_key).items():
         files[f"{name}/config.pbtxt"] = to_pbtxt(config)
-        if sandbox_mode and name == layout.TENSORRT_LLM_MODEL:
-            files[f"{name}/{VERSION}/model.py"] = EMULATOR_MODEL_PY
-        else:
-            files[f"{name}/{VERSION}/{VERSION_PLACEHOLDER}"] = f"version {VERSION} of {name}\n"
+        files[f"{name}/{VERSION}/{VERSION_PLACEHOLDER}"] = f"version {VERSION} of {name}\n"
     return files
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from llmfleet.catalog import load_catalog
 from llmfleet.planner.types import Plan
 from llmfleet.render import layout
+from llmfleet.render.identity import MANAGED_BY_LABEL, PROJECT
 from llmfleet.render.settings import RenderSettings
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -60,11 +61,27 @@ def container_security_context() -> dict[str, Any]:
 
 
 def engine_cache_volume(settings: RenderSettings, *, read_only: bool) -> dict[str, Any]:
-    if settings.sandbox_mode:
-        return {"name": ENGINE_CACHE_VOLUME,
-                "hostPath": {"path": settings.engine_cache_host_path, "type": "DirectoryOrCreate"}}
     return {"name": ENGINE_CACHE_VOLUME,
             "persistentVolumeClaim": {"claimName": settings.engine_cache_claim_name, "readOnly": read_only}}
+
+
+def engine_cache_claim(namespace: str, settings: RenderSettings) -> dict[str, Any]:
+    """The namespace's engine cache, shared by every LLMDeployment there.
+
+    It has no owner: deleting a deployment must not delete engines that others use or that a
+    re-created deployment would rebuild for hours.
+    """
+    spec: dict[str, Any] = {"accessModes": ["ReadWriteMany"],
+                            "resources": {"requests": {"storage": settings.engine_cache_size}}}
+    if settings.engine_cache_storage_class is not None:
+        spec["storageClassName"] = settings.engine_cache_storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": settings.engine_cache_claim_name, "namespace": namespace,
+                     "labels": {MANAGED_BY_LABEL: PROJECT}},
+        "spec": spec,
+    }
 
 
 def engine_cache_mount(*, read_only: bool) -> dict[str, Any]:

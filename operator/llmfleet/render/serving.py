@@ -84,8 +84,8 @@ def _probe(path: str, *, period_seconds: int, failure_threshold: int, timeout_se
 
 
 def _model_repository_assembly(models: list[str]) -> dict[str, Any]:
-    """Init container of real mode: the ConfigMap's configs plus the tokenizer models' code
-    from the image, copied into the repository the server reads."""
+    """Init container: the ConfigMap's configs plus the tokenizer models' code from the image,
+    copied into the repository the server reads."""
     lines = ["set -eu"]
     lines += [f'cp -RL "{MODEL_CONFIG_PATH}/{model}" "{layout.MODEL_REPOSITORY_PATH}/"' for model in models]
     lines += [f'cp "{IMAGE_MODELS_PATH}/{model}/{VERSION}/model.py" "{layout.MODEL_REPOSITORY_PATH}/{model}/{VERSION}/"'
@@ -95,19 +95,15 @@ def _model_repository_assembly(models: list[str]) -> dict[str, Any]:
 
 def _volumes_and_mounts(config_map_name: str, volume_items: list[dict[str, str]], plan: Plan,
                         settings: RenderSettings) -> tuple[list, list, list]:
-    """(volumes, server mounts, init containers' mounts)."""
-    # Sandbox mode serves the ConfigMap as the repository; real mode assembles one from it.
-    config_map = {"name": MODEL_REPO_VOLUME if settings.sandbox_mode else MODEL_CONFIG_VOLUME,
-                  "configMap": {"name": config_map_name, "items": volume_items}}
+    """(volumes, server mounts, init container mounts)."""
+    config_map = {"name": MODEL_CONFIG_VOLUME, "configMap": {"name": config_map_name, "items": volume_items}}
     shm = {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory",
                                             "sizeLimit": f"{SHM_GIB_PER_GPU * pod.gpus_per_replica(plan)}Gi"}}
-    volumes = [config_map, pod.engine_cache_volume(settings, read_only=True), shm, pod.tmp_volume()]
-    repository_mount = {"name": MODEL_REPO_VOLUME, "mountPath": layout.MODEL_REPOSITORY_PATH, "readOnly": True}
-    server_mounts = [repository_mount, pod.engine_cache_mount(read_only=True),
+    repository = {"name": MODEL_REPO_VOLUME, "emptyDir": {}}
+    volumes = [config_map, pod.engine_cache_volume(settings, read_only=True), shm, pod.tmp_volume(), repository]
+    server_mounts = [{"name": MODEL_REPO_VOLUME, "mountPath": layout.MODEL_REPOSITORY_PATH, "readOnly": True},
+                     pod.engine_cache_mount(read_only=True),
                      {"name": SHM_VOLUME, "mountPath": layout.SHM_PATH}, pod.tmp_mount()]
-    if settings.sandbox_mode:
-        return volumes, server_mounts, []
-    volumes.append({"name": MODEL_REPO_VOLUME, "emptyDir": {}})
     init_mounts = [{"name": MODEL_CONFIG_VOLUME, "mountPath": MODEL_CONFIG_PATH, "readOnly": True},
                    {"name": MODEL_REPO_VOLUME, "mountPath": layout.MODEL_REPOSITORY_PATH}]
     return volumes, server_mounts, init_mounts
@@ -144,16 +140,13 @@ def serving_deployment(deployment: LLMDeployment, plan: Plan, metadata: dict[str
         "volumeMounts": server_mounts,
         "securityContext": pod.container_security_context(),
     }
-    init_containers = []
-    if init_mounts:
-        init_containers.append({
-            "name": "model-repository",
-            "image": image,
-            **_model_repository_assembly(list(dict.fromkeys(item["path"].split("/")[0]
-                                                            for item in volume_items))),
-            "volumeMounts": init_mounts,
-            "securityContext": pod.container_security_context(),
-        })
+    assembly = {
+        "name": "model-repository",
+        "image": image,
+        **_model_repository_assembly(list(dict.fromkeys(item["path"].split("/")[0] for item in volume_items))),
+        "volumeMounts": init_mounts,
+        "securityContext": pod.container_security_context(),
+    }
     labels = metadata["labels"]
     pod_spec = {
         "securityContext": pod.pod_security_context(),
@@ -161,7 +154,7 @@ def serving_deployment(deployment: LLMDeployment, plan: Plan, metadata: dict[str
         "terminationGracePeriodSeconds": settings.termination_grace_period_seconds,
         **pod.gpu_scheduling(plan),
         **pod.image_pull_secrets(settings),
-        **({"initContainers": init_containers} if init_containers else {}),
+        "initContainers": [assembly],
         "containers": [server],
         "volumes": volumes,
     }
