@@ -1,0 +1,208 @@
+"""The sandbox's model hub, and the `huggingface-cli download` stand-in that reads it.
+
+The sandbox has no network. Its hub holds the public models of the llmfleet catalog under their
+Hugging Face repo ids; each repo's files are generated from the catalog's numbers: the model's
+config.json (Hugging Face keys), a tokenizer_config.json for the sandbox tokenizer (one token per
+whitespace-separated word, see emulator/tokenizer.py) and a tiny weights placeholder, so that the
+build's later steps (quantize.py, trtllm-build) have the files they read. The build Job runs
+the stand-in as `huggingface-cli` (see trtllm_image.BUILD_TOOLS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import struct
+import sys
+from pathlib import Path
+
+from llmfleet.catalog import ModelArch, load_catalog
+from llmfleet_sandbox.emulator import tokenizer
+
+# Repo id -> catalog model. The ids are the models' official repositories on huggingface.co
+# (organisations meta-llama, mistralai and Qwen), base and instruct variants where both share the
+# catalog's architecture numbers. Qwen2.5-72B (base) is left out: its config.json has a longer
+# max_position_embeddings than the instruct model the catalog describes.
+HUB_REPOS: dict[str, str] = {
+    "meta-llama/Llama-3.1-8B": "llama-3.1-8b",
+    "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
+    "meta-llama/Llama-3.1-70B": "llama-3.1-70b",
+    "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b",
+    "meta-llama/Llama-3.1-405B": "llama-3.1-405b",
+    "meta-llama/Llama-3.1-405B-Instruct": "llama-3.1-405b",
+    "mistralai/Mistral-7B-v0.1": "mistral-7b",
+    "mistralai/Mistral-7B-Instruct-v0.1": "mistral-7b",
+    "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b",
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": "mixtral-8x7b",
+    "Qwen/Qwen2.5-72B-Instruct": "qwen2.5-72b",
+}
+
+# Catalog model -> (`architectures[0]`, `model_type`) of its Hugging Face config.json.
+HF_MODEL_CLASSES: dict[str, tuple[str, str]] = {
+    "llama-3.1-8b": ("LlamaForCausalLM", "llama"),
+    "llama-3.1-70b": ("LlamaForCausalLM", "llama"),
+    "llama-3.1-405b": ("LlamaForCausalLM", "llama"),
+    "mistral-7b": ("MistralForCausalLM", "mistral"),
+    "mixtral-8x7b": ("MixtralForCausalLM", "mixtral"),
+    "qwen2.5-72b": ("Qwen2ForCausalLM", "qwen2"),
+}
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+HUB_URL = "https://huggingface.co"
+
+
+class HubError(Exception):
+    """A download the real hub would refuse; the message is what huggingface-cli prints."""
+
+    def __init__(self, message: str, error_class: str = "HfHubHTTPError"):
+        super().__init__(message)
+        # The huggingface_hub exception the real CLI dies with, named in its last output line.
+        self.error_class = error_class
+
+
+def _not_found(kind: str, url: str) -> HubError:
+    return HubError(
+        f"404 Client Error. (Request ID: llmfleet-sandbox)\n\n{kind} Not Found for url: {url}.\n"
+        "Please make sure you specified the correct `repo_id` and `repo_type`.\n"
+        "If you are trying to access a private or gated repo, make sure you are authenticated.\n"
+        f"(The sandbox hub holds only these model repos: {', '.join(sorted(HUB_REPOS))}.)",
+        f"{kind}NotFoundError")
+
+
+def hf_config(model: ModelArch) -> dict:
+    """The model's config.json as its Hugging Face repo has it (the keys TensorRT-LLM reads)."""
+    architecture, model_type = HF_MODEL_CLASSES[model.name]
+    config = {
+        "architectures": [architecture],
+        "model_type": model_type,
+        "num_hidden_layers": model.num_layers,
+        "hidden_size": model.hidden_size,
+        "intermediate_size": model.intermediate_size,
+        "num_attention_heads": model.num_attention_heads,
+        "num_key_value_heads": model.num_kv_heads,
+        "head_dim": model.head_dim,
+        "vocab_size": model.vocab_size,
+        "max_position_embeddings": model.max_position_embeddings,
+        "hidden_act": "silu",
+        "tie_word_embeddings": model.tie_word_embeddings,
+        "torch_dtype": "bfloat16",
+    }
+    if model.num_experts > 1:
+        # Mixtral's config.json names its MoE sizes so.
+        config["num_local_experts"] = model.num_experts
+        config["num_experts_per_tok"] = model.experts_per_token
+    return config
+
+
+def _weights_placeholder(repo_id: str) -> bytes:
+    """A valid safetensors file with no tensors: an 8-byte header length, then the JSON header."""
+    header = json.dumps({"__metadata__": {"format": "pt", "llmfleet_sandbox": f"placeholder for {repo_id}"}})
+    return struct.pack("<Q", len(header)) + header.encode()
+
+
+def repo_files(repo_id: str, revision: str | None = None, repo_type: str = "model") -> dict[str, bytes]:
+    """Path in the repo -> content, for a repo the sandbox hub holds."""
+    if repo_id not in HUB_REPOS or repo_type != "model":
+        raise _not_found("Repository", f"{HUB_URL}/api/{repo_type}s/{repo_id}/revision/{revision or 'main'}")
+    if revision not in (None, "main"):
+        raise _not_found("Revision", f"{HUB_URL}/api/models/{repo_id}/revision/{revision}")
+    model = load_catalog().model(HUB_REPOS[repo_id])
+    return {
+        CONFIG_FILE: (json.dumps(hf_config(model), indent=2) + "\n").encode(),
+        # The sandbox tokenizer (emulator.tokenizer) stands in for the model's real one.
+        tokenizer.CONFIG_FILE: (json.dumps(tokenizer.tokenizer_config(model.vocab_size), indent=2) + "\n").encode(),
+        WEIGHTS_FILE: _weights_placeholder(repo_id),
+    }
+
+
+def _directory_pattern(pattern: str) -> str:
+    # A pattern naming a folder ("original/") means everything under it, as in huggingface_hub.
+    return pattern + "*" if pattern.endswith("/") else pattern
+
+
+def filter_paths(paths: list[str], include: list[str] | None, exclude: list[str] | None) -> list[str]:
+    """The paths huggingface-cli downloads for --include/--exclude, as huggingface_hub selects them:
+    fnmatch patterns (`*` also matches `/`); with --include a path must match one of its patterns
+    (so an empty --include selects nothing), and it must match no --exclude pattern."""
+    allow = None if include is None else [_directory_pattern(p) for p in include]
+    ignore = [_directory_pattern(p) for p in exclude or ()]
+    return [path for path in paths
+            if (allow is None or any(fnmatch.fnmatchcase(path, p) for p in allow))
+            and not any(fnmatch.fnmatchcase(path, p) for p in ignore)]
+
+
+def download(repo_id: str, local_dir: Path, *, filenames: list[str] | None = None,
+             include: list[str] | None = None, exclude: list[str] | None = None,
+             revision: str | None = None, repo_type: str = "model") -> list[Path]:
+    """Write the selected files of `repo_id` under `local_dir`; returns the written paths."""
+    files = repo_files(repo_id, revision, repo_type)
+    if filenames:
+        missing = [name for name in filenames if name not in files]
+        if missing:
+            raise HubError(f"404 Client Error. (Request ID: llmfleet-sandbox)\n\nEntry Not Found for url: "
+                           f"{HUB_URL}/{repo_id}/resolve/{revision or 'main'}/{missing[0]}.",
+                           "EntryNotFoundError")
+        selected = list(filenames)
+    else:
+        selected = filter_paths(sorted(files), include, exclude)
+    written = []
+    for name in selected:
+        target = local_dir / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(files[name])
+        written.append(target)
+    return written
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="huggingface-cli",
+        description="llmfleet sandbox stand-in for the huggingface_hub CLI: `download` serves the sandbox "
+                    "hub's model repos (no network).")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{download}")
+    download_parser = commands.add_parser(
+        "download", help="download files from a model repo",
+        description="Download files of a model repo of the sandbox hub into --local-dir. Known repos: "
+                    + ", ".join(sorted(HUB_REPOS)) + ".")
+    download_parser.add_argument("repo_id", help="ID of the repo to download from (e.g. `username/repo-name`)")
+    download_parser.add_argument("filenames", nargs="*", help="files to download (default: the whole repo)")
+    download_parser.add_argument("--repo-type", choices=["model", "dataset", "space"], default="model",
+                                 help="type of the repo (the sandbox hub holds models only)")
+    download_parser.add_argument("--revision", help="git revision; the sandbox hub has `main` only")
+    download_parser.add_argument("--include", nargs="*", help="glob patterns of the files to download")
+    download_parser.add_argument("--exclude", nargs="*", help="glob patterns of the files not to download")
+    download_parser.add_argument("--local-dir", type=Path,
+                                 help="directory to write the files to (required in the sandbox: it has no "
+                                      "hub cache)")
+    download_parser.add_argument("--cache-dir", help="accepted; unused (the sandbox writes to --local-dir)")
+    download_parser.add_argument("--token", help="accepted; the sandbox hub needs no token")
+    download_parser.add_argument("--force-download", action="store_true", help="accepted; every download is fresh")
+    download_parser.add_argument("--max-workers", type=int, default=8, help="accepted; unused")
+    download_parser.add_argument("--quiet", action="store_true", help="print only the local path")
+    return parser
+
+
+def huggingface_cli_main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.local_dir is None:
+        parser.error("the sandbox hub writes to --local-dir only; give --local-dir DIR")
+    if args.filenames and (args.include or args.exclude):
+        # As the real CLI does: explicit filenames win over patterns, with a warning.
+        print("warning: filenames given, so --include and --exclude are ignored", file=sys.stderr)
+    try:
+        written = download(args.repo_id, args.local_dir, filenames=args.filenames,
+                           include=None if args.filenames else args.include,
+                           exclude=None if args.filenames else args.exclude,
+                           revision=args.revision, repo_type=args.repo_type)
+    except HubError as error:
+        print(f"huggingface_hub.errors.{error.error_class}: {error}", file=sys.stderr)
+        return 1
+    if not args.quiet:
+        for path in written:
+            print(f"downloaded {path.relative_to(args.local_dir)}", file=sys.stderr)
+    # Like the real CLI: the path of the downloaded files on stdout (a file's path for one file).
+    print(written[0] if len(args.filenames) == 1 else args.local_dir)
+    return 0

@@ -1,0 +1,338 @@
+"""The sandbox's stand-ins for the engine build's tools (huggingface-cli, quantize.py, trtllm-build).
+
+The end-to-end tests run the build Job's real script, as the operator renders it, with bash and
+the stand-ins on PATH: the sandbox adapts only the image's filesystem, never the Job.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from llmfleet.api import LLMDeployment
+from llmfleet.planner import plan
+from llmfleet.planner.spec_adapter import plan_request_from_spec
+from llmfleet.render import RenderSettings, render, revision_hash
+from llmfleet.render.layout import BUILD_COMPLETE_MARKER, ENGINE_SUBDIR, TOKENIZER_SUBDIR
+from llmfleet_sandbox import build_tools, hub
+from llmfleet_sandbox.emulator.engine_config import read_engine_config
+from llmfleet_sandbox.emulator.tokenizer import WordTokenizer
+from llmfleet_sandbox.trtllm_image import BUILD_TOOLS
+
+QUANTIZE_PATH = "/app/tensorrt_llm/examples/quantization/quantize.py"
+TOOL_PATHS = ("/usr/local/bin/huggingface-cli", "/usr/local/bin/trtllm-build", QUANTIZE_PATH)
+
+
+def deployment_manifest(source: str) -> dict:
+    return {
+        "apiVersion": "llmfleet.io/v1alpha1",
+        "kind": "LLMDeployment",
+        "metadata": {"name": "chat", "namespace": "serving", "uid": "0b5e8f4e-6d1c-4a57-9a55-2f8c1d3e7a10"},
+        "spec": {
+            "model": {"name": "llama-3.1-70b", "source": source,
+                      "secretRef": {"name": "hub-token", "key": "token"}},
+            "slo": {"ttftP99Ms": 2000, "tpotP99Ms": 100},
+            "workload": {"inputTokensMean": 512, "inputTokensP99": 2048, "outputTokensMean": 128,
+                         "outputTokensP99": 512, "peakRequestsPerSecond": 2, "prefixSharingFraction": 0.25},
+            "plan": {"gpuType": "H100-SXM-80GB", "tensorParallelSize": 2, "quantization": "FP8",
+                     "kvCacheDtype": "FP8", "replicas": 1},
+        },
+    }
+
+
+def rendered_build(source: str):
+    """(deployment, plan, the build Job's container) as the operator renders them."""
+    deployment = LLMDeployment.from_manifest(deployment_manifest(source))
+    chosen = plan(plan_request_from_spec(deployment.spec))
+    assert chosen.feasible, chosen.rationale
+    objects = render(deployment, chosen, revision_hash(deployment.spec, chosen), RenderSettings(),
+                     serving_replicas=0)
+    (job,) = [obj for obj in objects if obj["kind"] == "Job"]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    return deployment, chosen, container
+
+
+@pytest.fixture
+def image_bin(tmp_path: Path) -> Path:
+    """A bin dir as the sandbox image's PATH has it: the stand-ins, and python3 = this Python."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for image_path in TOOL_PATHS[:2]:
+        (bin_dir / Path(image_path).name).symlink_to(BUILD_TOOLS[image_path])
+    python3 = bin_dir / "python3"
+    python3.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python3.chmod(0o755)
+    return bin_dir
+
+
+def run_build_job(container: dict, image_bin: Path, cache_dir: Path, tmp_path: Path):
+    assert container["command"][:2] == ["/bin/bash", "-c"]
+    env = {item["name"]: item["value"] for item in container["env"]}
+    env.update({
+        # What the sandbox's node agent provides instead of the image and the volumes.
+        "PATH": f"{image_bin}:/usr/bin:/bin",
+        "QUANTIZE_SCRIPT": str(BUILD_TOOLS[env["QUANTIZE_SCRIPT"]]),
+        "ENGINE_CACHE_DIR": str(cache_dir),
+        "HOME": str(tmp_path),
+        "HOSTNAME": "chat-engine-build-x7k2p",
+        build_tools.BUILD_SECONDS_ENV: "0",
+    })
+    return subprocess.run(["bash", "-c", container["command"][2]], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_stand_ins_are_mounted_where_the_image_has_the_tools():
+    assert set(TOOL_PATHS) <= set(BUILD_TOOLS)
+    for image_path in TOOL_PATHS:
+        host = BUILD_TOOLS[image_path]
+        assert os.access(host, os.X_OK), host
+        assert host.read_text().startswith("#!/usr/bin/env python3\n")
+
+
+def test_build_script_builds_the_engine_cache_entry(image_bin, tmp_path):
+    deployment, chosen, container = rendered_build("hf://meta-llama/Llama-3.1-70B-Instruct")
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert env["HF_TOKEN_PATH"]  # set, and the stand-in does not need the file
+    cache = tmp_path / "engines"
+    result = run_build_job(container, image_bin, cache, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[TRT-LLM] [I] Total time of building all engines" in result.stdout
+
+    entry = cache / env["ENGINE_CACHE_KEY"]
+    assert (entry / BUILD_COMPLETE_MARKER).is_file()
+    assert sorted(path.name for path in cache.iterdir()) == [env["ENGINE_CACHE_KEY"]]  # no partial left
+    assert sorted(path.name for path in entry.iterdir()) == sorted([BUILD_COMPLETE_MARKER, ENGINE_SUBDIR,
+                                                                   TOKENIZER_SUBDIR])
+    engine_json = json.loads((entry / ENGINE_SUBDIR / "config.json").read_text())
+    pretrained, build = engine_json["pretrained_config"], engine_json["build_config"]
+    assert engine_json["version"] == build_tools.TENSORRT_LLM_VERSION
+    assert pretrained["architecture"] == "LlamaForCausalLM"
+    assert (pretrained["num_hidden_layers"], pretrained["hidden_size"], pretrained["intermediate_size"],
+            pretrained["num_attention_heads"], pretrained["num_key_value_heads"], pretrained["head_size"],
+            pretrained["vocab_size"]) == (80, 8192, 28672, 64, 8, 128, 128256)
+    assert pretrained["quantization"] == {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}
+    assert pretrained["mapping"] == {"world_size": chosen.tensor_parallel_size,
+                                     "tp_size": chosen.tensor_parallel_size, "pp_size": 1}
+    engine_spec = deployment.spec.engine
+    assert (build["max_batch_size"], build["max_input_len"], build["max_seq_len"], build["max_num_tokens"]) == (
+        engine_spec.max_batch_size, engine_spec.max_input_len, engine_spec.max_seq_len, engine_spec.max_num_tokens)
+    assert build["kv_cache_type"] == "PAGED"
+    assert build["plugin_config"]["use_paged_context_fmha"] and build["plugin_config"]["gemm_plugin"] == "auto"
+    assert sorted(path.name for path in (entry / ENGINE_SUBDIR).glob("rank*.engine")) == [
+        f"rank{rank}.engine" for rank in range(chosen.tensor_parallel_size)]
+    # The emulated backend reads what the stand-ins wrote.
+    engine = read_engine_config(entry / ENGINE_SUBDIR)
+    assert (engine.catalog_quantization(), engine.catalog_kv_cache_dtype()) == ("FP8", "FP8")
+
+    tokenizer_dir = entry / TOKENIZER_SUBDIR
+    # The tokenizer download takes the JSON files and no weights.
+    assert sorted(path.name for path in tokenizer_dir.iterdir()) == ["config.json", "tokenizer_config.json"]
+    assert json.loads((tokenizer_dir / "tokenizer_config.json").read_text())["vocab_size"] == 128256
+    assert WordTokenizer.from_dir(tokenizer_dir).vocab_size == 128256
+
+    marker_mtime = (entry / BUILD_COMPLETE_MARKER).stat().st_mtime_ns
+    again = run_build_job(container, image_bin, cache, tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "already built; skipping the build" in again.stdout
+    assert "[TRT-LLM]" not in again.stdout
+    assert (entry / BUILD_COMPLETE_MARKER).stat().st_mtime_ns == marker_mtime
+
+
+def test_build_script_fails_clearly_for_a_repo_the_hub_lacks(image_bin, tmp_path):
+    _, _, container = rendered_build("hf://nobody/missing-model")
+    env = {item["name"]: item["value"] for item in container["env"]}
+    cache = tmp_path / "engines"
+    result = run_build_job(container, image_bin, cache, tmp_path)
+    assert result.returncode != 0
+    assert "Repository Not Found" in result.stderr and "nobody/missing-model" in result.stderr
+    assert not (cache / env["ENGINE_CACHE_KEY"]).exists()
+    assert not list(cache.glob(f"*/{BUILD_COMPLETE_MARKER}"))
+
+
+@pytest.mark.parametrize("image_path", TOOL_PATHS)
+def test_each_stand_in_has_a_true_help(image_path, image_bin):
+    argv = [str(BUILD_TOOLS[image_path])] + (["download"] if image_path.endswith("huggingface-cli") else [])
+    result = subprocess.run([*argv, "--help"], env={"PATH": f"{image_bin}:/usr/bin:/bin"},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "usage:" in result.stdout and "sandbox" in result.stdout
+
+
+# huggingface-cli download
+
+
+@pytest.mark.parametrize(("include", "exclude", "expected"), [
+    (None, None, ["config.json", "model-00001-of-00002.safetensors", "model.safetensors.index.json",
+                  "original/params.json", "tokenizer.model", "tokenizer_config.json"]),
+    (["*.json", "tokenizer.model"], ["*.index.json"],
+     ["config.json", "original/params.json", "tokenizer.model", "tokenizer_config.json"]),
+    (None, ["original/"], ["config.json", "model-00001-of-00002.safetensors", "model.safetensors.index.json",
+                           "tokenizer.model", "tokenizer_config.json"]),
+    (["original/*"], None, ["original/params.json"]),
+    (["*.safetensors"], ["model-*"], []),
+    ([], None, []),  # `--include` with no pattern allows nothing, as in huggingface_hub
+])
+def test_include_and_exclude_select_files_as_the_real_cli(include, exclude, expected):
+    paths = ["config.json", "model-00001-of-00002.safetensors", "model.safetensors.index.json",
+             "original/params.json", "tokenizer.model", "tokenizer_config.json"]
+    assert hub.filter_paths(paths, include, exclude) == expected
+
+
+def test_download_writes_the_catalog_model_config(tmp_path):
+    written = hub.download("mistralai/Mixtral-8x7B-Instruct-v0.1", tmp_path, exclude=["*.safetensors"])
+    assert sorted(path.name for path in written) == ["config.json", "tokenizer_config.json"]
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["architectures"] == ["MixtralForCausalLM"] and config["model_type"] == "mixtral"
+    assert (config["num_local_experts"], config["num_experts_per_tok"], config["vocab_size"]) == (8, 2, 32000)
+
+
+def test_weights_placeholder_is_a_tiny_valid_safetensors_file(tmp_path):
+    hub.download("meta-llama/Llama-3.1-405B-Instruct", tmp_path, filenames=[hub.WEIGHTS_FILE])
+    data = (tmp_path / hub.WEIGHTS_FILE).read_bytes()
+    header_length = int.from_bytes(data[:8], "little")
+    assert len(data) == 8 + header_length < 1024
+    assert "__metadata__" in json.loads(data[8:])
+
+
+def test_every_hub_repo_is_a_catalog_model():
+    for repo_id in hub.HUB_REPOS:
+        assert json.loads(hub.repo_files(repo_id)["config.json"])["num_hidden_layers"] > 0
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["download", "nobody/missing-model"], "RepositoryNotFoundError: 404 Client Error"),
+    (["download", "meta-llama/Llama-3.1-8B", "--revision", "v2"], "Revision Not Found"),
+    (["download", "meta-llama/Llama-3.1-8B", "--repo-type", "dataset"], "Repository Not Found"),
+    (["download", "meta-llama/Llama-3.1-8B", "tokenizer.json"], "Entry Not Found"),
+])
+def test_cli_fails_like_the_hub(argv, message, tmp_path, capsys):
+    assert hub.huggingface_cli_main([*argv, "--local-dir", str(tmp_path / "out")]) == 1
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_prints_the_local_dir(tmp_path, capsys):
+    assert hub.huggingface_cli_main(["download", "Qwen/Qwen2.5-72B-Instruct", "--include", "*.json",
+                                     "--local-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path)
+    assert not (tmp_path / hub.WEIGHTS_FILE).exists()
+
+
+# quantize.py
+
+
+@pytest.fixture
+def llama_8b(tmp_path: Path) -> Path:
+    hub.download("meta-llama/Llama-3.1-8B-Instruct", tmp_path / "weights")
+    return tmp_path / "weights"
+
+
+def test_quantize_rejects_an_unknown_qformat_listing_the_valid_ones(llama_8b, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_tools.quantize_main(["--model_dir", str(llama_8b), "--qformat", "int3", "--output_dir", str(tmp_path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'int3'" in err
+    assert all(qformat in err for qformat in build_tools.QFORMATS)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--tp_size", "3"], "tp_size 3 must divide num_attention_heads 32"),
+    (["--pp_size", "64"], "pp_size 64 exceeds num_hidden_layers 32"),
+    (["--tp_size", "0"], "at least 1"),
+])
+def test_quantize_rejects_a_split_the_model_cannot_take(argv, message, llama_8b, tmp_path, capsys):
+    assert build_tools.quantize_main(["--model_dir", str(llama_8b), "--output_dir", str(tmp_path / "ckpt"),
+                                      *argv]) == 1
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_quantize_needs_a_model_config(tmp_path, capsys):
+    assert build_tools.quantize_main(["--model_dir", str(tmp_path), "--output_dir", str(tmp_path / "ckpt")]) == 1
+    assert "does not appear to have a file named config.json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("qformat", "kv_flag", "quant_algo", "kv_algo"), [
+    ("fp8", None, "FP8", None),
+    ("fp8", "fp8", "FP8", "FP8"),
+    ("int8_wo", "int8", "W8A16", "INT8"),
+    ("int4_awq", None, "W4A16_AWQ", None),
+    ("full_prec", None, None, None),
+])
+def test_quantize_writes_the_checkpoint_layout(qformat, kv_flag, quant_algo, kv_algo, llama_8b, tmp_path, capsys):
+    argv = ["--model_dir", str(llama_8b), "--qformat", qformat, "--tp_size", "2", "--pp_size", "2",
+            "--output_dir", str(tmp_path / "ckpt"), "--calib_size", "32"]
+    argv += ["--kv_cache_dtype", kv_flag] if kv_flag else []
+    assert build_tools.quantize_main(argv) == 0
+    assert "ignores --calib_size" in capsys.readouterr().err
+    checkpoint = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    assert checkpoint["quantization"] == {"quant_algo": quant_algo, "kv_cache_quant_algo": kv_algo}
+    assert checkpoint["mapping"] == {"world_size": 4, "tp_size": 2, "pp_size": 2}
+    assert checkpoint["dtype"] == "bfloat16"  # auto: the model's torch_dtype
+    assert sorted(path.name for path in (tmp_path / "ckpt").glob("rank*")) == [
+        f"rank{rank}.safetensors" for rank in range(4)]
+
+
+# trtllm-build
+
+
+def build_args(checkpoint_dir: Path, output_dir: Path, *extra: str) -> Namespace:
+    return build_tools._build_parser().parse_args(
+        ["--checkpoint_dir", str(checkpoint_dir), "--output_dir", str(output_dir), *extra])
+
+
+@pytest.fixture
+def checkpoint(llama_8b: Path, tmp_path: Path) -> Path:
+    build_tools.quantize(llama_8b, tmp_path / "ckpt", qformat="fp8", kv_cache_dtype="int8")
+    return tmp_path / "ckpt"
+
+
+def test_build_settles_values_as_the_real_build(checkpoint, tmp_path, capsys):
+    config = build_tools.trtllm_build(build_args(checkpoint, tmp_path / "engine", "--max_input_len", "200000",
+                                                 "--max_num_tokens", "16", "--use_paged_context_fmha", "enable"), 0)
+    build = config["build_config"]
+    assert build["max_seq_len"] == 131072  # deduced from max_position_embeddings
+    assert build["max_input_len"] == 131072  # clipped to max_seq_len
+    assert build["max_num_tokens"] == 64  # raised to tokens_per_block
+    assert build["max_batch_size"] == 2048 and build["opt_num_tokens"] == 64
+    assert build["plugin_config"]["use_paged_context_fmha"] is False  # not with an INT8 KV cache
+    assert build["plugin_config"]["gemm_plugin"] is None  # the default: disabled
+    out = capsys.readouterr().out
+    assert out.count("[TRT-LLM] [W]") == 3
+    assert json.loads((tmp_path / "engine" / "config.json").read_text()) == config
+
+
+@pytest.mark.parametrize(("extra", "remove", "message"), [
+    (["--kv_cache_type", "paged", "--paged_kv_cache", "disable"], None, "contradicts"),
+    ([], "rank0.safetensors", "lacks the weights of rank0.safetensors"),
+    ([], "config.json", "does not appear to have a file named config.json"),
+])
+def test_build_rejects_what_the_real_build_rejects(extra, remove, message, checkpoint, tmp_path, capsys):
+    if remove:
+        (checkpoint / remove).unlink()
+    argv = ["--checkpoint_dir", str(checkpoint), "--output_dir", str(tmp_path / "engine"), *extra]
+    assert build_tools.trtllm_build_main(argv) == 1
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "engine").exists()
+
+
+def test_build_rejects_an_unknown_kv_cache_type(checkpoint, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        build_args(checkpoint, tmp_path / "engine", "--kv_cache_type", "blocked")
+    assert "Expected one of ['continuous', 'paged', 'disabled']" in capsys.readouterr().err
+
+
+def test_build_takes_the_sandbox_build_time_with_progress(checkpoint, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(build_tools.BUILD_SECONDS_ENV, "0.3")
+    assert build_tools.trtllm_build_main(["--checkpoint_dir", str(checkpoint),
+                                          "--output_dir", str(tmp_path / "engine")]) == 0
+    assert "building engines: 0%" in capsys.readouterr().out
+    monkeypatch.setenv(build_tools.BUILD_SECONDS_ENV, "soon")
+    assert build_tools.trtllm_build_main(["--checkpoint_dir", str(checkpoint),
+                                          "--output_dir", str(tmp_path / "engine")]) == 1
+    assert "is not a number of seconds" in capsys.readouterr().err
