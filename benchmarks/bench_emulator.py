@@ -2,7 +2,8 @@
 tokens as concurrent streams grow, in one real Triton process on this machine's CPUs.
 
 For two engines the operator would render (Llama 3.1 8B and 70B, FP8 on one H100, batch
-up to 64), each stream count gets a fresh Triton server and a closed loop of that many
+up to 64), each stream count gets a fresh Triton server (the rendered ensemble on the sandbox
+image's emulated backend, as a serving pod runs it) and a closed loop of that many
 `llmfleet load` clients on the same machine. The emulator's own gauge
 `llmfleet_emulator_step_overhead_ms` gives the lateness of each step's last token behind
 the modelled step end (mean and max over the run) and the host time per step.
@@ -25,14 +26,10 @@ REPO = Path(__file__).resolve().parent.parent
 REPORT = REPO / "docs" / "benchmarks" / "emulator.md"
 sys.path.insert(0, str(REPO / "operator" / "tests"))
 
-from triton_process import MODEL, metric_value, start_triton  # noqa: E402
+from triton_process import MODEL, deployment_spec, metric_value, start_triton  # noqa: E402
 
 from llmfleet.api import LLMDeploymentSpec  # noqa: E402
-from llmfleet_sandbox.emulator.profile import EngineProfile  # noqa: E402
 from llmfleet_sandbox.emulator.timing import expected_tpot_ms  # noqa: E402
-from llmfleet.planner import plan  # noqa: E402
-from llmfleet.planner.spec_adapter import plan_request_from_spec  # noqa: E402
-from llmfleet.render import emulator_profile  # noqa: E402
 
 STREAMS = (1, 8, 16, 32, 64)
 SECONDS_PER_STEP = 20
@@ -40,23 +37,14 @@ PROMPT_TOKENS, OUTPUT_TOKENS = 256, 128
 MODELS = ("llama-3.1-8b", "llama-3.1-70b")
 
 
-def rendered_profile(model: str) -> dict:
-    """The profile the operator writes for `model` on one H100 in FP8 with a 64-sequence batch."""
-    spec = LLMDeploymentSpec.model_validate({
-        "model": {"name": model},
-        "engine": {"maxBatchSize": 64, "maxInputLen": 2048, "maxSeqLen": 4096, "maxNumTokens": 4096},
-        "slo": {"ttftP99Ms": 2000, "tpotP99Ms": 100},
-        "workload": {"inputTokensMean": PROMPT_TOKENS, "inputTokensP99": 2 * PROMPT_TOKENS,
-                     "outputTokensMean": OUTPUT_TOKENS, "outputTokensP99": 2 * OUTPUT_TOKENS,
-                     "peakRequestsPerSecond": 1},
-        "resources": {"allowedGpuTypes": ["H100-SXM-80GB"]},
-        "plan": {"tensorParallelSize": 1, "quantization": "FP8", "kvCacheDtype": "FP8", "replicas": 1},
-    })
-    return emulator_profile(plan(plan_request_from_spec(spec)), spec)
+def engine_spec(model: str) -> LLMDeploymentSpec:
+    """`model` on one H100 in FP8 with a 64-sequence batch, as the operator would serve it."""
+    return deployment_spec(model, "H100-SXM-80GB", "FP8", "FP8", 1, max_batch_size=64, max_num_tokens=4096,
+                           max_input_len=2048, max_seq_len=4096)
 
 
-def measure(profile: dict, streams: int, work: Path) -> dict:
-    with start_triton(work / "triton", profile) as server:
+def measure(spec: LLMDeploymentSpec, streams: int, work: Path) -> dict:
+    with start_triton(work / "triton", spec) as server:
         result = subprocess.run(
             [sys.executable, "-m", "llmfleet", "load", "--target", server.grpc_url, "--model", MODEL,
              "--sweep", str(streams), "--duration-s", str(SECONDS_PER_STEP),
@@ -66,11 +54,13 @@ def measure(profile: dict, streams: int, work: Path) -> dict:
         if result.returncode != 0:
             raise RuntimeError(f"llmfleet load failed:\n{result.stderr}")
         metrics = server.metrics()
+        profile = server.profile
     point = json.loads((work / "load" / "sweep.json").read_text())["points"][0]
     overhead = {stat: metric_value(metrics, "llmfleet_emulator_step_overhead_ms", stat=stat)
                 for stat in ("mean", "max", "host_work_mean")}
     return {"streams": streams, "tpot_p50_ms": point["tpot_p50_ms"], "tokens_per_s": point["output_tokens_per_second"],
-            "late_mean_ms": overhead["mean"], "late_max_ms": overhead["max"], "host_ms": overhead["host_work_mean"]}
+            "late_mean_ms": overhead["mean"], "late_max_ms": overhead["max"], "host_ms": overhead["host_work_mean"],
+            "profile": profile}
 
 
 def main() -> int:
@@ -86,16 +76,16 @@ def main() -> int:
         f"{time.strftime('%Y-%m-%d')}.", "",
     ]
     for model in MODELS:
-        profile = rendered_profile(model)
-        engine = EngineProfile.from_json_dict(profile)
-        lines += [f"## {model}, FP8 on one H100 (modelled decode step {profile['decodeStepBaseMs']:.1f} ms "
-                  "plus batch and KV terms)", "",
-                  "| streams | TPOT p50 ms (client) | modelled decode step ms | late mean ms | late max ms "
-                  "| host ms per step | output tokens/s |",
-                  "|---:|---:|---:|---:|---:|---:|---:|"]
         for streams in STREAMS:
             with tempfile.TemporaryDirectory(prefix="llmfleet-bench-emulator-") as work:
-                row = measure(profile, streams, Path(work))
+                row = measure(engine_spec(model), streams, Path(work))
+            if streams == STREAMS[0]:  # the profile comes with the first server
+                lines += [f"## {model}, FP8 on one H100 (modelled decode step "
+                          f"{row['profile'].decode_step_base_ms:.1f} ms plus batch and KV terms)", "",
+                          "| streams | TPOT p50 ms (client) | modelled decode step ms | late mean ms | late max ms "
+                          "| host ms per step | output tokens/s |",
+                          "|---:|---:|---:|---:|---:|---:|---:|"]
+            engine = row["profile"]
             modelled = expected_tpot_ms(engine, min(streams, engine.max_batch_size),
                                         PROMPT_TOKENS + OUTPUT_TOKENS / 2)
             lines.append(f"| {streams} | {row['tpot_p50_ms']:.2f} | {modelled:.2f} | {row['late_mean_ms']:.2f} | "

@@ -1,6 +1,6 @@
 """The emulated engine as users reach it: the operator's pod in the sandbox, the real Triton
 ensemble behind the service proxy, driven by `llmfleet load`. At low load TTFT and TPOT
-match the profile the operator wrote; as concurrency rises throughput saturates and TTFT
+match the profile the engine stand-in derives from the built engine and its node's GPU; as concurrency rises throughput saturates and TTFT
 climbs; a full KV cache queues requests instead of failing them."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_for
-from llmfleet_sandbox.emulator.profile import EngineProfile
+from llmfleet_sandbox.emulator.profile import engine_profile
 from llmfleet_sandbox.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
 
 pytestmark = pytest.mark.e2e
@@ -42,9 +42,17 @@ MANIFEST = {
 }
 
 
+def _string_parameter(config: str, key: str) -> str:
+    match = re.search(r'key: "' + key + r'"\s*value\s*\{\s*string_value: "([^"]*)"', config)
+    assert match, f"no parameter {key} in\n{config}"
+    return match.group(1)
+
+
 class Engine:
-    """The deployed engine: its Service target, its pod's metrics and the profile the
-    operator wrote into the model repository."""
+    """The deployed engine: its Service target, its pod's metrics and the profile the engine
+    stand-in serves, derived here as the stand-in does, from what the pod really got: the
+    built engine's config.json on the engine cache volume, the rendered `tensorrt_llm`
+    parameters and the node's GPU label."""
 
     def __init__(self, sandbox):
         self.sandbox = sandbox
@@ -55,18 +63,22 @@ class Engine:
                    and pod["metadata"]["labels"].get("app.kubernetes.io/component") == "server"]
         assert len(serving) == 1, [pod["metadata"]["name"] for pod in pods["items"]]
         self.metrics_url = f"http://{serving[0]['status']['podIP']}:8002/metrics"
-        self.profile = EngineProfile.from_json_dict(self._written_profile())
+        node = sandbox.kubectl_json("get", "node", serving[0]["spec"]["nodeName"])
+        self.profile = self._served_profile(node["metadata"]["labels"]["nvidia.com/gpu.product"])
 
-    def _written_profile(self) -> dict:
+    def _served_profile(self, gpu_product: str):
         repos = self.sandbox.kubectl_json("get", "configmaps", "-n", NAMESPACE, "-l",
                                           f"llmfleet.io/deployment={NAME},"
                                           "app.kubernetes.io/component=model-repository")
         assert len(repos["items"]) == 1
         config = repos["items"][0]["data"]["tensorrt_llm.config.pbtxt"]
-        literal = re.search(r'key: "engine_profile_json"\s*value\s*\{\s*string_value: ("(?:[^"\\]|\\.)*")',
-                            config)
-        assert literal, config
-        return json.loads(json.loads(literal.group(1)))
+        engine_path = _string_parameter(config, "gpt_model_path")  # /engines/<key>/engine in the pod
+        claim = self.sandbox.kubectl_json("get", "pvc", "llmfleet-engine-cache", "-n", NAMESPACE)
+        volume = self.sandbox.kubectl_json("get", "pv", claim["spec"]["volumeName"])
+        cache_on_host = self.sandbox.state_dir / "hostpath" / volume["spec"]["hostPath"]["path"].lstrip("/")
+        return engine_profile(cache_on_host / Path(engine_path).relative_to("/engines"), gpu_product,
+                              float(_string_parameter(config, "kv_cache_free_gpu_mem_fraction")),
+                              _string_parameter(config, "enable_kv_cache_reuse") == "true")
 
     def gauge(self, name: str, label: str, value: str) -> float:
         with urllib.request.urlopen(self.metrics_url, timeout=5) as response:

@@ -50,17 +50,19 @@ def _http_status(url: str) -> int:
 
 
 def triton_processes(sandbox, pod_name_prefix: str) -> list[int]:
-    """Pids of tritonserver processes serving pods whose name starts with the prefix."""
-    pods_root = str(sandbox.state_dir / "pods" / f"default_{pod_name_prefix}")
+    """Pids of tritonserver processes serving pods whose name starts with the prefix (the
+    sandbox sets HOSTNAME to the pod's name, as a runtime does)."""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             cmdline = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            environ = (proc / "environ").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if cmdline and cmdline[0].endswith("tritonserver") and any(pods_root in arg for arg in cmdline):
+        if (cmdline and cmdline[0].endswith("tritonserver")
+                and any(v.startswith(f"HOSTNAME={pod_name_prefix}") for v in environ)):
             pids.append(int(proc.name))
     return pids
 

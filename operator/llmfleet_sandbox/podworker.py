@@ -1,5 +1,8 @@
 """One pod's life on a sandbox node: network, volumes, containers, probes, status.
 
+Each container runs in the pod's network namespace and a mount namespace of its own whose root
+shows the host, the image's files and the pod's volumes at their paths (see `rootfs`).
+
 A PodWorker thread owns everything local about one pod. It reports status to
 the apiserver the way the kubelet does: honestly, from the processes it runs.
 """
@@ -7,8 +10,10 @@ the apiserver the way the kubelet does: honestly, from the processes it runs.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -19,15 +24,15 @@ from typing import TYPE_CHECKING
 
 from kubernetes.client.exceptions import ApiException
 
-from llmfleet_sandbox import images, network
+from llmfleet_sandbox import images, network, rootfs
 from llmfleet_sandbox.config import KUBERNETES_SERVICE_IP
 from llmfleet_sandbox.probes import ProbeState, new_probe, run_lifecycle_hook, run_probe
 from llmfleet_sandbox.volumes import (
+    Volume,
     VolumeBuilder,
     VolumeError,
     container_mounts,
     field_ref_value,
-    rewrite_paths,
 )
 
 if TYPE_CHECKING:
@@ -39,6 +44,8 @@ BACKOFF_MAX_SECONDS = 300.0
 # A container that ran this long without crashing starts its backoff afresh.
 BACKOFF_RESET_SECONDS = 600.0
 EXIT_CODE_SIGNAL_OFFSET = 128
+NSENTER = shutil.which("nsenter") or "nsenter"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
 def rfc3339(timestamp: float | None = None) -> str:
@@ -51,7 +58,8 @@ class ContainerRun:
     spec: dict
     is_init: bool
     process: subprocess.Popen | None = None
-    program: images.Program | None = None
+    image: images.Image | None = None
+    env: dict[str, str] = field(default_factory=dict)
     restart_count: int = 0
     state: dict = field(default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}})
     last_state: dict = field(default_factory=dict)
@@ -127,7 +135,7 @@ class PodWorker(threading.Thread):
         self.pod_error: tuple[str, str] | None = None
         self.last_reported: dict | None = None
         self.condition_times: dict[str, tuple[str, str]] = {}
-        self.volume_paths: dict[str, Path] = {}
+        self.volumes: dict[str, Volume] = {}
 
     # -- requests from the agent's watch -------------------------------------------------
 
@@ -168,7 +176,8 @@ class PodWorker(threading.Thread):
         self.pod_ip = self.agent.allocate_pod_ip(self.node_name, self.uid)
         self.gpu_indices = self.agent.allocate_gpus(self.node_name, self.uid, self._gpu_request())
         self.pod_root.mkdir(parents=True, exist_ok=True)
-        (self.pod_root / "logs").mkdir(exist_ok=True)
+        for directory in ("logs", "run", "rootfs"):
+            (self.pod_root / directory).mkdir(exist_ok=True)
         network.create_pod_namespace(self.netns, self.pod_ip)
         self._report()
 
@@ -181,12 +190,12 @@ class PodWorker(threading.Thread):
         return total
 
     def _ensure_volumes(self) -> bool:
-        if self.volume_paths or not self.pod["spec"].get("volumes"):
+        if self.volumes or not self.pod["spec"].get("volumes"):
             return True
         try:
             builder = VolumeBuilder(self.agent.core, self.pod, self.pod_root,
                                     self.agent.config.state_dir / "hostpath")
-            self.volume_paths = builder.build_all()
+            self.volumes = builder.build_all()
             self.pod_error = None
             return True
         except VolumeError as error:
@@ -223,35 +232,43 @@ class PodWorker(threading.Thread):
     def _start(self, run: ContainerRun) -> None:
         spec = run.spec
         try:
-            mounts = container_mounts(spec, self.volume_paths)
-            container_env = self._container_environment(spec, mounts)
-
-            def container_strings(key: str) -> list[str]:
-                # Only what the pod spec says is rewritten; paths the sandbox adds are real.
-                return [rewrite_paths(_expand_env(arg, container_env), mounts) for arg in spec.get(key) or []]
-
-            if run.program is None:
-                run.program = images.resolve(spec["image"], container_strings("command"),
-                                             container_strings("args"), self.agent.config.state_dir)
-            env = {**self._base_environment(), **run.program.env, **container_env}
-            argv = run.program.argv
+            if run.image is None:
+                run.image = images.resolve(spec["image"], self.agent.config.state_dir)
         except images.ImageNotRunnable as error:
             if run.state.get("waiting", {}).get("reason") != "ErrImagePull":
                 self.agent.event(self.pod, "Warning", "Failed", f"Failed to pull image: {error}")
             run.state = {"waiting": {"reason": "ErrImagePull", "message": str(error)}}
             run.next_start_monotonic = time.monotonic() + BACKOFF_INITIAL_SECONDS
             return
-        except (VolumeError, KeyError, ValueError) as error:
+        try:
+            container_env = self._container_environment(spec)
+            argv = run.image.argv([_expand_env(arg, container_env) for arg in spec.get("command") or []],
+                                  [_expand_env(arg, container_env) for arg in spec.get("args") or []])
+            if not argv:
+                raise ValueError(f'container "{run.name}": no command specified')
+            run.env = {**self._base_environment(run.image), **run.image.env, **container_env}
+            image_files = [rootfs.Mount(path, source, read_only=True)
+                           for path, source in run.image.files.items()]
+            ops = rootfs.plan(image_files, container_mounts(spec, self.volumes),
+                              spec.get("workingDir") or "/")
+        except (VolumeError, rootfs.MountError, KeyError, ValueError) as error:
             run.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(error)}}
             run.next_start_monotonic = time.monotonic() + BACKOFF_INITIAL_SECONDS
             return
-        cwd = Path(rewrite_paths(spec["workingDir"], mounts)) if spec.get("workingDir") else self.pod_root
-        cwd.mkdir(parents=True, exist_ok=True)
+        staging = self.pod_root / "rootfs" / run.name
+        staging.mkdir(exist_ok=True)
+        self._start_error_file(run).unlink(missing_ok=True)
+        launch = self.pod_root / "run" / f"{run.name}.json"
+        launch.write_text(json.dumps({
+            "staging": str(staging), "ops": ops, "argv": argv, "env": run.env,
+            "cwd": spec.get("workingDir") or "/", "error_file": str(self._start_error_file(run)),
+        }))
         log = open(self.pod_root / "logs" / f"{run.name}.log", "ab")
         try:
             run.process = subprocess.Popen(
-                network.exec_prefix(self.netns) + argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                network.exec_prefix(self.netns) + rootfs.launcher_command(launch),
+                env={"PATH": os.environ.get("PATH", ":".join(images.DEFAULT_PATH))}, cwd=self.pod_root,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
         finally:
             log.close()
@@ -265,19 +282,25 @@ class PodWorker(threading.Thread):
         run.startup = new_probe(spec.get("startupProbe"))
         self.agent.event(self.pod, "Normal", "Started", f"Started container {run.name}")
 
-    def _base_environment(self) -> dict[str, str]:
+    def _start_error_file(self, run: ContainerRun) -> Path:
+        return self.pod_root / "run" / f"{run.name}.start-error"
+
+    def _base_environment(self, image: images.Image) -> dict[str, str]:
         env = {
-            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-            "HOME": str(self.pod_root),
+            "PATH": image.search_path,
+            "HOME": "/root",
             "HOSTNAME": self.pod_name,
             "KUBERNETES_SERVICE_HOST": KUBERNETES_SERVICE_IP,
             "KUBERNETES_SERVICE_PORT": "443",
         }
         if self.gpu_indices:
             env["NVIDIA_VISIBLE_DEVICES"] = ",".join(str(i) for i in self.gpu_indices)
+            # The engine stand-in learns its GPU from here, as a real engine does from the driver.
+            labels = self.agent.node_manifest(self.node_name)["metadata"]["labels"]
+            env["LLMFLEET_SANDBOX_GPU_PRODUCT"] = labels[GPU_PRODUCT_LABEL]
         return env
 
-    def _container_environment(self, spec: dict, mounts) -> dict[str, str]:
+    def _container_environment(self, spec: dict) -> dict[str, str]:
         env: dict[str, str] = {}
         for source in spec.get("envFrom") or []:
             prefix = source.get("prefix", "")
@@ -287,7 +310,7 @@ class PodWorker(threading.Thread):
                 data = self.agent.read_secret(self.namespace, source["secretRef"]["name"])
             env.update({prefix + key: value for key, value in data.items()})
         for variable in spec.get("env") or []:
-            env[variable["name"]] = rewrite_paths(self._env_value(variable, env), mounts)
+            env[variable["name"]] = self._env_value(variable, env)
         return env
 
     def _env_value(self, variable: dict, env: dict[str, str]) -> str:
@@ -306,10 +329,10 @@ class PodWorker(threading.Thread):
         return ""
 
     def _probe(self, run: ContainerRun, now: float) -> None:
-        prefix = network.exec_prefix(self.netns)
+        prefix = rootfs.exec_prefix(run.process.pid, NSENTER)
         if run.startup is not None and run.startup.passing is not True:
             if run.startup.due(now):
-                ok, message = run_probe(run.startup.spec, run.spec, self.pod_ip, prefix)
+                ok, message = run_probe(run.startup.spec, run.spec, self.pod_ip, prefix, run.env)
                 run.startup.record(ok, now)
                 if run.startup.passing is False:
                     self._kill_for_restart(run, f"Startup probe failed: {message}")
@@ -318,13 +341,13 @@ class PodWorker(threading.Thread):
                     waiting.pass_tick(now)
             return
         if run.readiness is not None and run.readiness.due(now):
-            ok, message = run_probe(run.readiness.spec, run.spec, self.pod_ip, prefix)
+            ok, message = run_probe(run.readiness.spec, run.spec, self.pod_ip, prefix, run.env)
             was = run.readiness.passing
             run.readiness.record(ok, now)
             if not ok and was is not False and run.readiness.passing is False:
                 self.agent.event(self.pod, "Warning", "Unhealthy", f"Readiness probe failed: {message}")
         if run.liveness is not None and run.liveness.due(now):
-            ok, message = run_probe(run.liveness.spec, run.spec, self.pod_ip, prefix)
+            ok, message = run_probe(run.liveness.spec, run.spec, self.pod_ip, prefix, run.env)
             run.liveness.record(ok, now)
             if run.liveness.passing is False:
                 self._kill_for_restart(run, f"Liveness probe failed: {message}")
@@ -344,6 +367,11 @@ class PodWorker(threading.Thread):
         }
         if code < 0:
             terminated["signal"] = -code
+        start_error = self._start_error_file(run)
+        if start_error.exists() and start_error.stat().st_size:
+            # The runtime could not exec the command (or build its root): the kubelet's StartError.
+            terminated.update(reason="StartError", message=start_error.read_text())
+            self.agent.event(self.pod, "Warning", "Failed", f"Error: {terminated['message']}")
         run.exit_code = exit_code
         ran_seconds = time.monotonic() - run.started_monotonic
         run.process = None
@@ -402,7 +430,8 @@ class PodWorker(threading.Thread):
         if hook:
             remaining = (self.stop_deadline or 0) - time.monotonic()
             ok, message = run_lifecycle_hook(hook, run.spec, self.pod_ip,
-                                             network.exec_prefix(self.netns), remaining)
+                                             rootfs.exec_prefix(run.process.pid, NSENTER), remaining,
+                                             run.env)
             if not ok:
                 self.agent.event(self.pod, "Warning", "FailedPreStopHook",
                                  f"PreStop hook for container {run.name} failed: {message}")

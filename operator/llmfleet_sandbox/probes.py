@@ -19,8 +19,12 @@ def resolve_port(port, container: dict) -> int:
     raise ValueError(f'container "{container["name"]}" declares no port named "{port}"')
 
 
-def run_probe(probe: dict, container: dict, pod_ip: str, exec_prefix: list[str]) -> tuple[bool, str]:
-    """Run one probe attempt; return (success, message for events)."""
+def run_probe(probe: dict, container: dict, pod_ip: str, exec_prefix: list[str],
+              exec_env: dict[str, str] | None = None) -> tuple[bool, str]:
+    """Run one probe attempt; return (success, message for events).
+
+    An exec handler runs behind `exec_prefix` (which enters the container) with the
+    container's environment `exec_env`, as the kubelet's exec does."""
     timeout = probe.get("timeoutSeconds", 1)
     try:
         if "httpGet" in probe:
@@ -44,7 +48,7 @@ def run_probe(probe: dict, container: dict, pod_ip: str, exec_prefix: list[str])
                 return True, "TCP probe connected"
         if "exec" in probe:
             result = subprocess.run(exec_prefix + probe["exec"]["command"], timeout=timeout,
-                                    capture_output=True)
+                                    capture_output=True, env=exec_env)
             return result.returncode == 0, f"exec probe exited {result.returncode}"
         return False, "probe has no handler (httpGet, tcpSocket or exec)"
     except (OSError, ValueError, subprocess.TimeoutExpired, urllib.error.URLError) as error:
@@ -52,13 +56,13 @@ def run_probe(probe: dict, container: dict, pod_ip: str, exec_prefix: list[str])
 
 
 def run_lifecycle_hook(hook: dict, container: dict, pod_ip: str, exec_prefix: list[str],
-                       timeout_seconds: float) -> tuple[bool, str]:
+                       timeout_seconds: float, exec_env: dict[str, str] | None = None) -> tuple[bool, str]:
     """Run a preStop/postStart handler (exec, httpGet or sleep) within timeout_seconds."""
     if "sleep" in hook:
         time.sleep(max(0.0, min(hook["sleep"]["seconds"], timeout_seconds)))
         return True, "slept"
     return run_probe({**hook, "timeoutSeconds": max(timeout_seconds, 0.001)}, container, pod_ip,
-                     exec_prefix)
+                     exec_prefix, exec_env)
 
 
 @dataclass

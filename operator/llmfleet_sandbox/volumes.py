@@ -1,8 +1,6 @@
-"""Pod volumes as directories under a per-pod root, and path rewriting.
+"""Pod volumes as directories under a per-pod root (or the sandbox's hostPath area).
 
-Containers run as plain processes without a mount namespace, so a volume is a
-directory and every reference to a mount path in a container's command, args,
-env and working directory is rewritten to that directory.
+Each container's mount namespace binds them at their mount paths (see `rootfs`).
 """
 
 from __future__ import annotations
@@ -16,11 +14,15 @@ from pathlib import Path
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
+from llmfleet_sandbox.rootfs import Mount
+
 DEFAULT_TOKEN_SECONDS = 3607
+# The kubelet mounts these read-only: their content is the API object's, written atomically.
+READ_ONLY_TYPES = ("configMap", "secret", "projected", "downwardAPI")
 
 
 class VolumeError(Exception):
-    """A volume could not be prepared; `reason` is the kubelet-style reason."""
+    """A volume could not be prepared; `reason` is the kubelet-style waiting reason."""
 
     def __init__(self, reason: str, message: str):
         super().__init__(message)
@@ -28,9 +30,9 @@ class VolumeError(Exception):
 
 
 @dataclass(frozen=True)
-class Mount:
-    container_path: str
-    host_path: Path
+class Volume:
+    path: Path
+    read_only: bool = False
 
 
 def _write_file(path: Path, content: bytes, mode: int | None) -> None:
@@ -61,25 +63,23 @@ class VolumeBuilder:
         self.volumes_root = pod_root / "volumes"
         self.sandbox_host_root = sandbox_host_root
 
-    def build_all(self) -> dict[str, Path]:
-        paths = {}
-        for volume in self.pod["spec"].get("volumes") or []:
-            paths[volume["name"]] = self.build(volume)
-        return paths
+    def build_all(self) -> dict[str, Volume]:
+        return {volume["name"]: self.build(volume) for volume in self.pod["spec"].get("volumes") or []}
 
-    def build(self, volume: dict) -> Path:
+    def build(self, volume: dict) -> Volume:
         name = volume["name"]
         if "hostPath" in volume:
-            # Host paths resolve inside the sandbox's state, never the real host.
-            target = self.sandbox_host_root / volume["hostPath"]["path"].lstrip("/")
-            target.mkdir(parents=True, exist_ok=True)
-            return target
+            return Volume(self._host_directory(volume["hostPath"]["path"]))
+        if "persistentVolumeClaim" in volume:
+            source = volume["persistentVolumeClaim"]
+            return Volume(self._claim_directory(name, source["claimName"]),
+                          read_only=source.get("readOnly", False))
         directory = self.volumes_root / name
         if directory.exists():
             shutil.rmtree(directory)
         directory.mkdir(parents=True)
         if "emptyDir" in volume:
-            return directory
+            return Volume(directory)
         if "configMap" in volume:
             self._write_items(directory, self._config_map_items(volume["configMap"]))
         elif "secret" in volume:
@@ -94,9 +94,44 @@ class VolumeBuilder:
             raise VolumeError(
                 "CreateContainerConfigError",
                 f'volume "{name}": volume type "{kind}" is not supported by the sandbox '
-                "(supported: emptyDir, configMap, secret, projected, downwardAPI, hostPath)",
+                "(supported: emptyDir, configMap, secret, projected, downwardAPI, hostPath, "
+                "persistentVolumeClaim)",
             )
-        return directory
+        return Volume(directory, read_only=any(kind in volume for kind in READ_ONLY_TYPES))
+
+    def _host_directory(self, path: str) -> Path:
+        # Host paths resolve inside the sandbox's state, never the real host.
+        target = self.sandbox_host_root / path.lstrip("/")
+        target.mkdir(parents=True, exist_ok=True)
+        return target
+
+    def _claim_directory(self, volume_name: str, claim_name: str) -> Path:
+        """The directory of the PersistentVolume bound to the claim. Until the claim is bound the
+        pod waits in ContainerCreating, as a kubelet waits for its volumes to attach."""
+        def waiting(why: str) -> VolumeError:
+            return VolumeError("ContainerCreating",
+                               f'MountVolume.SetUp failed for volume "{volume_name}": {why}')
+
+        try:
+            claim = self.core.read_namespaced_persistent_volume_claim(claim_name, self.namespace)
+        except ApiException as error:
+            if error.status == 404:
+                raise waiting(f'persistentvolumeclaim "{claim_name}" not found') from None
+            raise
+        if claim.status is None or claim.status.phase != "Bound" or not claim.spec.volume_name:
+            phase = claim.status.phase if claim.status else None
+            raise waiting(f'persistentvolumeclaim "{claim_name}" is not bound (phase {phase or "Pending"})')
+        try:
+            volume = self.core.read_persistent_volume(claim.spec.volume_name)
+        except ApiException as error:
+            if error.status == 404:
+                raise waiting(f'persistentvolume "{claim.spec.volume_name}" not found') from None
+            raise
+        if volume.spec.host_path is None:
+            raise VolumeError("CreateContainerConfigError",
+                              f'persistentvolume "{claim.spec.volume_name}" is not a hostPath volume; '
+                              "the sandbox mounts hostPath persistent volumes only")
+        return self._host_directory(volume.spec.host_path.path)
 
     @staticmethod
     def _write_items(directory: Path, items) -> None:
@@ -191,28 +226,24 @@ def field_ref_value(pod: dict, field_path: str) -> str:
     return ""
 
 
-def container_mounts(container: dict, volume_paths: dict[str, Path]) -> list[Mount]:
+def container_mounts(container: dict, volumes: dict[str, Volume]) -> list[Mount]:
+    """The container's volumeMounts as binds: subPath within the volume, readOnly honoured."""
     mounts = []
     for mount in container.get("volumeMounts") or []:
-        host_path = volume_paths[mount["name"]]
-        if mount.get("subPath"):
-            host_path = host_path / mount["subPath"]
-            host_path.mkdir(parents=True, exist_ok=True)
-        mounts.append(Mount(mount["mountPath"].rstrip("/") or "/", host_path))
+        if mount["name"] not in volumes:
+            raise VolumeError("CreateContainerConfigError",
+                              f'volumeMount "{mount["name"]}" names no volume of the pod')
+        volume = volumes[mount["name"]]
+        source = volume.path
+        sub_path = mount.get("subPath")
+        if sub_path:
+            if sub_path.startswith("/") or ".." in Path(sub_path).parts:
+                raise VolumeError("CreateContainerConfigError",
+                                  f'subPath "{sub_path}" must be a relative path inside the volume')
+            source = volume.path / sub_path
+            # The kubelet creates a missing subPath as a directory.
+            if not source.exists():
+                source.mkdir(parents=True)
+        mounts.append(Mount(mount["mountPath"], source,
+                            read_only=mount.get("readOnly", False) or volume.read_only, volume=True))
     return mounts
-
-
-def rewrite_paths(text: str, mounts: list[Mount]) -> str:
-    """Replace references to mount paths by their directories in the pod root.
-
-    A reference must start at a path boundary (start, whitespace, '=', ':' or a
-    quote) and end at one, so that '/models2' or 'x/models' are left alone. One
-    pass over the text, longest mount path first, so replaced text is never
-    rewritten again and /models/engine wins over /models.
-    """
-    if not mounts:
-        return text
-    by_path = {mount.container_path: str(mount.host_path) for mount in mounts}
-    alternatives = "|".join(re.escape(path) for path in sorted(by_path, key=len, reverse=True))
-    pattern = re.compile(r"(?:^|(?<=[\s=:,\"']))(" + alternatives + r")(?=$|[/\s:,\"'])")
-    return pattern.sub(lambda match: by_path[match.group(1)], text)

@@ -5,10 +5,11 @@ import time
 
 import pytest
 
-from llmfleet_sandbox.emulator.engine import VOCABULARY, EmulatedEngine
+from llmfleet_sandbox.emulator.engine import EmulatedEngine
 from llmfleet_sandbox.emulator.profile import EngineProfile
 from llmfleet_sandbox.emulator.scheduler import RequestNeverFits
 from llmfleet_sandbox.emulator.timing import expected_ttft_ms
+from llmfleet_sandbox.emulator.tokenizer import VOCABULARY
 
 PROFILE = EngineProfile.from_json_dict({
     "gpuType": "L4", "tensorParallelSize": 1, "quantization": "BF16", "kvCacheDtype": "FP16",
@@ -25,8 +26,8 @@ class FakeSink:
         self.cancelled = self.closed = False
         self.done = threading.Event()
 
-    def send(self, token_text, final):
-        self.tokens.append(token_text)
+    def send(self, token_id, final):
+        self.tokens.append(token_id)
         self.times_s.append(time.monotonic())
         self.final = final
         if final:
@@ -66,8 +67,8 @@ def engine():
     engine.stop()
 
 
-def _prompt(words, tag=""):
-    return " ".join(f"{tag}w{index}" for index in range(words))
+def _prompt(tokens, tag=0):
+    return [tag * 100_000 + index for index in range(tokens)]
 
 
 def test_a_request_streams_its_tokens_with_the_final_flag_on_the_last(engine):
@@ -75,7 +76,7 @@ def test_a_request_streams_its_tokens_with_the_final_flag_on_the_last(engine):
     start_s = time.monotonic()
     engine.submit(_prompt(100), 8, sink)
     assert sink.done.wait(5)
-    assert len(sink.tokens) == 8 and sink.final and all(token in VOCABULARY for token in sink.tokens)
+    assert len(sink.tokens) == 8 and sink.final and all(0 <= token < len(VOCABULARY) for token in sink.tokens)
     ttft_ms = (sink.times_s[0] - start_s) * 1000
     assert ttft_ms == pytest.approx(expected_ttft_ms(PROFILE, 100), rel=0.2)
     assert engine.observer.finished == [(100, 8)] and len(engine.observer.ttfts_ms) == 1
@@ -93,10 +94,10 @@ def test_same_prompt_gives_the_same_tokens(engine):
 def test_requests_that_can_never_run_are_refused_at_submit(engine):
     with pytest.raises(RequestNeverFits):
         engine.submit(_prompt(40_000), 10, FakeSink())
-    with pytest.raises(ValueError, match="max_tokens must be at least 1"):
+    with pytest.raises(ValueError, match="request_output_len must be at least 1"):
         engine.submit(_prompt(10), 0, FakeSink())
     with pytest.raises(ValueError, match="no tokens"):
-        engine.submit("   ", 5, FakeSink())
+        engine.submit([], 5, FakeSink())
 
 
 def test_a_cancelled_request_stops_and_frees_its_blocks(engine):
@@ -126,7 +127,7 @@ def test_stop_ends_unfinished_streams_with_an_error():
 def test_loop_overhead_stays_under_a_millisecond_with_64_streams(engine):
     sinks = [FakeSink() for _ in range(64)]
     for index, sink in enumerate(sinks):
-        engine.submit(_prompt(200, tag=str(index)), 100, sink)
+        engine.submit(_prompt(200, tag=index), 100, sink)
     assert all(sink.done.wait(20) for sink in sinks)
     overhead = engine.overhead
     print(overhead.summary())

@@ -1,4 +1,6 @@
-"""The emulator served by the real Triton server bundled in nvidia-pytriton, streamed over gRPC."""
+"""The emulated engine as a serving pod runs it: the real Triton server (nvidia-pytriton's, through
+the sandbox image's wrapper) on the operator's rendered model repository, streamed over gRPC
+through the ensemble (preprocessing -> tensorrt_llm -> postprocessing)."""
 
 from __future__ import annotations
 
@@ -12,30 +14,31 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from llmfleet_sandbox.emulator.profile import EngineProfile
+from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION
 from llmfleet_sandbox.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
-from triton_process import MODEL, metric_value, start_triton
+from triton_process import ENGINE_MODEL, MODEL, deployment_spec, metric_value, start_triton
 
-# Slow enough that 2 CPU cores keep up, fast enough for the whole file to run in well under a minute.
-BASE_PROFILE = {
-    "gpuType": "H100-SXM-80GB", "tensorParallelSize": 1, "quantization": "FP8", "kvCacheDtype": "FP8",
-    "prefillMsPerToken": 0.2, "prefillFixedMs": 10.0, "decodeStepBaseMs": 8.0,
-    "decodeStepMsPerSequence": 0.5, "decodeStepMsPerKvToken": 0.002,
-    "kvBlockTokens": 16, "kvBlocksTotal": 4096, "maxBatchSize": 16, "maxNumTokens": 512,
-    "jitterFraction": 0.02, "enablePrefixReuse": False, "seed": 7,
-}
-SMALL_KV_PROFILE = {**BASE_PROFILE, "kvBlocksTotal": 40}  # two 300-token requests at a time
+# Llama 3.1 8B in BF16 on an A100: 14.5 ms decode steps, 0.08 ms per prompt token; slow enough
+# for 2 CPU cores to keep up, fast enough for the file to run in about a minute.
+SPEC = deployment_spec()
+# What the ensemble adds to TTFT on 2 shared CPU cores: the preprocessing hop before the engine
+# and the postprocessing hop after it (python models, each a round trip to its stub process).
+ENSEMBLE_HOPS_MS = 6.0
+SMALL_KV_BLOCKS = 10  # two 300-token requests at a time (64-token blocks)
 
 
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory):
-    with start_triton(tmp_path_factory.mktemp("triton"), BASE_PROFILE) as server:
+    with start_triton(tmp_path_factory.mktemp("triton"), SPEC) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
-def small_kv_triton(tmp_path_factory):
-    with start_triton(tmp_path_factory.mktemp("triton-small-kv"), SMALL_KV_PROFILE) as server:
+def small_kv_triton(triton, tmp_path_factory):
+    # The KV pool is linear in the fraction beyond the fixed reserve: scale it to SMALL_KV_BLOCKS.
+    fraction = KV_CACHE_FREE_GPU_MEM_FRACTION * (SMALL_KV_BLOCKS + 0.5) / triton.profile.kv_blocks_total
+    with start_triton(tmp_path_factory.mktemp("triton-small-kv"), SPEC, fraction) as server:
+        assert server.profile.kv_blocks_total == SMALL_KV_BLOCKS
         yield server
 
 
@@ -48,19 +51,31 @@ class StreamResult:
     end_s: float
 
 
+def _inputs(prompt: str, output_tokens: int, stream: bool | None) -> list:
+    values = [("text_input", "BYTES", np.array([[prompt.encode()]], dtype=np.object_)),
+              ("max_tokens", "INT32", np.array([[output_tokens]], dtype=np.int32))]
+    if stream is not None:
+        values.append(("stream", "BOOL", np.array([[stream]])))
+    inputs = []
+    for name, datatype, value in values:
+        tensor = grpcclient.InferInput(name, list(value.shape), datatype)
+        tensor.set_data_from_numpy(value)
+        inputs.append(tensor)
+    return inputs
+
+
+def _prompt(tokens: int, seed: int = 0) -> str:
+    return " ".join(f"w{seed}_{index}" for index in range(tokens))
+
+
 def _stream_one(url: str, prompt_tokens: int, output_tokens: int, prompt_seed: int = 0) -> StreamResult:
     """One request over its own gRPC stream, timing every token as the client sees it."""
     client = grpcclient.InferenceServerClient(url)
     arrivals: queue.Queue = queue.Queue()
     client.start_stream(callback=lambda result, error: arrivals.put((time.monotonic(), result, error)))
-    prompt = " ".join(f"w{prompt_seed}_{index}" for index in range(prompt_tokens))
-    inputs = [grpcclient.InferInput("text_input", [1], "BYTES"), grpcclient.InferInput("max_tokens", [1], "INT32"),
-              grpcclient.InferInput("stream", [1], "BOOL")]
-    inputs[0].set_data_from_numpy(np.array([prompt.encode()], dtype=np.object_))
-    inputs[1].set_data_from_numpy(np.array([output_tokens], dtype=np.int32))
-    inputs[2].set_data_from_numpy(np.array([True]))
     start_s = time.monotonic()
-    client.async_stream_infer(MODEL, inputs, enable_empty_final_response=True)
+    client.async_stream_infer(MODEL, _inputs(_prompt(prompt_tokens, prompt_seed), output_tokens, True),
+                              enable_empty_final_response=True)
     times, tokens, error = [], [], None
     while True:
         arrived_s, result, failure = arrivals.get(timeout=60)
@@ -80,8 +95,8 @@ def _stream_one(url: str, prompt_tokens: int, output_tokens: int, prompt_seed: i
 
 
 def test_low_load_ttft_and_tpot_match_the_profile(triton):
-    profile = EngineProfile.from_json_dict(BASE_PROFILE)
-    prompt_tokens, output_tokens = 400, 60
+    profile = triton.profile
+    prompt_tokens, output_tokens = 1000, 40
     results = [_stream_one(triton.grpc_url, prompt_tokens, output_tokens, prompt_seed=i) for i in range(5)]
     assert all(result.error is None and len(result.tokens) == output_tokens for result in results)
     ttft_ms = statistics.median(result.ttft_ms for result in results)
@@ -89,7 +104,7 @@ def test_low_load_ttft_and_tpot_match_the_profile(triton):
     expected_ttft = expected_ttft_ms(profile, prompt_tokens)
     expected_tpot = expected_mean_tpot_ms(profile, prompt_tokens, output_tokens)
     print(f"TTFT {ttft_ms:.2f} ms (expected {expected_ttft:.2f}), TPOT {tpot_ms:.2f} ms (expected {expected_tpot:.2f})")
-    assert ttft_ms == pytest.approx(expected_ttft, rel=0.10)
+    assert 0.95 * expected_ttft <= ttft_ms <= 1.10 * expected_ttft + ENSEMBLE_HOPS_MS
     assert tpot_ms == pytest.approx(expected_tpot, rel=0.10)
 
 
@@ -114,20 +129,23 @@ def test_rising_concurrency_saturates_throughput_and_raises_ttft(triton):
     tpots = [values[1] for values in by_concurrency.values()]
     throughputs = [values[2] for values in by_concurrency.values()]
     assert ttfts == sorted(ttfts) and ttfts[-1] > 5 * ttfts[0]
-    assert tpots[2] > tpots[0]  # a bigger decode batch makes every token slower
+    # Other requests' prompt chunks share the decode steps of a burst (batch interference).
+    assert tpots[2] > tpots[0]
     assert throughputs[1] > 2 * throughputs[0]
-    # maxBatchSize 16: beyond it requests queue, so throughput stops growing.
-    assert throughputs[3] < 1.25 * throughputs[2]
+    # maxBatchSize 16: beyond it requests queue, so throughput stops growing (it can only gain
+    # from the next burst's prompts overlapping the last decode steps of the one before)...
+    assert throughputs[3] < 1.4 * throughputs[2]
+    assert ttfts[3] > 3 * ttfts[2]
+    # ... and never passes a full batch every decode step.
+    profile = triton.profile
+    assert throughputs[3] < profile.max_batch_size * 1000 / profile.decode_step_base_ms
 
 
 def test_non_streaming_request_gets_one_response_with_the_whole_text(triton):
     client = grpcclient.InferenceServerClient(triton.grpc_url)
     responses: queue.Queue = queue.Queue()
     client.start_stream(callback=lambda result, error: responses.put((result, error)))
-    inputs = [grpcclient.InferInput("text_input", [1], "BYTES"), grpcclient.InferInput("max_tokens", [1], "INT32")]
-    inputs[0].set_data_from_numpy(np.array([b"hello there"], dtype=np.object_))
-    inputs[1].set_data_from_numpy(np.array([7], dtype=np.int32))
-    client.async_stream_infer(MODEL, inputs)
+    client.async_stream_infer(MODEL, _inputs("hello there", 7, stream=None))
     result, error = responses.get(timeout=10)
     client.stop_stream()
     client.close()
@@ -136,26 +154,48 @@ def test_non_streaming_request_gets_one_response_with_the_whole_text(triton):
     assert responses.empty()
 
 
+def test_same_prompt_gives_the_same_text(triton):
+    first, second = (_stream_one(triton.grpc_url, 30, 6, prompt_seed=3) for _ in range(2))
+    assert first.tokens == second.tokens and len(set(first.tokens)) > 1
+
+
+def _engine_inputs(token_ids: list[int], output_tokens: int) -> list:
+    """A streaming request straight to the tensorrt_llm model, in token ids."""
+    values = [("input_ids", np.array([token_ids], dtype=np.int32)),
+              ("input_lengths", np.array([[len(token_ids)]], dtype=np.int32)),
+              ("request_output_len", np.array([[output_tokens]], dtype=np.int32)),
+              ("streaming", np.array([[True]]))]
+    inputs = []
+    for name, value in values:
+        tensor = grpcclient.InferInput(name, list(value.shape), "BOOL" if value.dtype == bool else "INT32")
+        tensor.set_data_from_numpy(value)
+        inputs.append(tensor)
+    return inputs
+
+
 def test_client_cancellation_frees_the_blocks(triton):
+    # Straight to the engine model: Triton's ensemble checks for cancellation only between its
+    # steps, so a cancelled ensemble stream does not reach a tensorrt_llm request already running.
     client = grpcclient.InferenceServerClient(triton.grpc_url)
     tokens: queue.Queue = queue.Queue()
     client.start_stream(callback=lambda result, error: tokens.put(error))
-    inputs = [grpcclient.InferInput("text_input", [1], "BYTES"), grpcclient.InferInput("max_tokens", [1], "INT32"),
-              grpcclient.InferInput("stream", [1], "BOOL")]
-    inputs[0].set_data_from_numpy(np.array([b"a long story " * 50], dtype=np.object_))
-    inputs[1].set_data_from_numpy(np.array([20_000], dtype=np.int32))
-    inputs[2].set_data_from_numpy(np.array([True]))
-    client.async_stream_infer(MODEL, inputs)
+    client.async_stream_infer(ENGINE_MODEL, _engine_inputs(list(range(150)), 20_000))
     for _ in range(5):
         assert tokens.get(timeout=10) is None
-    assert metric_value(triton.metrics(), "nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="used") > 0
+    used = {"kv_cache_block_type": "used", "model": ENGINE_MODEL}
+    assert metric_value(triton.metrics(), "nv_trt_llm_kv_cache_block_metrics", **used) > 0
     client.stop_stream(cancel_requests=True)
     client.close()
     deadline = time.monotonic() + 5
-    while metric_value(triton.metrics(), "nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="used") > 0:
+    while metric_value(triton.metrics(), "nv_trt_llm_kv_cache_block_metrics", **used) > 0:
         assert time.monotonic() < deadline, "blocks of the cancelled request were not freed"
         time.sleep(0.1)
     assert metric_value(triton.metrics(), "nv_trt_llm_request_metrics", request_type="active") == 0
+
+
+def test_prompt_over_the_engines_max_input_len_fails_clearly(triton):
+    result = _stream_one(triton.grpc_url, SPEC.engine.max_input_len + 1, 5)
+    assert result.error is not None and "exceeds maximum input length" in result.error
 
 
 def test_kv_exhaustion_queues_requests_instead_of_failing(small_kv_triton):
@@ -179,8 +219,9 @@ def test_metrics_have_the_tensorrt_llm_names(triton):
     text = triton.metrics()
     for expected in [
         'nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="max",version="1"} 16',
-        'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max",model="tensorrt_llm",version="1"} 4096',
-        'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="tokens_per",model="tensorrt_llm",version="1"} 16',
+        'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max",model="tensorrt_llm",version="1"} '
+        f'{triton.profile.kv_blocks_total}',
+        'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="tokens_per",model="tensorrt_llm",version="1"} 64',
         'nv_trt_llm_inflight_batcher_metrics{inflight_batcher_specific_metric="generation_requests",'
         'model="tensorrt_llm",version="1"}',
         'nv_llm_input_token_len_bucket{model="tensorrt_llm",response_metric_type="total_input_tokens",'
@@ -194,3 +235,28 @@ def test_metrics_have_the_tensorrt_llm_names(triton):
         assert f'request_type="{request_type}"' in text
     for block_type in ("free", "used", "reused", "fraction"):
         assert f'kv_cache_block_type="{block_type}"' in text
+
+
+def test_tensor_parallel_pod_serves_through_the_launcher(tmp_path):
+    spec = deployment_spec(tensor_parallel_size=2)
+    with start_triton(tmp_path, spec) as server:
+        assert server.profile.tensor_parallel_size == 2
+        result = _stream_one(server.grpc_url, 100, 5)
+        assert result.error is None and len(result.tokens) == 5
+        assert "--world_size" not in server.log_path.read_text()  # one plain server, no ranks
+
+
+def test_missing_gpu_product_fails_the_model_load_naming_the_variable(tmp_path):
+    with pytest.raises(RuntimeError, match="exited with 1"):
+        with start_triton(tmp_path, SPEC, gpu_product_label=None):
+            pass
+    assert "LLMFLEET_SANDBOX_GPU_PRODUCT is not set" in (tmp_path / "triton.log").read_text()
+
+
+def test_unbuilt_engine_fails_the_model_load_naming_the_directory(tmp_path):
+    with pytest.raises(RuntimeError, match="exited with 1"):
+        with start_triton(tmp_path, SPEC, with_engine=False):
+            pass
+    log = (tmp_path / "triton.log").read_text()
+    assert f"engine directory {tmp_path}/engines/" in log and "does not exist" in log
+    assert "tokenizer directory" in log  # the tokenizer models fail as clearly

@@ -1,4 +1,4 @@
-"""`llmfleet load` against a real tritonserver serving the emulated engine."""
+"""`llmfleet load` against a real tritonserver serving the rendered ensemble on the emulated engine."""
 
 from __future__ import annotations
 
@@ -9,18 +9,17 @@ import math
 import pytest
 
 from llmfleet.cli import main
-from llmfleet_sandbox.emulator.profile import EngineProfile
 from llmfleet_sandbox.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
-# The emulator's own real-Triton test already knows how to start and stop the server.
-from test_emulator_triton import BASE_PROFILE
-from triton_process import start_triton
+# The emulator's own real-Triton test serves the same engine.
+from test_emulator_triton import SPEC
+from triton_process import MODEL, start_triton
 
 RATE_PER_SECOND, DURATION_S, INPUT_TOKENS, OUTPUT_TOKENS = 4, 10, 100, 20
 
 
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory):
-    with start_triton(tmp_path_factory.mktemp("triton-loadgen"), BASE_PROFILE) as server:
+    with start_triton(tmp_path_factory.mktemp("triton-loadgen"), SPEC) as server:
         yield server
 
 
@@ -30,7 +29,7 @@ def _csv_rows(path):
 
 
 def test_open_loop_run_completes_every_request_with_plausible_latency(triton, tmp_path, capsys):
-    exit_code = main(["load", "--target", triton.grpc_url, "--schedule", f"constant:{RATE_PER_SECOND}",
+    exit_code = main(["load", "--model", MODEL, "--target", triton.grpc_url, "--schedule", f"constant:{RATE_PER_SECOND}",
                       "--duration-s", str(DURATION_S), "--input-tokens", str(INPUT_TOKENS),
                       "--output-tokens", str(OUTPUT_TOKENS), "--slo-ttft-ms", "500", "--slo-tpot-ms", "50",
                       "--seed", "3", "--output-dir", str(tmp_path), "--quiet"])
@@ -45,7 +44,7 @@ def test_open_loop_run_completes_every_request_with_plausible_latency(triton, tm
     assert {row["status"] for row in rows} == {"ok"}
     assert {int(row["output_tokens"]) for row in rows} == {OUTPUT_TOKENS}
 
-    profile = EngineProfile.from_json_dict(BASE_PROFILE)
+    profile = triton.profile
     ttft_ms = expected_ttft_ms(profile, INPUT_TOKENS)
     tpot_ms = expected_mean_tpot_ms(profile, INPUT_TOKENS, OUTPUT_TOKENS)
     print(f"TTFT p50 {summary['ttft_ms']['p50']} ms (idle engine {ttft_ms:.1f}), "
@@ -67,7 +66,7 @@ def test_trace_replay_sends_the_trace(triton, tmp_path, capsys):
     trace = tmp_path / "trace.jsonl"
     trace.write_text("".join(json.dumps({"arrival_s": i * 0.2, "input_tokens": 30 + i, "output_tokens": 5 + i}) + "\n"
                              for i in range(5)))
-    assert main(["load", "--endpoints", f"{triton.grpc_url},{triton.grpc_url}", "--trace", str(trace),
+    assert main(["load", "--model", MODEL, "--endpoints", f"{triton.grpc_url},{triton.grpc_url}", "--trace", str(trace),
                  "--output-dir", str(tmp_path / "out"), "--quiet"]) == 0
     rows = _csv_rows(tmp_path / "out" / "requests.csv")
     assert [(int(row["input_tokens"]), int(row["output_tokens"])) for row in rows] == \
@@ -76,7 +75,7 @@ def test_trace_replay_sends_the_trace(triton, tmp_path, capsys):
 
 
 def test_sweep_writes_points_frontier_and_plot(triton, tmp_path, capsys):
-    assert main(["load", "--target", triton.grpc_url, "--sweep", "1,8", "--duration-s", "2",
+    assert main(["load", "--model", MODEL, "--target", triton.grpc_url, "--sweep", "1,8", "--duration-s", "2",
                  "--input-tokens", "100", "--output-tokens", "20", "--output-dir", str(tmp_path), "--quiet"]) == 0
     sweep = json.loads((tmp_path / "sweep.json").read_text())
     low, high = sweep["points"]
@@ -90,15 +89,15 @@ def test_sweep_writes_points_frontier_and_plot(triton, tmp_path, capsys):
 
 def test_errors_and_truncations_are_recorded_per_request_and_exit_1(triton, tmp_path, capsys):
     trace = tmp_path / "trace.csv"
-    # Request 0 never fits the KV cache (an error); request 1 would stream for minutes but the
-    # run waits 1 s after the last arrival (truncated); request 2 is ordinary.
+    # Request 0 is longer than the engine's max_input_len (an error); request 1 would stream for
+    # a minute but the run waits 1 s after the last arrival (truncated); request 2 is ordinary.
     trace.write_text("arrival_s,input_tokens,output_tokens\n0,70000,5\n0.1,10,20000\n0.2,10,5\n")
-    assert main(["load", "--target", triton.grpc_url, "--trace", str(trace), "--drain-timeout-s", "1",
+    assert main(["load", "--model", MODEL, "--target", triton.grpc_url, "--trace", str(trace), "--drain-timeout-s", "1",
                  "--output-dir", str(tmp_path / "out"), "--quiet"]) == 1
     rows = _csv_rows(tmp_path / "out" / "requests.csv")
     assert [row["status"] for row in rows] == ["error", "truncated", "ok"]
-    assert "KV blocks" in rows[0]["error"]
+    assert "exceeds maximum input length" in rows[0]["error"]
     assert 0 < int(rows[1]["output_tokens"]) < 20000
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert (summary["errors"], summary["truncated"], summary["completed"]) == (1, 1, 1)
-    assert "KV blocks" in summary["first_error"]
+    assert "exceeds maximum input length" in summary["first_error"]

@@ -1,68 +1,12 @@
-"""The sandbox's pure pieces, without a cluster: path rewriting, image mapping,
-endpoint selection, pod discovery labels, probe thresholds, pid records."""
+"""The sandbox's pure pieces, without a cluster: endpoint selection, pod discovery labels,
+probe thresholds, pid records. Container roots and images: test_sandbox_rootfs.py."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-import pytest
-
-from llmfleet_sandbox import images
 from llmfleet_sandbox.poddiscovery import pod_target_groups
 from llmfleet_sandbox.probes import ProbeState
 from llmfleet_sandbox.processes import ProcessTable, process_start_ticks
 from llmfleet_sandbox.serviceproxy import EndpointTable
-from llmfleet_sandbox.volumes import Mount, rewrite_paths
-
-MOUNTS = [Mount("/models", Path("/state/pod/volumes/repo")),
-          Mount("/models/engine", Path("/state/pod/volumes/engine")),
-          Mount("/tmp", Path("/state/pod/volumes/tmp"))]
-
-
-@pytest.mark.parametrize("text, expected", [
-    ("--model-repository=/models", "--model-repository=/state/pod/volumes/repo"),
-    ("/models/engine/rank0", "/state/pod/volumes/engine/rank0"),
-    ("/models/ensemble/config.pbtxt", "/state/pod/volumes/repo/ensemble/config.pbtxt"),
-    ("/models2 a/models x/tmp", "/models2 a/models x/tmp"),
-    ('cat "/tmp/x"', 'cat "/state/pod/volumes/tmp/x"'),
-])
-def test_mount_paths_are_rewritten_only_at_path_boundaries(text, expected):
-    assert rewrite_paths(text, MOUNTS) == expected
-
-
-def test_rewritten_text_is_not_rewritten_again():
-    # The replacement of /tmp starts with /state...; a mount at /state must not touch it.
-    mounts = [Mount("/tmp", Path("/state/tmp")), Mount("/state", Path("/other"))]
-    assert rewrite_paths("/tmp/a /state/b", mounts) == "/state/tmp/a /other/b"
-
-
-def test_unknown_image_is_not_runnable_and_the_message_names_it(tmp_path):
-    with pytest.raises(images.ImageNotRunnable, match=r'"registry.invalid/x:1".*runnable images'):
-        images.resolve("registry.invalid/x:1", [], [], tmp_path)
-
-
-def test_triton_image_runs_the_bundled_server_with_the_python_backend(tmp_path):
-    program = images.resolve("nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3",
-                             ["tritonserver"], ["--model-repository=/m"], tmp_path)
-    assert program.argv[0].endswith("bin/tritonserver")
-    assert f"--backend-directory={tmp_path / 'triton-backends'}" in program.argv
-    assert (tmp_path / "triton-backends" / "python" / "triton_python_backend_stub").exists()
-    assert program.env["PATH"].startswith(str(Path(sys.executable).parent))
-
-
-def test_multi_gpu_launcher_becomes_one_server(tmp_path):
-    program = images.resolve(
-        "nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3", ["python3"],
-        ["/app/scripts/launch_triton_server.py", "--world_size=4", "--model_repo=/models",
-         "--grpc_port=8001"], tmp_path)
-    assert "--model-repository=/models" in program.argv and "--grpc-port=8001" in program.argv
-    assert not any("world_size" in arg for arg in program.argv)
-
-
-def test_python_image_runs_this_python(tmp_path):
-    program = images.resolve("python:3.11-slim", ["python3", "-c", "pass"], [], tmp_path)
-    assert program.argv == [sys.executable, "-c", "pass"]
 
 
 def _slice(name, service, addresses_ready, port=8001, port_name="grpc", terminating=()):

@@ -1,4 +1,4 @@
-"""gRPC streaming to Triton's decoupled `tensorrt_llm` model through `tritonclient.grpc`.
+"""gRPC streaming to a decoupled Triton model (the rendered `ensemble`) through `tritonclient.grpc`.
 
 Each `RequestStream` is one client with one started stream and carries one request at a time:
 tritonclient hands an error response to the callback without its request id, so only a stream

@@ -22,6 +22,7 @@ from llmfleet_sandbox.emulator.kvcache import prompt_block_hashes
 from llmfleet_sandbox.emulator.profile import EngineProfile
 from llmfleet_sandbox.emulator.scheduler import Scheduler, SchedulerStats, Sequence
 from llmfleet_sandbox.emulator.timing import jitter_multiplier, step_duration_ms
+from llmfleet_sandbox.emulator.tokenizer import VOCABULARY
 
 STATS_PERIOD_S = 0.1  # TensorRT-LLM's default stats_check_period_ms is 100
 # Asking the client connection whether a request was cancelled costs a round trip to the Triton
@@ -29,22 +30,8 @@ STATS_PERIOD_S = 0.1  # TensorRT-LLM's default stats_check_period_ms is 100
 CANCEL_POLL_INTERVAL_S = 0.2
 
 
-def _vocabulary() -> tuple[str, ...]:
-    consonants, vowels = "bdfgklmnprstvz", "aeiou"
-    syllables = [c + v for c in consonants for v in vowels]
-    return tuple(first + second for first in syllables for second in syllables[::7])
-
-
-VOCABULARY = _vocabulary()
-
-
-def prompt_token_ids(prompt: str) -> list[str]:
-    """The tokenizer approximation: one token per whitespace-separated word."""
-    return prompt.split()
-
-
 class TokenSink(Protocol):
-    def send(self, token_text: str, final: bool) -> None:
+    def send(self, token_id: int, final: bool) -> None:
         """Deliver one token; raise if the client is gone."""
 
     def abort(self, message: str) -> None:
@@ -125,19 +112,20 @@ class EmulatedEngine:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, prompt: str, max_output_tokens: int, sink: TokenSink) -> None:
+    def submit(self, prompt_token_ids: list[int], max_output_tokens: int, sink: TokenSink) -> None:
         """Queue a request; raises `RequestNeverFits` or ValueError when it can never run."""
         if max_output_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {max_output_tokens}")
-        token_ids = prompt_token_ids(prompt)
+            raise ValueError(f"request_output_len must be at least 1, got {max_output_tokens}")
+        token_ids = [int(token_id) for token_id in prompt_token_ids]
         if not token_ids:
-            raise ValueError("text_input has no tokens")
+            raise ValueError("the prompt has no tokens")
         sequence = Sequence(request_id=next(self._request_ids), prompt_tokens=len(token_ids),
                             max_output_tokens=max_output_tokens,
                             prompt_block_hashes=prompt_block_hashes(token_ids, self.profile.kv_block_tokens))
         now = time.monotonic()
         # Same prompt, same output, as greedy decoding would give.
-        token_rng = random.Random(self.profile.seed * 1_000_003 + zlib.crc32(prompt.encode()))
+        prompt_hash = zlib.crc32(b"".join(token_id.to_bytes(8, "little", signed=True) for token_id in token_ids))
+        token_rng = random.Random(self.profile.seed * 1_000_003 + prompt_hash)
         with self._lock:
             self._scheduler.submit(sequence)
             self._requests[sequence] = _Request(sequence, sink, now, token_rng, now)
@@ -210,9 +198,10 @@ class EmulatedEngine:
         for request in emitted:
             sequence = request.sequence
             final = sequence.finished
-            token_text = VOCABULARY[request.token_rng.randrange(len(VOCABULARY))]
+            # Ids of the sandbox tokenizer's words, so postprocessing decodes them to text.
+            token_id = request.token_rng.randrange(len(VOCABULARY))
             try:
-                request.sink.send(token_text, final)
+                request.sink.send(token_id, final)
             except Exception:  # the client went away: free its blocks like a cancellation
                 self._cancel(request)
                 continue

@@ -1,49 +1,59 @@
-"""Triton python-backend glue: the emulated engine served as the `tensorrt_llm` model.
+"""The sandbox image's `tensorrtllm` backend: the emulated engine behind the real `tensorrt_llm` config.
 
-config.pbtxt: backend "python", decoupled transaction policy, inputs `text_input` (string),
-`max_tokens` (int32), optional `stream` (bool, default false as in TensorRT-LLM), output
-`text_output` (string), and the parameter `engine_profile_json`. Streaming requests get one
-response per token; others get one response with the whole text. Metrics use the names and
-labels of the real TensorRT-LLM backend, plus Triton's TTFT histogram (which Triton 2.51 does
-not emit itself) and the emulator's own overhead.
+Triton loads it as a python-based backend (/opt/tritonserver/backends/tensorrtllm/model.py
+imports this class), so the model repository is the one rendered for real GPUs, unchanged:
+token ids in (`input_ids`, `input_lengths`, `request_output_len`, optional `streaming` and the
+sampling inputs, which are accepted and ignored), `output_ids` [beam, tokens] and
+`sequence_length` out, decoupled. At load it reads the engine's config.json from
+`gpt_model_path`, the serving parameters, and the node's GPU product from
+LLMFLEET_SANDBOX_GPU_PRODUCT, and derives the engine profile from them (`profile_for_engine`).
+
+Metrics use the names and labels of the real TensorRT-LLM backend, plus Triton's TTFT histogram
+(which Triton 2.51 does not emit itself) and the emulator's own overhead.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from llmfleet_sandbox.emulator.engine import EmulatedEngine, OverheadStats
-from llmfleet_sandbox.emulator.profile import EngineProfile
-from llmfleet_sandbox.emulator.scheduler import SchedulerStats
 from llmfleet.render.layout import TTFT_HISTOGRAM_BUCKETS_MS
+from llmfleet_sandbox.emulator.engine import EmulatedEngine, OverheadStats
+from llmfleet_sandbox.emulator.engine_config import EngineConfig, EngineConfigError, read_engine_config
+from llmfleet_sandbox.emulator.profile import GPU_PRODUCT_VARIABLE, ProfileError, gpu_for_product, profile_for_engine
+from llmfleet_sandbox.emulator.scheduler import SchedulerStats
 
-PROFILE_PARAMETER = "engine_profile_json"
 # TTFT buckets come from render's layout: one set for every revision, so canary and stable compare.
 TOKEN_LENGTH_BUCKETS = [10, 50, 100, 500, 1000]  # the TensorRT-LLM backend's buckets
+# What the emulator implements; other values would silently behave differently, so they fail the load.
+SUPPORTED_PARAMETERS = {"max_beam_width": "1", "batch_scheduler_policy": "guaranteed_no_evict",
+                        "enable_chunked_context": "true"}
 
 
 class _TritonStream:
     """A `TokenSink` over one request's response sender."""
 
-    def __init__(self, sender, streaming: bool, batched_shape: bool):
+    def __init__(self, sender, streaming: bool, batched_shape: bool, prefix_ids: list[int]):
         self._sender = sender
         self._streaming = streaming
-        self._shape = (1, 1) if batched_shape else (1,)
-        self._words: list[str] = []
+        self._batched_shape = batched_shape
+        # Non-streaming responses repeat the prompt first unless exclude_input_in_output.
+        self._token_ids = list(prefix_ids)
 
-    def send(self, token_text: str, final: bool) -> None:
-        piece = token_text if not self._words else " " + token_text
-        self._words.append(token_text)
+    def send(self, token_id: int, final: bool) -> None:
         flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
         if self._streaming:
-            self._sender.send(self._response(piece), flags=flags)
-        elif final:
-            self._sender.send(self._response(" ".join(self._words)), flags=flags)
+            self._sender.send(self._response([token_id]), flags=flags)
+            return
+        self._token_ids.append(token_id)
+        if final:
+            self._sender.send(self._response(self._token_ids), flags=flags)
 
     def abort(self, message: str) -> None:
         self._sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)),
@@ -55,9 +65,13 @@ class _TritonStream:
     def is_cancelled(self) -> bool:
         return self._sender.is_cancelled()
 
-    def _response(self, text: str):
-        output = np.array([text.encode()], dtype=np.object_).reshape(self._shape)
-        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("text_output", output)])
+    def _response(self, token_ids: list[int]):
+        output_ids = np.array([token_ids], dtype=np.int32)  # [beam 1, tokens]
+        sequence_length = np.array([len(token_ids)], dtype=np.int32)  # per beam
+        if self._batched_shape:
+            output_ids, sequence_length = output_ids[np.newaxis], sequence_length[np.newaxis]
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("output_ids", output_ids),
+                                                          pb_utils.Tensor("sequence_length", sequence_length)])
 
 
 class _TritonMetrics:
@@ -133,44 +147,94 @@ class _TritonMetrics:
             metric.set(value)
 
 
-def _scalar(request, name: str):
+def _parameter(config: dict, name: str) -> str:
+    try:
+        return config["parameters"][name]["string_value"]
+    except KeyError:
+        raise ValueError(f"config.pbtxt of the tensorrt_llm model has no parameter {name!r}") from None
+
+
+def _flag(config: dict, name: str) -> bool:
+    value = _parameter(config, name).strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"parameter {name} must be true or false, got {value!r}")
+    return value == "true"
+
+
+def _input(request, name: str) -> np.ndarray | None:
     tensor = pb_utils.get_input_tensor_by_name(request, name)
-    return None if tensor is None else tensor.as_numpy().reshape(-1)[0]
+    return None if tensor is None else tensor.as_numpy()
+
+
+def _scalar(request, name: str):
+    values = _input(request, name)
+    return None if values is None else values.reshape(-1)[0]
 
 
 class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
-        if not pb_utils.using_decoupled_model_transaction_policy(config):
-            raise pb_utils.TritonModelException(
-                "the emulated tensorrt_llm model streams tokens: set model_transaction_policy { decoupled: true }")
         try:
-            profile_json = config["parameters"][PROFILE_PARAMETER]["string_value"]
-        except KeyError:
-            raise pb_utils.TritonModelException(f"config.pbtxt has no parameter {PROFILE_PARAMETER!r}") from None
-        try:
-            self.profile = EngineProfile.from_json(profile_json)
-        except ValueError as error:
-            raise pb_utils.TritonModelException(str(error)) from None
-        self._batched_shape = config.get("max_batch_size", 0) > 0
+            self._load(config)
+        except (ValueError, OSError) as error:  # EngineConfigError and ProfileError are ValueErrors
+            raise pb_utils.TritonModelException(f"emulated tensorrtllm backend: {error}") from None
         self.engine = EmulatedEngine(self.profile, _TritonMetrics(args["model_name"], args["model_version"]))
         self.engine.start()
         pb_utils.Logger.log_info(f"emulated engine started: {json.dumps(self.profile.to_json_dict())}")
 
+    def _load(self, config: dict) -> None:
+        if not pb_utils.using_decoupled_model_transaction_policy(config):
+            raise ValueError("the tensorrt_llm model streams tokens: set model_transaction_policy { decoupled: true }")
+        for name, supported in SUPPORTED_PARAMETERS.items():
+            if _parameter(config, name).strip().lower() != supported:
+                raise ValueError(f"parameter {name} is {_parameter(config, name)!r}; the emulated engine "
+                                 f"implements only {supported!r}")
+        engine_dir = Path(_parameter(config, "gpt_model_path"))
+        try:
+            self.engine_config: EngineConfig = read_engine_config(engine_dir)
+            gpu = gpu_for_product(os.environ.get(GPU_PRODUCT_VARIABLE))
+        except (EngineConfigError, ProfileError) as error:
+            raise ValueError(str(error)) from None
+        try:
+            fraction = float(_parameter(config, "kv_cache_free_gpu_mem_fraction"))
+        except ValueError:
+            raise ValueError("parameter kv_cache_free_gpu_mem_fraction must be a number, got "
+                             f"{_parameter(config, 'kv_cache_free_gpu_mem_fraction')!r}") from None
+        if not 0 < fraction <= 1:
+            raise ValueError(f"parameter kv_cache_free_gpu_mem_fraction must be within (0, 1], got {fraction}")
+        self.profile = profile_for_engine(self.engine_config, gpu, fraction, _flag(config, "enable_kv_cache_reuse"))
+        self._exclude_input_in_output = _flag(config, "exclude_input_in_output")
+        self._batched_shape = config.get("max_batch_size", 0) > 0
+
     def execute(self, requests):
         for request in requests:
-            sink = _TritonStream(request.get_response_sender(), streaming=bool(_scalar(request, "stream")),
-                                 batched_shape=self._batched_shape)
+            streaming = _scalar(request, "streaming")
+            sender = request.get_response_sender()
             try:
-                text = _scalar(request, "text_input")
-                max_tokens = _scalar(request, "max_tokens")
-                if text is None or max_tokens is None:
-                    raise ValueError("inputs text_input and max_tokens are required")
-                prompt = text.decode() if isinstance(text, bytes) else str(text)
-                self.engine.submit(prompt, int(max_tokens), sink)
+                prompt, output_len = self._request_tokens(request)
+                sink = _TritonStream(sender, streaming=bool(streaming), batched_shape=self._batched_shape,
+                                     prefix_ids=[] if streaming or self._exclude_input_in_output else prompt)
+                self.engine.submit(prompt, output_len, sink)
             except ValueError as error:  # includes RequestNeverFits
-                sink.abort(str(error))
+                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))),
+                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
+
+    def _request_tokens(self, request) -> tuple[list[int], int]:
+        """(prompt token ids, output tokens to generate), checked as the real executor does."""
+        input_ids, output_len = _input(request, "input_ids"), _scalar(request, "request_output_len")
+        if input_ids is None or output_len is None:
+            raise ValueError("inputs input_ids and request_output_len are required")
+        rows = input_ids.reshape(-1, input_ids.shape[-1]) if input_ids.ndim > 1 else input_ids[np.newaxis]
+        if rows.shape[0] != 1:
+            raise ValueError(f"the emulated engine takes one sequence per request, got {rows.shape[0]}")
+        length = _scalar(request, "input_lengths")
+        prompt = rows[0][:int(length) if length is not None else rows.shape[1]].tolist()
+        limits = self.engine_config
+        if len(prompt) > limits.max_input_len:
+            raise ValueError(f"Prompt length ({len(prompt)}) exceeds maximum input length ({limits.max_input_len})")
+        # Like the executor, a request longer than the engine's sequence limit is shortened, not refused.
+        return prompt, min(int(output_len), limits.max_seq_len - len(prompt))
 
     def finalize(self):
         self.engine.stop()

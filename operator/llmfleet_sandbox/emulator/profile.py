@@ -1,15 +1,28 @@
 """The engine profile: what one emulated TensorRT-LLM engine is and how fast it runs.
 
-The operator renders it as the JSON string parameter `engine_profile_json` of the
-`tensorrt_llm` model's config.pbtxt (keys in camelCase, as in the CRDs). The descriptive keys
-(GPU, TP, quantisation, KV dtype) only label the engine; the timing and capacity keys drive it.
+`profile_for_engine` derives it, at model load, from what a real engine has at that point: its
+config.json, the `tensorrt_llm` model's parameters and the GPU it runs on, through the planner's
+latency model. The JSON form (keys in camelCase, as in the CRDs) is for logs and tests. The
+descriptive keys (GPU, TP, quantisation, KV dtype) only label the engine; the timing and
+capacity keys drive it.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
 from typing import Any
+
+from llmfleet.catalog import GpuType, load_catalog
+from llmfleet.planner.latency import build_engine, lm_head_flops, prefill_attention_flops, step_seconds
+from llmfleet_sandbox.emulator.engine_config import EngineConfig, read_engine_config
+
+# Set by the sandbox's node agent on pods that request GPUs: the node's nvidia.com/gpu.product label.
+GPU_PRODUCT_VARIABLE = "LLMFLEET_SANDBOX_GPU_PRODUCT"
+MS_PER_SECOND = 1000.0
+# The model is not more precise than this, and logged profiles stay readable.
+SIGNIFICANT_DIGITS = 6
 
 
 class ProfileError(ValueError):
@@ -116,3 +129,77 @@ def _checked(key: str, value: Any) -> Any:
     if key == "jitterFraction" and value >= 1:
         raise ProfileError(f"engine profile key 'jitterFraction' must be below 1, got {value!r}")
     return float(value)
+
+
+def gpu_for_product(gpu_product: str | None, variable: str = GPU_PRODUCT_VARIABLE) -> GpuType:
+    """The catalog GPU whose GPU Feature Discovery product label is `gpu_product`."""
+    catalog = load_catalog()
+    known = sorted(gpu.gfd_product for gpu in catalog.gpus.values())
+    if not gpu_product:
+        raise ProfileError(f"{variable} is not set: the emulated engine needs the node's nvidia.com/gpu.product "
+                           f"label to know its speed; known: {known}")
+    for gpu in catalog.gpus.values():
+        if gpu.gfd_product == gpu_product:
+            return gpu
+    raise ProfileError(f"{variable}={gpu_product!r} is not a GPU product of the catalog; known: {known}")
+
+
+def _ms(seconds: float) -> float:
+    return float(f"{seconds * MS_PER_SECOND:.{SIGNIFICANT_DIGITS}g}")
+
+
+def profile_for_engine(config: EngineConfig, gpu: GpuType, kv_cache_free_gpu_mem_fraction: float,
+                       enable_prefix_reuse: bool) -> EngineProfile:
+    """The planner's latency model of this engine on this GPU, linearised for the emulator.
+
+    The planner's step is a roofline, max(memory, compute); the emulator's is additive. The
+    secants are taken over the engine's own limits (max_batch_size, max_num_tokens), never over
+    a workload, so the profile is a function of the engine and its serving parameters only:
+    base = the empty step; per sequence = secant of a zero-context decode step from 0 to
+    max_batch_size sequences; per KV token = KV bytes per token per GPU over effective
+    bandwidth; per prompt token = secant of a prefill step from 0 to max_num_tokens tokens;
+    fixed per prompt = the LM head of one prompt.
+    """
+    catalog = load_catalog()
+    quantization = config.catalog_quantization(catalog)
+    kv_cache_dtype = config.catalog_kv_cache_dtype(catalog)
+    engine = build_engine(
+        config.model_arch(), gpu, catalog.quantization(quantization), catalog.kv_cache_dtype(kv_cache_dtype),
+        config.tp_size, catalog.calibration, max_batch_size=config.max_batch_size,
+        max_num_tokens=config.max_num_tokens, kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction)
+    empty_step_s = step_seconds(engine, 0, 0)
+    full_batch, full_chunk = engine.max_batch_size, engine.max_num_tokens
+    full_batch_step_s = step_seconds(engine, full_batch, 0)
+    full_chunk_step_s = step_seconds(engine, 0, 0, full_chunk, prefill_attention_flops(engine.model, full_chunk, 0))
+    tokens_per_block = catalog.calibration.tokens_per_block
+    kv_blocks = engine.fit.kv_capacity_tokens // tokens_per_block
+    if kv_blocks < 1:
+        raise ProfileError(f"the engine leaves no KV cache on {gpu.name} x{config.tp_size} with "
+                           f"kv_cache_free_gpu_mem_fraction {kv_cache_free_gpu_mem_fraction}")
+    profile = EngineProfile(
+        gpu_type=gpu.name,
+        tensor_parallel_size=config.tp_size,
+        quantization=quantization,
+        kv_cache_dtype=kv_cache_dtype,
+        prefill_ms_per_token=_ms((full_chunk_step_s - empty_step_s) / full_chunk),
+        prefill_fixed_ms=_ms(lm_head_flops(engine.model) / engine.prefill_gemm_flops_per_sec),
+        decode_step_base_ms=_ms(empty_step_s),
+        decode_step_ms_per_sequence=_ms((full_batch_step_s - empty_step_s) / full_batch),
+        decode_step_ms_per_kv_token=_ms(engine.fit.kv_bytes_per_token_per_gpu
+                                        / engine.effective_bandwidth_bytes_per_sec),
+        kv_block_tokens=tokens_per_block,
+        kv_blocks_total=kv_blocks,
+        max_batch_size=engine.max_batch_size,
+        max_num_tokens=engine.max_num_tokens,
+        enable_prefix_reuse=enable_prefix_reuse,
+    )
+    profile._check_consistency()
+    return profile
+
+
+def engine_profile(engine_dir: Path, gpu_product: str | None, kv_cache_free_gpu_mem_fraction: float,
+                   enable_prefix_reuse: bool) -> EngineProfile:
+    """What the emulated backend serves for the engine in `engine_dir` on a `gpu_product` node
+    with these `tensorrt_llm` parameters (the same call the backend makes at model load)."""
+    return profile_for_engine(read_engine_config(engine_dir), gpu_for_product(gpu_product),
+                              kv_cache_free_gpu_mem_fraction, enable_prefix_reuse)
