@@ -243,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "proxy and Prometheus. Needs root for per-pod network namespaces.")
     sandbox.add_argument("--state-dir", type=Path, default=None,
                          help="where the sandbox keeps its state (default: $LLMFLEET_SANDBOX_DIR "
-                              "or ~/.local/state/llmfleet_sandbox)")
+                              "or ~/.local/state/llmfleet/sandbox)")
     sandbox_commands = sandbox.add_subparsers(dest="sandbox_command", required=True, metavar="ACTION")
     sandbox_up = sandbox_commands.add_parser("up", help="start the sandbox (idempotent)")
     sandbox_up.add_argument("--nodes", type=int, default=2, help="number of GPU nodes (default 2)")
@@ -259,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox_commands.add_parser("status", help="show components and addresses; exit 1 if any is down")
     sandbox_commands.add_parser("kubeconfig", help="print the admin kubeconfig path")
     sandbox_commands.add_parser(
-        "demo", help="install the CRD, start the operator and apply examples/sandbox-chat.yaml")
+        "demo", help="helm-install the operator chart in-cluster and apply examples/sandbox-chat.yaml")
     sandbox_commands.add_parser("env", help="print shell exports: KUBECONFIG, PATH with the "
                                             "matching kubectl first, LLMFLEET_PROMETHEUS_URL")
     sandbox.set_defaults(handler=_run_sandbox)

@@ -50,6 +50,9 @@ class SandboxConfig:
     gpu_type: str = DEFAULT_GPU_TYPE
     scrape_interval_seconds: int = 5
     ports: Ports = field(default_factory=Ports)
+    # Prometheus listens on the host-only bridge's gateway, like the apiserver: the host
+    # and pods (the in-cluster operator) reach it at the same address.
+    prometheus_ip: str = BRIDGE_GATEWAY_IP
 
     @property
     def pki_dir(self) -> Path:
@@ -82,7 +85,7 @@ class SandboxConfig:
 
     @property
     def prometheus_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports.prometheus}"
+        return f"http://{self.prometheus_ip}:{self.ports.prometheus}"
 
     @property
     def pod_discovery_url(self) -> str:

@@ -24,10 +24,13 @@ from llmfleet_sandbox.processes import ProcessTable
 # Start order; `down` stops in reverse so pods end before the apiserver does.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
               "node-agent", "service-proxy", "pod-discovery", "volume-provisioner", "prometheus")
-# Started on request (`sandbox demo`); stopped first by `down`.
-OPTIONAL_COMPONENTS = ("operator",)
 NODE_AGENT_STOP_SECONDS = 60
 DEMO_MANIFEST = controlplane.REPO_ROOT / "examples" / "sandbox-chat.yaml"
+# `demo` installs the operator as a user would: this chart, this release, this namespace.
+CHART = controlplane.REPO_ROOT / "charts" / "llmfleet"
+OPERATOR_RELEASE = "llmfleet"
+OPERATOR_NAMESPACE = "llmfleet-system"
+OPERATOR_READY_TIMEOUT = "180s"
 
 
 class SandboxError(RuntimeError):
@@ -139,7 +142,7 @@ def ports_in_use(config: SandboxConfig) -> list[str]:
     ports = config.ports
     wanted = [("127.0.0.1", ports.etcd_client), ("127.0.0.1", ports.etcd_peer),
               ("127.0.0.1", ports.controller_manager), ("127.0.0.1", ports.scheduler),
-              ("127.0.0.1", ports.prometheus), ("127.0.0.1", ports.pod_discovery),
+              (config.prometheus_ip, ports.prometheus), ("127.0.0.1", ports.pod_discovery),
               (BRIDGE_GATEWAY_IP, ports.apiserver)]
     busy = []
     for host, port in wanted:
@@ -199,7 +202,7 @@ def _wait_for_nodes(config: SandboxConfig, bin_dir: Path, timeout_seconds: float
 def stop_everything(config: SandboxConfig, quiet: bool = False) -> None:
     """Stop recorded processes (even after a crash) and remove pod networks."""
     table = process_table(config)
-    for name in OPTIONAL_COMPONENTS + tuple(reversed(COMPONENTS)):
+    for name in reversed(COMPONENTS):
         record = table.get(name)
         if record is None:
             continue
@@ -230,10 +233,6 @@ def status(config: SandboxConfig) -> tuple[bool, str]:
         alive = record is not None and record.alive()
         all_up &= alive
         lines.append(f"{name:24} {'running (pid ' + str(record.pid) + ')' if alive else 'stopped'}")
-    for name in OPTIONAL_COMPONENTS:
-        record = records.get(name)
-        if record is not None and record.alive():
-            lines.append(f"{name:24} running (pid {record.pid})")
     if settings:
         lines += [
             f"{'kubernetes':24} {settings['kubernetesVersion']}",
@@ -248,29 +247,27 @@ def status(config: SandboxConfig) -> tuple[bool, str]:
 
 
 def demo(config: SandboxConfig) -> str:
-    """Install the CRD, start the operator (autoscaling on the sandbox's
-    Prometheus) and apply the demo LLMDeployment; return what to do next."""
+    """Install the operator with its Helm chart (the CRD, RBAC and an in-cluster
+    Deployment autoscaling on the sandbox's Prometheus) and apply the demo
+    LLMDeployment; return what to do next."""
     settings = load_settings(config)
     if settings is None or running_components(config) < set(COMPONENTS):
         raise SandboxError("the sandbox is not running; start it with `llmfleet sandbox up`")
-    kubectl = [str(Path(settings["binDir"]) / "kubectl"), "--kubeconfig", str(config.admin_kubeconfig)]
-    crds = controlplane.REPO_ROOT / "crds"
-    subprocess.run([*kubectl, "apply", "--server-side", "-f", str(crds)], check=True,
-                   capture_output=True)
-    subprocess.run([*kubectl, "wait", "--for=condition=Established",
-                    "crd/llmdeployments.llmfleet.io", "--timeout=30s"], check=True, capture_output=True)
-    table = process_table(config)
-    if "operator" not in running_components(config):
-        progress("starting the operator")
-        table.start("operator", [sys.executable, "-m", "llmfleet", "run", "--kubeconfig",
-                                 str(config.admin_kubeconfig),
-                                 "--prometheus-url", config.prometheus_url],
-                    env={**os.environ, "PYTHONUNBUFFERED": "1",
-                         "KUBECONFIG": str(config.admin_kubeconfig)})
-    subprocess.run([*kubectl, "apply", "-f", str(DEMO_MANIFEST)], check=True, capture_output=True)
+    bin_dir = Path(settings["binDir"])
+    operator_log = (f"{config.pods_dir}/{OPERATOR_NAMESPACE}_{OPERATOR_RELEASE}-operator-*"
+                    "/logs/operator.log")
+    progress(f"installing the operator: helm upgrade --install {OPERATOR_RELEASE} "
+             f"charts/llmfleet --namespace {OPERATOR_NAMESPACE} --wait")
+    _run([str(bin_dir / "helm"), "--kubeconfig", str(config.admin_kubeconfig), "upgrade", "--install",
+          OPERATOR_RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
+          *operator_chart_values(config), "--wait", "--timeout", OPERATOR_READY_TIMEOUT],
+         f"helm could not install the operator (its pod's log: {operator_log})", env=helm_environment(config))
+    _run([str(bin_dir / "kubectl"), "--kubeconfig", str(config.admin_kubeconfig), "apply", "-f",
+          str(DEMO_MANIFEST)], f"applying {DEMO_MANIFEST} failed")
     progress(f"applied {DEMO_MANIFEST.relative_to(controlplane.REPO_ROOT)}")
-    return f"""The operator is running (log: {config.logs_dir / 'operator.log'}) and serves the
-LLMDeployment `chat` (Llama 3.1 70B on H100, emulated). Next:
+    return f"""The operator runs in the cluster (Helm release `{OPERATOR_RELEASE}`, namespace
+`{OPERATOR_NAMESPACE}`, log: {operator_log})
+and serves the LLMDeployment `chat` (Llama 3.1 70B on H100, emulated). Next:
 
   eval "$({Path(sys.executable).parent / 'llmfleet'} sandbox env)"
   kubectl get llmdeployment chat -w                # plan, replicas, p99 TTFT
@@ -280,7 +277,32 @@ LLMDeployment `chat` (Llama 3.1 70B on H100, emulated). Next:
       --input-tokens lognormal:256:512 --output-tokens lognormal:64:128 --output-dir /tmp/chat-load
   kubectl get llmdeployment chat -o jsonpath='{{.status.autoscaler}}'   # why it scaled
   open {config.prometheus_url} and query nv_inference_first_response_histogram_ms_bucket
+  helm list -n {OPERATOR_NAMESPACE}                     # the operator's release
 """
+
+
+def operator_chart_values(config: SandboxConfig) -> list[str]:
+    """The chart values this sandbox needs, as helm flags."""
+    from llmfleet_sandbox.agent import GPU_TAINT
+
+    # Pods reach the sandbox's Prometheus at the host's address (the bridge gateway). Every
+    # sandbox node is a tainted GPU node; a real cluster runs the operator on a CPU node.
+    toleration = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": GPU_TAINT["effect"]}
+    return ["--set", f"prometheus.url={config.prometheus_url}",
+            "--set-json", f"tolerations={json.dumps([toleration])}"]
+
+
+def helm_environment(config: SandboxConfig) -> dict[str, str]:
+    """Helm's caches and settings inside the sandbox's state, not the user's home."""
+    helm_home = config.state_dir / "helm"
+    return {**os.environ, "HELM_CACHE_HOME": str(helm_home / "cache"),
+            "HELM_CONFIG_HOME": str(helm_home / "config"), "HELM_DATA_HOME": str(helm_home / "data")}
+
+
+def _run(argv: list[str], failure: str, env: dict[str, str] | None = None) -> None:
+    result = subprocess.run(argv, capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        raise SandboxError(f"{failure}:\n{(result.stderr or result.stdout).strip()}")
 
 
 def environment_script(config: SandboxConfig) -> str:

@@ -65,7 +65,7 @@ def argv(config: SandboxConfig) -> list[str]:
         find_binary(),
         f"--config.file={config_file}",
         f"--storage.tsdb.path={config.state_dir / 'prometheus-data'}",
-        f"--web.listen-address=127.0.0.1:{config.ports.prometheus}",
-        "--web.enable-lifecycle",
+        # Pods reach this address: no --web.enable-lifecycle, so none can stop or reload it.
+        f"--web.listen-address={config.prometheus_ip}:{config.ports.prometheus}",
         "--storage.tsdb.retention.time=1d",
     ]

@@ -165,7 +165,7 @@ def prometheus(tmp_path_factory):
             FakeTritonPod("llama-b", DEPLOYMENT, REQUESTS_PER_SECOND / 2, 5, 50, 100),
             FakeTritonPod("idle-a", IDLE_DEPLOYMENT, 0.0, 0, 0, 100)]
     discovery = _serve_json([group for pod in pods for group in pod_target_groups(pod.pod())])
-    config = SandboxConfig(state_dir=tmp_path_factory.mktemp("prometheus"),
+    config = SandboxConfig(state_dir=tmp_path_factory.mktemp("prometheus"), prometheus_ip="127.0.0.1",
                            scrape_interval_seconds=1,
                            ports=Ports(prometheus=_free_port(),
                                        pod_discovery=discovery.server_address[1]))

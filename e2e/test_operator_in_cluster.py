@@ -1,0 +1,118 @@
+"""The operator installed as a user installs it: `helm install` of the chart, an in-cluster
+pod under the chart's ServiceAccount, autoscaling on the sandbox's Prometheus.
+
+The release lives in its own namespace and watches only its own test namespace, so it
+never reconciles the objects of the other e2e tests."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from conftest import wait_for
+from llmfleet_sandbox.manager import configured, operator_chart_values
+from operator_fixtures import REPO_ROOT, small_batch_70b
+
+pytestmark = pytest.mark.e2e
+RELEASE = "llmfleet-ic"
+RELEASE_NAMESPACE = "llmfleet-system-ic"
+WATCHED_NAMESPACE = "in-cluster"
+NAME = "small"
+CHILD_KINDS = "configmaps,jobs.batch,deployments.apps,services,poddisruptionbudgets.policy"
+OPERATOR_SELECTOR = f"app.kubernetes.io/instance={RELEASE}"
+
+
+def _helm(sandbox, helm_home, *args: str) -> subprocess.CompletedProcess:
+    env = {**sandbox.env, **{f"HELM_{kind}_HOME": str(helm_home / kind.lower()) for kind in ("CACHE", "CONFIG", "DATA")}}
+    return subprocess.run(["helm", *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def _operator_pods(sandbox) -> list[dict]:
+    return sandbox.kubectl_json("get", "pods", "-n", RELEASE_NAMESPACE, "-l", OPERATOR_SELECTOR)["items"]
+
+
+def _operator_log(sandbox) -> str:
+    """The operator container's log, which the node agent keeps under the pod's directory."""
+    logs = []
+    for pod in _operator_pods(sandbox):
+        metadata = pod["metadata"]
+        path = (sandbox.state_dir / "pods" / f"{metadata['namespace']}_{metadata['name']}_{metadata['uid'][:8]}"
+                / "logs" / "operator.log")
+        if path.exists():
+            logs.append(path.read_text(errors="replace"))
+    return "\n".join(logs)
+
+
+def _get(sandbox) -> dict:
+    return sandbox.kubectl_json("get", "llmdeployment", NAME, "-n", WATCHED_NAMESPACE)
+
+
+def _condition(obj: dict, kind: str) -> dict | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
+
+
+def _until_condition(sandbox, kind: str, status: str, timeout: float) -> dict:
+    def reached():
+        obj = _get(sandbox)
+        condition = _condition(obj, kind)
+        return obj if condition and condition["status"] == status else None
+    try:
+        return wait_for(reached, timeout, f"{kind}={status}", 1)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\noperator log:\n{_operator_log(sandbox)[-3000:]}") from None
+
+
+@pytest.fixture
+def release(sandbox, tmp_path):
+    """The chart installed with --wait; uninstalled (and its namespaces removed) afterwards."""
+    sandbox.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": WATCHED_NAMESPACE}}])
+    installed = _helm(sandbox, tmp_path, "upgrade", "--install", RELEASE, str(REPO_ROOT / "charts" / "llmfleet"),
+                      "--namespace", RELEASE_NAMESPACE, "--create-namespace",
+                      *operator_chart_values(configured(sandbox.state_dir)),
+                      "--set", f"watchNamespaces={{{WATCHED_NAMESPACE}}}", "--wait", "--timeout", "180s")
+    try:
+        assert installed.returncode == 0, (
+            f"helm install failed: {installed.stderr}\npods: "
+            f"{sandbox.kubectl('get', 'pods', '-n', RELEASE_NAMESPACE, '-o', 'wide', check=False)}\n"
+            f"operator log:\n{_operator_log(sandbox)[-3000:]}")
+        yield lambda: _helm(sandbox, tmp_path, "uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait")
+    finally:
+        # Serving pods drain for up to their grace period: no waiting for the namespace.
+        sandbox.kubectl("delete", "namespace", WATCHED_NAMESPACE, "--wait=false", check=False)
+        _helm(sandbox, tmp_path, "uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait",
+              "--ignore-not-found")
+        sandbox.kubectl("delete", "namespace", RELEASE_NAMESPACE, "--wait=false", check=False)
+
+
+def test_helm_installed_operator_reconciles_and_autoscales(sandbox, release):
+    pod, = _operator_pods(sandbox)
+    assert pod["spec"]["serviceAccountName"] == f"{RELEASE}-operator"
+    assert pod["spec"]["containers"][0]["image"].startswith("llmfleet/operator:")
+    assert {c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"] == "True"
+
+    sandbox.apply([small_batch_70b(NAME, WATCHED_NAMESPACE, 500, autoscaling={
+        "enabled": True, "minReplicas": 1, "maxReplicas": 2})], namespace=WATCHED_NAMESPACE)
+    _until_condition(sandbox, "Planned", "True", 60)
+    children = sandbox.kubectl_json("get", CHILD_KINDS, "-n", WATCHED_NAMESPACE, "-l",
+                                    f"llmfleet.io/deployment={NAME}")["items"]
+    assert sorted(child["kind"] for child in children) == [
+        "ConfigMap", "Deployment", "Job", "PodDisruptionBudget", "Service"]
+    # The in-cluster operator did it (RBAC under its ServiceAccount, the API through the
+    # `kubernetes` Service; it watches nothing else), and created the engine cache claim.
+    assert "Handler 'on_change' succeeded" in _operator_log(sandbox)
+    sandbox.kubectl("get", "persistentvolumeclaim", "llmfleet-engine-cache", "-n", WATCHED_NAMESPACE)
+
+    def autoscaler_reported():
+        obj = _get(sandbox)
+        return obj if (obj.get("status") or {}).get("autoscaler") and _condition(obj, "MetricsAvailable") else None
+    wait_for(autoscaler_reported, 60, "status.autoscaler and MetricsAvailable")
+
+    # Serving, then Prometheus answering from inside the pod network for this deployment.
+    _until_condition(sandbox, "Ready", "True", 300)
+    obj = _until_condition(sandbox, "MetricsAvailable", "True", 120)
+    assert obj["status"]["autoscaler"]
+
+    uninstalled = release()
+    assert uninstalled.returncode == 0, uninstalled.stderr
+    wait_for(lambda: not _operator_pods(sandbox), 60, "the operator pod to be gone")

@@ -1,0 +1,153 @@
+"""The Helm chart and the operator image: defaults agree with the project, the chart renders
+and lints with the real helm, and what it renders is what `llmfleet run` accepts."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmfleet.cli import build_parser
+from llmfleet.render import identity, serving
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHART = REPO_ROOT / "charts" / "llmfleet"
+CONTAINERFILE = REPO_ROOT / "Containerfile"
+PROJECT_VERSION = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def _instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Containerfile, continuation lines joined."""
+    joined = re.sub(r"\\\n", " ", text)
+    lines = [line.strip() for line in joined.splitlines()]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines
+            if line and not line.startswith("#")]
+
+
+def test_containerfile_installs_the_product_and_not_the_sandbox():
+    instructions = _instructions(CONTAINERFILE.read_text())
+    copied = [shlex.split(arguments)[:-1] for kind, arguments in instructions
+              if kind == "COPY" and not arguments.startswith("--from")]
+    sources = [source for sources in copied for source in sources]
+    assert "operator/llmfleet" in sources
+    # Copying operator/ (or the whole tree) would let setuptools' discovery (llmfleet*) take
+    # the sandbox package as well.
+    assert not [source for source in sources if source in (".", "operator", "operator/")
+                or "llmfleet_sandbox" in source]
+    bases = [arguments.split()[0] for kind, arguments in instructions if kind == "FROM"]
+    assert bases and set(bases) == {"python:3.11-slim"}
+    assert ("USER", "1000:1000") in instructions
+    entrypoint = [json.loads(arguments) for kind, arguments in instructions if kind in ("ENTRYPOINT", "CMD")]
+    assert entrypoint == [["llmfleet"], ["run"]]
+
+
+def test_default_image_is_the_project_version():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert values["image"]["repository"] == "llmfleet/operator"
+    assert values["image"]["tag"] == PROJECT_VERSION == chart["appVersion"]
+
+
+def _helm() -> Path | None:
+    """The helm that operator/controlplane/build.sh builds into the cache (not built here)."""
+    explicit = os.environ.get("LLMFLEET_CONTROLPLANE_BIN")
+    if explicit:
+        return Path(explicit) / "helm" if (Path(explicit) / "helm").exists() else None
+    cache = os.environ.get("LLMFLEET_CACHE") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "llmfleet")
+    built = sorted(path for path in (Path(cache) / "bin").glob("*/helm") if not path.parent.name.endswith(".partial"))
+    return built[-1] if built else None
+
+
+HELM = _helm()
+needs_helm = pytest.mark.skipif(
+    HELM is None, reason="helm is not built yet: run operator/controlplane/build.sh (`make controlplane`)")
+
+
+def _helm_run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(HELM), *args], capture_output=True, text=True, timeout=120)
+
+
+def _template(*sets: str) -> dict[str, dict]:
+    arguments = [argument for value in sets for argument in ("--set", value)]
+    result = _helm_run("template", "llmfleet", str(CHART), "--namespace", "llmfleet-system", *arguments)
+    assert result.returncode == 0, result.stderr
+    documents = [document for document in yaml.safe_load_all(result.stdout) if document]
+    return {f"{document['kind']}/{document['metadata']['name']}": document for document in documents}
+
+
+def _operator_flags(rendered: dict[str, dict]):
+    """The rendered container's command line, parsed by `llmfleet run`'s own parser."""
+    container = rendered["Deployment/llmfleet-operator"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python3", "-m", "llmfleet", "run"]
+    return build_parser().parse_args(["run", *container["args"]])
+
+
+@needs_helm
+def test_defaults_render_the_operator_under_its_own_account():
+    rendered = _template()
+    assert set(rendered) == {"ServiceAccount/llmfleet-operator", "ClusterRole/llmfleet-operator",
+                             "ClusterRoleBinding/llmfleet-operator", "Deployment/llmfleet-operator"}
+    pod = rendered["Deployment/llmfleet-operator"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "llmfleet-operator"
+    assert pod["securityContext"]["runAsUser"] == 1000
+    container = pod["containers"][0]
+    assert container["image"] == f"llmfleet/operator:{PROJECT_VERSION}"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    flags = _operator_flags(rendered)
+    assert (flags.engine_cache_claim, flags.engine_cache_storage_class, flags.engine_cache_size) == (
+        "llmfleet-engine-cache", None, "500Gi")
+    assert flags.namespace == []
+    assert flags.liveness == "http://0.0.0.0:8080/healthz"
+    assert "--prometheus-url" not in " ".join(container["args"])
+    # Least privilege: named resources and verbs only.
+    for rule in rendered["ClusterRole/llmfleet-operator"]["rules"]:
+        assert "*" not in rule["resources"] + rule["verbs"] + rule["apiGroups"]
+
+
+@needs_helm
+def test_values_become_operator_flags_and_a_pod_monitor():
+    rendered = _template("prometheus.url=http://prometheus-operated.monitoring:9090",
+                         "engineCache.storageClassName=nfs-rwx", "engineCache.size=2Ti",
+                         "watchNamespaces={team-a,team-b}", "podMonitor.enabled=true",
+                         "podMonitor.interval=30s", "podMonitor.labels.release=kube-prometheus-stack")
+    flags = _operator_flags(rendered)
+    assert flags.prometheus_url == "http://prometheus-operated.monitoring:9090"
+    assert (flags.engine_cache_storage_class, flags.engine_cache_size) == ("nfs-rwx", "2Ti")
+    assert flags.namespace == ["team-a", "team-b"]
+    monitor = rendered["PodMonitor/llmfleet-serving"]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["namespaceSelector"] == {"any": True}
+    # It selects exactly what the operator renders for serving pods.
+    assert monitor["spec"]["selector"]["matchLabels"] == {
+        identity.MANAGED_BY_LABEL: identity.PROJECT, identity.COMPONENT_LABEL: serving.COMPONENT}
+    endpoint, = monitor["spec"]["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"], endpoint["interval"]) == ("metrics", "/metrics", "30s")
+    assert "metrics" in dict(serving.PORTS)
+    # The autoscaler's PromQL selects a deployment by its pod labels, labelmap-named.
+    assert {"action": "labelmap", "regex": "__meta_kubernetes_pod_label_(.+)"} in endpoint["relabelings"]
+
+
+@needs_helm
+@pytest.mark.parametrize("value", ["sandboxMode=true", "engineCache.create=false", "prometheus.address=x",
+                                   "podMonitor.interval=often"])
+def test_schema_rejects_unknown_and_removed_values(value):
+    result = _helm_run("template", "llmfleet", str(CHART), "--set", value)
+    assert result.returncode != 0
+    assert "schema" in result.stderr.lower()
+
+
+@needs_helm
+@pytest.mark.parametrize("sets", [[], ["podMonitor.enabled=true", "prometheus.url=http://prometheus:9090"]])
+def test_helm_lint_passes(sets):
+    arguments = [argument for value in sets for argument in ("--set", value)]
+    result = _helm_run("lint", "--strict", str(CHART), *arguments)
+    assert result.returncode == 0, result.stdout + result.stderr
