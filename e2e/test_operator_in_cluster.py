@@ -7,6 +7,7 @@ never reconciles the objects of the other e2e tests."""
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 
@@ -21,6 +22,8 @@ WATCHED_NAMESPACE = "in-cluster"
 NAME = "small"
 CHILD_KINDS = "configmaps,jobs.batch,deployments.apps,services,poddisruptionbudgets.policy"
 OPERATOR_SELECTOR = f"app.kubernetes.io/instance={RELEASE}"
+# 6 requests/s is about twice what one replica of small_batch_70b serves within its SLO.
+LOAD_SECONDS = 120
 
 
 def _helm(sandbox, helm_home, *args: str) -> subprocess.CompletedProcess:
@@ -85,7 +88,7 @@ def release(sandbox, tmp_path):
         sandbox.kubectl("delete", "namespace", RELEASE_NAMESPACE, "--wait=false", check=False)
 
 
-def test_helm_installed_operator_reconciles_and_autoscales(sandbox, release):
+def test_helm_installed_operator_reconciles_and_autoscales(sandbox, release, tmp_path):
     pod, = _operator_pods(sandbox)
     assert pod["spec"]["serviceAccountName"] == f"{RELEASE}-operator"
     assert pod["spec"]["containers"][0]["image"].startswith("llmfleet/operator:")
@@ -112,6 +115,26 @@ def test_helm_installed_operator_reconciles_and_autoscales(sandbox, release):
     _until_condition(sandbox, "Ready", "True", 300)
     obj = _until_condition(sandbox, "MetricsAvailable", "True", 120)
     assert obj["status"]["autoscaler"]
+
+    # Load beyond one replica: the in-cluster operator reads the breach from Prometheus and
+    # scales up to two ready replicas.
+    service = sandbox.kubectl_json("get", "service", NAME, "-n", WATCHED_NAMESPACE)
+    load = subprocess.Popen(
+        [sys.executable, "-m", "llmfleet", "load", "--target", f"{service['spec']['clusterIP']}:8001",
+         "--schedule", "constant:6", "--duration-s", str(LOAD_SECONDS), "--input-tokens", "lognormal:128:256",
+         "--output-tokens", "fixed:32", "--output-dir", str(tmp_path / "load"), "--quiet"],
+        env=sandbox.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def scaled_up():
+            status = _get(sandbox).get("status") or {}
+            return status if status.get("replicas") == 2 and status.get("readyReplicas") == 2 else None
+        wait_for(scaled_up, LOAD_SECONDS, "two ready replicas under load", 1)
+        events = sandbox.kubectl_json("get", "events", "-n", WATCHED_NAMESPACE,
+                                      "--field-selector", f"reason=ScaleUp,involvedObject.name={NAME}")
+        assert events["items"], "no ScaleUp event from the operator"
+    finally:
+        load.terminate()
+        load.communicate(timeout=60)
 
     uninstalled = release()
     assert uninstalled.returncode == 0, uninstalled.stderr
