@@ -16,6 +16,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 OPERATOR_NAMESPACE = "llmfleet-system"
 RELEASE = "llmfleet"
 SERVICE_ACCOUNT = f"{RELEASE}-operator"
+IN_CLUSTER_NAMESPACE = "in-cluster"
 
 
 def small_batch_70b(name: str, namespace: str, slo_ttft_p99_ms: int, **spec: dict) -> dict:
@@ -76,7 +77,9 @@ class OperatorProcess:
     def start(self) -> None:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "llmfleet", "run", "--kubeconfig", str(self.kubeconfig)],
+            [sys.executable, "-m", "llmfleet", "run", "--kubeconfig", str(self.kubeconfig),
+             # The helm-installed operator of test_operator_in_cluster.py alone serves that namespace.
+             "--namespace", f"!{IN_CLUSTER_NAMESPACE}"],
             env={**self.sandbox.env, "PYTHONUNBUFFERED": "1"}, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True)
         log.close()

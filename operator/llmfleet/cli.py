@@ -311,7 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, "
                                                         "then $KUBECONFIG, then ~/.kube/config)")
     run.add_argument("--namespace", action="append", default=[],
-                     help="watch only this namespace (repeatable; default: all namespaces)")
+                     help="watch only namespaces matching this Kopf pattern: a name, a glob, or !GLOB to "
+                          "exclude (repeatable; default: all namespaces)")
     run.add_argument("--engine-cache-claim", default=RenderSettings.engine_cache_claim_name, metavar="NAME",
                      help="PersistentVolumeClaim (ReadWriteMany) holding built engines in each namespace; "
                           "created when missing (default %(default)s)")
