@@ -25,6 +25,9 @@ SHELL_IMAGE_PATTERNS = ("busybox:*",)
 DEFAULT_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 # This environment's bin directory: its python/python3 and the `llmfleet` entry point.
 ENVIRONMENT_BIN = str(Path(sys.executable).parent)
+# What this environment's interpreter needs at run time: the venv, the Python it was made
+# from, and the source tree of its editable install (llmfleet, llmfleet_sandbox).
+ENVIRONMENT_PATHS = tuple(sorted({sys.prefix, sys.base_prefix, str(Path(trtllm_image.__file__).resolve().parents[1])}))
 PYTHON_ENV = {"LANG": "C.UTF-8",
               "PYTHON_VERSION": ".".join(str(part) for part in sys.version_info[:3])}
 

@@ -249,8 +249,9 @@ class PodWorker(threading.Thread):
             run.env = {**self._base_environment(run.image), **run.image.env, **container_env}
             image_files = [rootfs.Mount(path, source, read_only=True)
                            for path, source in run.image.files.items()]
+            environment = [rootfs.Mount(path, Path(path), read_only=True) for path in images.ENVIRONMENT_PATHS]
             ops = rootfs.plan(image_files, container_mounts(spec, self.volumes),
-                              spec.get("workingDir") or "/")
+                              spec.get("workingDir") or "/", environment=environment)
         except (VolumeError, rootfs.MountError, KeyError, ValueError) as error:
             run.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(error)}}
             run.next_start_monotonic = time.monotonic() + BACKOFF_INITIAL_SECONDS

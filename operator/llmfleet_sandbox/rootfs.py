@@ -259,11 +259,13 @@ class _Planner:
 
 
 def plan(image_files: list[Mount], volume_mounts: list[Mount], working_dir: str,
-         host_root: Path = Path("/")) -> list[list]:
+         host_root: Path = Path("/"), environment: list[Mount] = ()) -> list[list]:
     """The operations that build a container's root, in container paths.
 
     The image's files go first, then a fresh /dev/shm, then the volumes (parents before
-    children), so a volume hides what the image has at its path, as on a real node.
+    children), so a volume hides what the image has at its path, as on a real node. The
+    sandbox's own Python `environment`, which its mapped images run on, goes last at its own
+    paths: a volume must not hide it (an emptyDir at /tmp when the checkout is under /tmp).
     """
     planner = _Planner(host_root)
     for mount in sorted(image_files, key=lambda m: len(_parts(m.target))):
@@ -271,6 +273,8 @@ def plan(image_files: list[Mount], volume_mounts: list[Mount], working_dir: str,
     planner.place("/dev/shm", _Dir(tmpfs=True, mode="1777"))
     for mount in sorted(volume_mounts, key=lambda m: len(_parts(m.target))):
         planner.place(mount.target, _Bind(mount.source, mount.read_only, volume=mount.volume))
+    for mount in sorted(environment, key=lambda m: len(_parts(m.target))):
+        planner.place(mount.target, _Bind(mount.source, mount.read_only))
     planner.ensure_directory(working_dir)
     return planner.operations()
 

@@ -106,6 +106,23 @@ def test_a_mount_point_missing_in_a_volume_is_made_in_the_volume_before_it_turns
                      ["readonly", "/models"]]
 
 
+def test_the_sandbox_environment_stays_visible_under_a_volume(host, tmp_path):
+    # A checkout under /tmp and a pod with an emptyDir at /tmp: the interpreter must still be there.
+    scratch = _volume(tmp_path, "scratch")
+    venv = host / "tmp" / "checkout" / ".venv"
+    venv.mkdir(parents=True)
+    ops = rootfs.plan([], [Mount("/tmp", scratch, volume=True)], "/", host_root=host,
+                      environment=[Mount("/tmp/checkout/.venv", venv, read_only=True)])
+    assert ops.index(["bind", str(scratch), "/tmp"]) < ops.index(["bind", str(venv), "/tmp/checkout/.venv"])
+    assert ["readonly", "/tmp/checkout/.venv"] in ops
+    assert not _created_outside_tmpfs_or_volumes(ops, host)
+
+
+def test_every_image_carries_this_interpreter_and_the_source_of_its_packages():
+    assert sys.prefix in images.ENVIRONMENT_PATHS
+    assert str(Path(images.__file__).resolve().parents[1]) in images.ENVIRONMENT_PATHS
+
+
 def test_shadowing_a_directory_keeps_the_mounts_already_placed_in_it(host, tmp_path):
     first, second = _volume(tmp_path, "first"), _volume(tmp_path, "second")
     ops = rootfs.plan([], [Mount("/etc/existing", first, volume=True),

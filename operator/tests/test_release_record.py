@@ -1,0 +1,250 @@
+"""The release-record checker (llmfleet.catalog.release_record) on small synthetic records and configs.
+
+Each test removes or breaks one thing a check exists for, so deleting that check fails a test. The checker
+is deliberately not run on today's render output here (it reports known defects fixed in a later change).
+"""
+
+import pytest
+
+from llmfleet.catalog.release_record import (
+    check_build_command, check_image, check_image_paths, check_metric, check_model_repository,
+    check_quantize_command, check_tritonserver_command, load_release_record, parse_record, read_pbtxt)
+from llmfleet.render.pbtxt import Symbol, string_parameters, to_pbtxt
+
+INT32, STRING = Symbol("TYPE_INT32"), Symbol("TYPE_STRING")
+
+RAW = {
+    "release": "test-1",
+    "image": {"name": "registry/triton:1-trtllm", "source": "test"},
+    "image_paths": [
+        {"path": "/app/models", "present": False, "source": "issue 1"},
+        {"path": "/opt/tritonserver/bin/tritonserver", "present": True},
+    ],
+    "tritonserver": {"flags": ["--model-repository", "--http-port"]},
+    "launcher": {"flags": ["--world_size"]},
+    "models": {
+        "tok": {
+            "backend": "python",
+            "parameters": [
+                {"key": "tokenizer_dir", "read": "required", "type": "string"},
+                {"key": "add_special_tokens", "read": "optional", "type": "bool_py"},
+                {"key": "old_knob", "read": "refused", "type": "string", "note": "removed"},
+            ],
+            "inputs": [
+                {"name": "QUERY", "data_type": "TYPE_STRING", "dims": [1], "optional": False, "required": True},
+                {"name": "BIAS", "data_type": "TYPE_STRING", "dims": [-1], "optional": True, "required": True},
+                {"name": "EXTRA", "data_type": "TYPE_INT32", "dims": [1], "optional": True},
+            ],
+            "outputs": [{"name": "IDS", "data_type": "TYPE_INT32", "dims": [-1], "required": True}],
+        },
+        "llm": {
+            "backend": "tensorrtllm",
+            "parameters": [
+                {"key": "gpt_model_type", "read": "required", "type": "enum",
+                 "choices": ["v1", "inflight_fused_batching"]},
+                {"key": "enable_kv_cache_reuse", "read": "optional", "type": "bool_cpp"},
+                {"key": "max_beam_width", "read": "optional", "type": "int"},
+                {"key": "kv_cache_free_gpu_mem_fraction", "read": "optional", "type": "float"},
+            ],
+            "inputs": [{"name": "input_ids", "data_type": "TYPE_INT32", "dims": [-1], "optional": True}],
+            "outputs": [{"name": "output_ids", "data_type": "TYPE_INT32", "dims": [-1, -1], "required": True}],
+        },
+        "ens": {"platform": "ensemble", "inputs": [
+            {"name": "text_input", "data_type": "TYPE_STRING", "dims": [1]}],
+            "outputs": [{"name": "text_output", "data_type": "TYPE_STRING", "dims": [-1]}]},
+    },
+    "trtllm_build": {"flags": [{"name": "--checkpoint_dir"}, {"name": "--max_seq_len",
+                                                              "aliases": ["--max_decoder_seq_len"]}],
+                     "plugin_flags_established": True},
+    "quantize": {"flags_established": True, "flags": ["--model_dir", "--qformat"],
+                 "qformat_values": ["fp8", "full_prec"]},
+    "metrics": {
+        "common_labels": ["model", "version"],
+        "families": [{"name": "nv_requests", "label": "request_type", "values": ["active", "max"]}],
+        "triton_core": [{"name": "nv_ttft_ms", "labels": ["model", "version"]}],
+    },
+}
+
+
+@pytest.fixture
+def record():
+    return parse_record(RAW)
+
+
+def tok(**overrides):
+    config = {
+        "name": "tok",
+        "backend": "python",
+        "input": [
+            {"name": "QUERY", "data_type": STRING, "dims": [1]},
+            {"name": "BIAS", "data_type": STRING, "dims": [-1], "optional": True},
+        ],
+        "output": [{"name": "IDS", "data_type": INT32, "dims": [-1]}],
+        "parameters": string_parameters({"tokenizer_dir": "/t", "add_special_tokens": "true"}),
+    }
+    config.update(overrides)
+    return config
+
+
+def llm(params=None, **overrides):
+    config = {
+        "name": "llm",
+        "backend": "tensorrtllm",
+        "model_transaction_policy": {"decoupled": True},
+        "input": [{"name": "input_ids", "data_type": INT32, "dims": [-1], "allow_ragged_batch": True}],
+        "output": [{"name": "output_ids", "data_type": INT32, "dims": [-1, -1]}],
+        "parameters": string_parameters(params if params is not None else {
+            "gpt_model_type": "inflight_fused_batching", "enable_kv_cache_reuse": "true",
+            "max_beam_width": "1", "kv_cache_free_gpu_mem_fraction": "0.9"}),
+    }
+    config.update(overrides)
+    return config
+
+
+def check(record, *configs):
+    return check_model_repository(record, {f"{c['name']}/config.pbtxt": to_pbtxt(c) for c in configs})
+
+
+def test_matching_repository_has_no_mismatch(record):
+    assert check(record, tok(), llm()) == []
+
+
+def test_pbtxt_reader_reads_what_the_writer_writes():
+    config = llm()
+    config["model_metrics"] = {"metric_control": [{"metric_identifier": {"family": "f"},
+                                                   "histogram_options": {"buckets": [1.0, 2.5]}}]}
+    parsed = read_pbtxt(to_pbtxt(config))
+    assert parsed["name"] == "llm" and parsed["model_transaction_policy"] == [{"decoupled": True}]
+    assert parsed["input"][0] == {"name": "input_ids", "data_type": "TYPE_INT32", "dims": [-1],
+                                  "allow_ragged_batch": True}
+    assert parsed["parameters"][0] == {"key": "gpt_model_type",
+                                       "value": [{"string_value": "inflight_fused_batching"}]}
+    assert parsed["model_metrics"][0]["metric_control"][0]["histogram_options"][0]["buckets"] == [1.0, 2.5]
+    single = read_pbtxt(to_pbtxt({"name": "x", "input": [{"name": "a", "data_type": INT32, "dims": [1]}]}))
+    assert single["input"] == [{"name": "a", "data_type": "TYPE_INT32", "dims": [1]}]
+
+
+def test_required_parameter_missing(record):
+    problems = check(record, tok(), llm({"max_beam_width": "1"}))
+    assert any("required parameter 'gpt_model_type' missing" in p for p in problems)
+    problems = check(record, tok(parameters=string_parameters({"add_special_tokens": "true"})))
+    assert any("required parameter 'tokenizer_dir' missing" in p for p in problems)
+
+
+def test_unknown_and_refused_parameters(record):
+    params = {"tokenizer_dir": "/t", "tokeniser_dir": "/t", "old_knob": "x"}
+    problems = check(record, tok(parameters=string_parameters(params)))
+    assert any("unknown parameter 'tokeniser_dir'" in p for p in problems)
+    assert any("parameter 'old_knob' is refused" in p for p in problems)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("gpt_model_type", "inflight"),          # enum
+    ("enable_kv_cache_reuse", "yes"),        # C++ bool accepts True/true/TRUE/1 and the false forms only
+    ("max_beam_width", "1.5"),               # int
+    ("kv_cache_free_gpu_mem_fraction", "most"),  # float
+])
+def test_wrong_parameter_type(record, key, value):
+    params = {"gpt_model_type": "inflight_fused_batching", key: value}
+    problems = check(record, llm(params))
+    assert any(f"parameter {key!r} has the wrong type" in p for p in problems), problems
+
+
+def test_python_bool_words_differ_from_cpp(record):
+    assert check(record, tok(parameters=string_parameters({"tokenizer_dir": "/t",
+                                                           "add_special_tokens": "yes"}))) == []
+    problems = check(record, tok(parameters=string_parameters({"tokenizer_dir": "/t",
+                                                               "add_special_tokens": "sure"})))
+    assert any("'add_special_tokens' has the wrong type" in p for p in problems)
+
+
+def test_tensor_missing_unknown_and_wrong_type(record):
+    config = tok(input=[{"name": "QUERY", "data_type": INT32, "dims": [1]},
+                        {"name": "SURPRISE", "data_type": STRING, "dims": [1]}], output=[])
+    problems = check(record, config)
+    assert any("input 'QUERY' has data_type TYPE_INT32, upstream TYPE_STRING" in p for p in problems)
+    assert any("unknown input tensor 'SURPRISE'" in p for p in problems)
+    assert any("input tensor 'BIAS' missing" in p for p in problems)
+    assert any("output tensor 'IDS' missing" in p for p in problems)
+
+
+def test_tensor_dims_and_optionality(record):
+    config = tok(input=[{"name": "QUERY", "data_type": STRING, "dims": [-1], "optional": True},
+                        {"name": "BIAS", "data_type": STRING, "dims": [-1], "optional": True}])
+    problems = check(record, config)
+    assert any("input 'QUERY' has dims [-1], upstream [1]" in p for p in problems)
+    assert any("input 'QUERY' is optional here but the model needs it" in p for p in problems)
+    # An optional upstream input may be left out.
+    assert not any("EXTRA" in p for p in problems)
+
+
+def test_backend_and_unknown_model(record):
+    problems = check(record, tok(backend="tensorrtllm"), {"name": "mystery", "backend": "python"})
+    assert any("tok: backend 'tensorrtllm', upstream 'python'" in p for p in problems)
+    assert any("mystery: no such model" in p for p in problems)
+
+
+def test_ensemble_steps_map_existing_tensors(record):
+    ensemble = {"name": "ens", "platform": "ensemble",
+                "input": [{"name": "text_input", "data_type": STRING, "dims": [1]}],
+                "output": [{"name": "text_output", "data_type": STRING, "dims": [-1]}],
+                "ensemble_scheduling": {"step": [{
+                    "model_name": "tok", "model_version": -1,
+                    "input_map": [{"key": "QUERY", "value": "text_input"}, {"key": "NOPE", "value": "x"}],
+                    "output_map": [{"key": "IDS", "value": "_ids"}, {"key": "GONE", "value": "y"}]},
+                    {"model_name": "absent", "model_version": -1, "input_map": [], "output_map": []}]}}
+    problems = check(record, tok(), ensemble)
+    assert any("maps unknown input 'NOPE'" in p for p in problems)
+    assert any("maps unknown output 'GONE'" in p for p in problems)
+    assert any("step model 'absent' is not in the repository" in p for p in problems)
+    assert not any("QUERY" in p or "'IDS'" in p for p in problems)
+
+
+def test_image_and_image_paths(record):
+    assert check_image(record, "registry/triton:1-trtllm") == []
+    assert check_image(record, "registry/triton:2-trtllm")
+    problems = check_image_paths(record, ["/app/models/tok/1/model.py", "/opt/tritonserver/bin/tritonserver",
+                                          "/usr/bin/other"])
+    assert any("/app/models/tok/1/model.py does not exist" in p for p in problems)
+    assert any("/usr/bin/other is not in the record" in p for p in problems)
+    assert not any("tritonserver" in p for p in problems)
+
+
+def test_build_flags(record):
+    assert check_build_command(record, ["--checkpoint_dir", "/c", "--max_decoder_seq_len=8"]) == []
+    problems = check_build_command(record, ["--checkpoint_dir", "/c", "--use_magic", "on"])
+    assert problems == ["trtllm-build: unknown flag --use_magic"]
+    incomplete = parse_record({**RAW, "trtllm_build": {**RAW["trtllm_build"], "plugin_flags_established": False}})
+    assert "incomplete" in check_build_command(incomplete, ["--use_magic"])[0]
+
+
+def test_quantize_and_tritonserver_flags(record):
+    assert check_quantize_command(record, ["--model_dir", "--qformat"], qformat="fp8") == []
+    assert check_quantize_command(record, ["--modeldir"]) == ["quantize.py: unknown flag --modeldir"]
+    assert "not one of" in check_quantize_command(record, ["--qformat"], qformat="nvfp4")[0]
+    unknown = parse_record({**RAW, "quantize": {"flags_established": False}})
+    assert "not established" in check_quantize_command(unknown, ["--model_dir"])[0]
+    assert check_tritonserver_command(record, ["--model-repository=/m", "--http-port=1"]) == []
+    assert check_tritonserver_command(record, ["--grpc-port=2"]) == ["tritonserver: unknown flag --grpc-port"]
+
+
+def test_metric_names_and_label_values(record):
+    assert check_metric(record, "nv_requests", {"request_type": "active", "model": "llm"}) == []
+    assert check_metric(record, "nv_ttft_ms_bucket", {"le": "100"}) == []
+    assert "not exported" in check_metric(record, "nv_missing")[0]
+    problems = check_metric(record, "nv_requests", {"request_type": "waiting"})
+    assert problems and "request_type='waiting'" in problems[0]
+    assert "no label" in check_metric(record, "nv_requests", {"phase": "x"})[0]
+
+
+def test_packaged_record_loads_with_its_sources():
+    record = load_release_record("engine-24.12")
+    assert record.image == "nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3"
+    assert set(record.models) == {"ensemble", "preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls"}
+    assert record.models["tensorrt_llm"].parameters["gpt_model_type"].read == "required"
+    assert "waiting" not in record.metrics["nv_trt_llm_request_metrics"].labels["request_type"]
+    for model in record.models.values():
+        for parameter in model.parameters.values():
+            assert parameter.source, (model.name, parameter.key)
+    for path in record.image_paths:
+        assert path.source, path.path
