@@ -78,7 +78,9 @@ class _Link:
 
 
 def _is_dir(node) -> bool:
-    return isinstance(node, _Dir) or (isinstance(node, _Bind) and node.source.is_dir())
+    # A directory the plan makes inside a volume does not exist yet on the host.
+    return isinstance(node, _Dir) or (isinstance(node, _Bind) and (
+        node.source.is_dir() or (node.create and not node.mounted)))
 
 
 def _host_is_dir(path: Path) -> bool:

@@ -16,8 +16,9 @@ import yaml
 from llmfleet.api import LLMDeployment
 from llmfleet.planner import plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec
+from llmfleet.catalog.release_record import check_model_repository, load_release_record
 from llmfleet.render import RenderError, RenderSettings, engine_cache_key, render, revision_hash
-from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION
+from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION, model_repository_files
 from llmfleet.render.pod import engine_cache_claim
 
 GOLDEN_DIR = Path(__file__).parent / "golden" / "render"
@@ -212,6 +213,15 @@ def test_tensorrt_llm_config_carries_the_plan():
                  f'string_value: "{KV_CACHE_FREE_GPU_MEM_FRACTION}"', 'family: "nv_inference_first_response_histogram_ms"'):
         assert line in config
     assert re.search(r'key: "enable_kv_cache_reuse"\n  value \{\n    string_value: "true"', config)
+
+
+@pytest.mark.parametrize("tensor_parallel_size", [1, 2])
+def test_model_repository_matches_the_pinned_release_record(tensor_parallel_size):
+    """Checked against upstream facts (catalog/releases/engine-24.12.yaml, each with its source),
+    not against our own output: every parameter and tensor the image's models read is there."""
+    deployment, chosen = deployment_and_plan(tensor_parallel_size)
+    files = model_repository_files(deployment.spec, engine_cache_key(deployment.spec, chosen))
+    assert check_model_repository(load_release_record(), files) == []
 
 
 def test_volume_items_cover_every_config_map_key():

@@ -109,11 +109,15 @@ def test_a_mount_point_missing_in_a_volume_is_made_in_the_volume_before_it_turns
 def test_the_sandbox_environment_stays_visible_under_a_volume(host, tmp_path):
     # A checkout under /tmp and a pod with an emptyDir at /tmp: the interpreter must still be there.
     scratch = _volume(tmp_path, "scratch")
-    venv = host / "tmp" / "checkout" / ".venv"
+    venv, source = host / "tmp" / "checkout" / ".venv", host / "tmp" / "checkout" / "operator"
     venv.mkdir(parents=True)
+    source.mkdir()
     ops = rootfs.plan([], [Mount("/tmp", scratch, volume=True)], "/", host_root=host,
-                      environment=[Mount("/tmp/checkout/.venv", venv, read_only=True)])
+                      environment=[Mount("/tmp/checkout/.venv", venv, read_only=True),
+                                   Mount("/tmp/checkout/operator", source, read_only=True)])
     assert ops.index(["bind", str(scratch), "/tmp"]) < ops.index(["bind", str(venv), "/tmp/checkout/.venv"])
+    assert ["bind", str(source), "/tmp/checkout/operator"] in ops
+    assert ops.count(["mkdir", "/tmp/checkout"]) == 1
     assert ["readonly", "/tmp/checkout/.venv"] in ops
     assert not _created_outside_tmpfs_or_volumes(ops, host)
 

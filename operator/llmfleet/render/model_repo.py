@@ -30,7 +30,11 @@ KV_CACHE_FREE_GPU_MEM_FRACTION = SearchSpace.kv_cache_free_gpu_mem_fraction
 # The engine guarantees each admitted request its whole KV (as the planner assumes).
 BATCH_SCHEDULER_POLICY = "guaranteed_no_evict"
 
-INT32, BOOL, FP32, STRING = (Symbol(t) for t in ("TYPE_INT32", "TYPE_BOOL", "TYPE_FP32", "TYPE_STRING"))
+INT32, BOOL, FP32, STRING, UINT64, INT64, FP16 = (Symbol(t) for t in (
+    "TYPE_INT32", "TYPE_BOOL", "TYPE_FP32", "TYPE_STRING", "TYPE_UINT64", "TYPE_INT64", "TYPE_FP16"))
+# The image's preprocessing model.py reads this in initialize() without a default; empty means
+# a text-only model (catalog/releases/engine-24.12.yaml).
+TEXT_ONLY_VISUAL_MODEL_PATH = ""
 
 
 def _tensor(name: str, data_type: Symbol, dims: list[int], *, optional: bool = False,
@@ -125,10 +129,12 @@ def _models(spec: LLMDeploymentSpec, engine_cache_key: str) -> dict[str, dict[st
             _scalar_input("REQUEST_OUTPUT_LEN", INT32),
             _tensor("BAD_WORDS_DICT", STRING, [-1], optional=True),
             _tensor("STOP_WORDS_DICT", STRING, [-1], optional=True),
+            _tensor("EMBEDDING_BIAS_WORDS", STRING, [-1], optional=True),
+            _tensor("EMBEDDING_BIAS_WEIGHTS", FP32, [-1], optional=True),
             _scalar_input("END_ID", INT32, optional=True),
             _scalar_input("PAD_ID", INT32, optional=True),
         ],
-        # Every output the image's preprocessing model.py produces, used or not.
+        # Every tensor the image's preprocessing model.py reads the config of, used or not.
         "output": [
             _tensor("INPUT_ID", INT32, [-1]),
             _tensor("REQUEST_INPUT_LEN", INT32, [1]),
@@ -140,8 +146,13 @@ def _models(spec: LLMDeploymentSpec, engine_cache_key: str) -> dict[str, dict[st
             _tensor("REQUEST_OUTPUT_LEN", INT32, [-1]),
             _tensor("OUT_END_ID", INT32, [1]),
             _tensor("OUT_PAD_ID", INT32, [1]),
+            # Multimodal outputs: unused for text, but initialize() reads their configs.
+            _tensor("OUT_PROMPT_TABLE_EXTRA_IDS", UINT64, [-1]),
+            _tensor("PIXEL_VALUES", FP16, [-1, -1, -1, -1]),
+            _tensor("IMAGE_SIZES", INT64, [2]),
         ],
-        "parameters": string_parameters({"tokenizer_dir": tokenizer_dir, "add_special_tokens": "true"}),
+        "parameters": string_parameters({"tokenizer_dir": tokenizer_dir, "add_special_tokens": "true",
+                                         "visual_model_path": TEXT_ONLY_VISUAL_MODEL_PATH}),
         "instance_group": _cpu_instances(TOKENIZER_INSTANCE_COUNT),
     }
     scalar_reshape = {"reshape": {"shape": []}}

@@ -44,8 +44,29 @@ def _padded(rows: list[list[int]], pad: int) -> np.ndarray:
     return np.array([row + [pad] * (width - len(row)) for row in rows], dtype=np.int32)
 
 
+# What the image's preprocessing initialize() requires of its config, so that a config the real
+# model would refuse fails here too (llmfleet/catalog/releases/engine-24.12.yaml).
+PREPROCESSING_REQUIRED_PARAMETERS = ("tokenizer_dir", "visual_model_path")
+PREPROCESSING_REQUIRED_INPUTS = ("EMBEDDING_BIAS_WORDS", "EMBEDDING_BIAS_WEIGHTS")
+PREPROCESSING_REQUIRED_OUTPUTS = ("INPUT_ID", "DECODER_INPUT_ID", "REQUEST_INPUT_LEN", "REQUEST_DECODER_INPUT_LEN",
+                                  "BAD_WORDS_IDS", "STOP_WORDS_IDS", "OUT_END_ID", "OUT_PAD_ID",
+                                  "OUT_PROMPT_TABLE_EXTRA_IDS", "PIXEL_VALUES", "IMAGE_SIZES")
+
+
+def _require_config(config: dict) -> None:
+    missing = [f"parameter {key!r}" for key in PREPROCESSING_REQUIRED_PARAMETERS
+               if key not in (config.get("parameters") or {})]
+    missing += [f"input {name!r}" for name in PREPROCESSING_REQUIRED_INPUTS
+                if pb_utils.get_input_config_by_name(config, name) is None]
+    missing += [f"output {name!r}" for name in PREPROCESSING_REQUIRED_OUTPUTS
+                if pb_utils.get_output_config_by_name(config, name) is None]
+    if missing:
+        raise pb_utils.TritonModelException(f"preprocessing: config.pbtxt lacks {', '.join(missing)}")
+
+
 class PreprocessingModel:
     def initialize(self, args):
+        _require_config(json.loads(args["model_config"]))
         self.tokenizer = _tokenizer(args, "preprocessing")
 
     def execute(self, requests):
