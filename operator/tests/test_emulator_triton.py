@@ -21,9 +21,9 @@ from triton_process import ENGINE_MODEL, MODEL, deployment_spec, metric_value, s
 # Llama 3.1 8B in BF16 on an A100: 14.5 ms decode steps, 0.08 ms per prompt token; slow enough
 # for 2 CPU cores to keep up, fast enough for the file to run in about a minute.
 SPEC = deployment_spec()
-# What the ensemble adds to TTFT on 2 shared CPU cores: the preprocessing hop before the engine
-# and the postprocessing hop after it (python models, each a round trip to its stub process).
-ENSEMBLE_HOPS_MS = 6.0
+# A prompt short enough that its TTFT is mostly what the host adds: the ensemble's python hops
+# (preprocessing before the engine, postprocessing after it) and the client's round trip.
+PROBE_PROMPT_TOKENS = 8
 SMALL_KV_BLOCKS = 10  # two 300-token requests at a time (64-token blocks)
 
 
@@ -97,14 +97,20 @@ def _stream_one(url: str, prompt_tokens: int, output_tokens: int, prompt_seed: i
 def test_low_load_ttft_and_tpot_match_the_profile(triton):
     profile = triton.profile
     prompt_tokens, output_tokens = 1000, 40
+    # The host's share of TTFT is measured on this machine, not assumed: the model's share is
+    # what is checked.
+    probes = [_stream_one(triton.grpc_url, PROBE_PROMPT_TOKENS, 1, prompt_seed=100 + i) for i in range(5)]
+    host_ms = max(0.0, statistics.median(probe.ttft_ms for probe in probes)
+                  - expected_ttft_ms(profile, PROBE_PROMPT_TOKENS))
     results = [_stream_one(triton.grpc_url, prompt_tokens, output_tokens, prompt_seed=i) for i in range(5)]
     assert all(result.error is None and len(result.tokens) == output_tokens for result in results)
     ttft_ms = statistics.median(result.ttft_ms for result in results)
     tpot_ms = statistics.median(statistics.mean(result.token_gaps_ms) for result in results)
     expected_ttft = expected_ttft_ms(profile, prompt_tokens)
     expected_tpot = expected_mean_tpot_ms(profile, prompt_tokens, output_tokens)
-    print(f"TTFT {ttft_ms:.2f} ms (expected {expected_ttft:.2f}), TPOT {tpot_ms:.2f} ms (expected {expected_tpot:.2f})")
-    assert 0.95 * expected_ttft <= ttft_ms <= 1.10 * expected_ttft + ENSEMBLE_HOPS_MS
+    print(f"TTFT {ttft_ms:.2f} ms (expected {expected_ttft:.2f} + host {host_ms:.2f}), "
+          f"TPOT {tpot_ms:.2f} ms (expected {expected_tpot:.2f})")
+    assert 0.95 * expected_ttft <= ttft_ms - host_ms <= 1.10 * expected_ttft
     assert tpot_ms == pytest.approx(expected_tpot, rel=0.10)
 
 
