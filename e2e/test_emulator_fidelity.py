@@ -24,6 +24,7 @@ pytestmark = pytest.mark.e2e
 NAMESPACE = "fidelity"
 NAME = "engine"
 MAX_BATCH_SIZE = 16
+PROBE_PROMPT_TOKENS = 8
 # Llama 3.1 70B in FP8 with a BF16 KV cache on one H100: about 28.5k cached tokens, so a
 # dozen 3000-token prompts fill the cache long before the 16 batch slots run out.
 MANIFEST = {
@@ -115,16 +116,21 @@ def engine(sandbox, operator):
 
 def test_low_load_ttft_and_tpot_match_the_profile(engine, tmp_path):
     prompt_tokens, output_tokens = 1024, 32
+    # The host's share of TTFT (service proxy, the ensemble's python hops, the client) is
+    # measured on this machine with a short probe prompt: the model's share is what is checked.
+    probe = sweep(engine, tmp_path / "probe", "1", "--duration-s", "3",
+                  "--input-tokens", f"fixed:{PROBE_PROMPT_TOKENS}", "--output-tokens", "fixed:2")["points"][0]
+    host_ms = max(0.0, probe["ttft_p50_ms"] - expected_ttft_ms(engine.profile, PROBE_PROMPT_TOKENS))
     # One client at a time: nothing queues and no prefill interleaves with a decode.
-    summary = sweep(engine, tmp_path, "1", "--duration-s", "12",
+    summary = sweep(engine, tmp_path / "long", "1", "--duration-s", "12",
                    "--input-tokens", f"fixed:{prompt_tokens}", "--output-tokens", f"fixed:{output_tokens}")
     step = summary["points"][0]
     expected_ttft = expected_ttft_ms(engine.profile, prompt_tokens)
     expected_tpot = expected_mean_tpot_ms(engine.profile, prompt_tokens, output_tokens)
-    print(f"{step['requests']} requests: TTFT p50 {step['ttft_p50_ms']:.1f} ms (profile {expected_ttft:.1f}), "
-          f"TPOT p50 {step['tpot_p50_ms']:.2f} ms (profile {expected_tpot:.2f})")
+    print(f"{step['requests']} requests: TTFT p50 {step['ttft_p50_ms']:.1f} ms (profile {expected_ttft:.1f} "
+          f"+ host {host_ms:.1f}), TPOT p50 {step['tpot_p50_ms']:.2f} ms (profile {expected_tpot:.2f})")
     assert step["requests"] >= 5
-    assert step["ttft_p50_ms"] == pytest.approx(expected_ttft, rel=0.10)
+    assert step["ttft_p50_ms"] - host_ms == pytest.approx(expected_ttft, rel=0.10)
     assert step["tpot_p50_ms"] == pytest.approx(expected_tpot, rel=0.10)
 
 
