@@ -131,7 +131,12 @@ def test_queue_growth_scales_up_before_ttft_breaches(waiting, growth, served, tt
     (4, dict(kv_cache_utilization=0.05, batch_utilization=0.6), 4, "batch slot use 60% would exceed 70%"),
     (4, dict(kv_cache_utilization=None, batch_utilization=0.1), 3, "batch slot use 10%"),
     (4, dict(waiting_requests=1.0), 4, "not under 50% of it with an empty queue"),
-    (4, dict(waiting_requests=None), 4, "not under 50%"),  # queue unknown is not empty
+    # A release without a waiting count: unknown KV or batch use leaves the queue unknown,
+    # which is not empty; both well under the ceiling mean nothing can wait.
+    (4, dict(waiting_requests=None), 4, "not under 50%"),
+    (4, dict(waiting_requests=None, kv_cache_utilization=0.2, batch_utilization=0.8), 4, "not under 50%"),
+    (4, dict(waiting_requests=None, kv_cache_utilization=0.2, batch_utilization=0.2), 3,
+     "KV cache and batch slots are under 70% in use, so none waits"),
     (1, {}, 1, "already at minReplicas 1"),
 ])
 def test_scale_down_needs_headroom(current, observed, desired, words):
@@ -153,7 +158,15 @@ def test_an_idle_fleet_scales_down_to_the_minimum():
     result = run(idle, current=4, max_scale_down_step=8)
     assert result.metrics_available
     assert (result.desired_replicas, result.decision) == (1, DOWN)
-    assert "no request in the window and none waiting" in result.reason
+    assert "no request in the window and no request waits" in result.reason
+
+
+def test_an_idle_fleet_scales_down_without_a_waiting_count():
+    idle = fresh(ttft_p99_ms=None, requests_per_second=0.0, waiting_requests=None,
+                 waiting_growth_per_second=None, kv_cache_utilization=0.0, batch_utilization=0.0)
+    result = run(idle, current=4, max_scale_down_step=8)
+    assert (result.desired_replicas, result.decision) == (1, DOWN)
+    assert "so none waits" in result.reason
 
 
 # --- stabilisation windows -------------------------------------------------------------------

@@ -150,7 +150,7 @@ def _recommend(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot,
     when they hold no usable signal."""
     tolerance = spec.tolerance_percent / 100
     queue_factor = _queue_growth_factor(snapshot, current, tuning)
-    queue_empty = snapshot.waiting_requests is not None and snapshot.waiting_requests < 1
+    queue_empty, queue_text = _queue_empty(snapshot, tuning)
     ttft = snapshot.ttft_p99_ms
 
     if ttft is not None:
@@ -166,21 +166,35 @@ def _recommend(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot,
         if ratio < tuning.scale_down_below_target_fraction and queue_empty:
             return _scale_down(spec, snapshot, current, tuning,
                                f"{observed} is under {tuning.scale_down_below_target_fraction:.0%}"
-                               f" of the {target_ms} ms target and no request waits")
+                               f" of the {target_ms} ms target and {queue_text}")
         return _Proposal(current, f"{observed} is under the {target_ms} ms target, but not "
                          f"under {tuning.scale_down_below_target_fraction:.0%} of it with an "
                          "empty queue")
 
     # No first token in the window: an idle fleet, a stalled one, or no signal.
     if snapshot.requests_per_second == 0 and queue_empty:
-        return _scale_down(spec, snapshot, current, tuning,
-                           "no request in the window and none waiting")
+        return _scale_down(spec, snapshot, current, tuning, f"no request in the window and {queue_text}")
     waiting = snapshot.waiting_requests
     if waiting is not None and waiting >= tuning.backlog_waiting_per_replica * current:
         return _scale_up(current, queue_factor,
                          f"no request got a first token in the window but {waiting:.0f} wait "
                          f"({waiting / current:.1f} per replica)")
     return None
+
+
+def _queue_empty(snapshot: MetricsSnapshot, tuning: PolicyTuning) -> tuple[bool, str]:
+    """Whether no request waits, and how that is known. Releases that export no waiting count
+    (the series is absent: unknown, not zero) leave it to KV cache and batch-slot use: the
+    engine queues a request only when one of them is full, so both well under the scale-down
+    ceiling mean nothing waits."""
+    if snapshot.waiting_requests is not None:
+        return snapshot.waiting_requests < 1, "no request waits"
+    uses = (snapshot.kv_cache_utilization, snapshot.batch_utilization)
+    if any(use is None for use in uses):
+        return False, "the queue is unknown"
+    ceiling = tuning.scale_down_max_utilization
+    return (all(use < ceiling for use in uses),
+            f"KV cache and batch slots are under {ceiling:.0%} in use, so none waits")
 
 
 def _queue_growth_factor(snapshot: MetricsSnapshot, current: int, tuning: PolicyTuning) -> float:
