@@ -157,7 +157,9 @@ def test_a_full_kv_cache_queues_requests_instead_of_failing_them(engine, tmp_pat
     fit_in_cache = engine.profile.kv_blocks_total // blocks_per_request
     assert fit_in_cache < clients <= MAX_BATCH_SIZE, "the cache, not the batch, must be the limit"
 
-    peaks = {"active": 0.0, "waiting": 0.0}
+    # The pinned release exports no waiting count: requests in flight at the client beyond the
+    # engine's active ones are the queued ones.
+    peaks = {"active": 0.0}
     done = threading.Event()
 
     def watch():
@@ -176,8 +178,7 @@ def test_a_full_kv_cache_queues_requests_instead_of_failing_them(engine, tmp_pat
         done.set()
         watcher.join()
     step = summary["steps"][0]
-    print(f"{fit_in_cache} requests fit in the cache; peak active {peaks['active']:.0f}, "
-          f"peak waiting {peaks['waiting']:.0f}; TTFT {step['ttft_ms']}")
+    print(f"{fit_in_cache} requests fit in the cache; peak active {peaks['active']:.0f} of {clients} "
+          f"in flight; TTFT {step['ttft_ms']}")
     assert step["completed"] == step["requests"] == clients and step["errors"] == 0
     assert peaks["active"] == fit_in_cache
-    assert peaks["waiting"] >= clients - fit_in_cache

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmfleet.catalog.release_record import load_release_record, release_for_image, release_names
 from llmfleet_sandbox import trtllm_image
 
 TRITON_IMAGE_PATTERNS = ("nvcr.io/nvidia/tritonserver:*",)
@@ -67,8 +68,14 @@ def _matches(image: str, patterns: tuple[str, ...]) -> bool:
 def resolve(image: str, state_dir: Path) -> Image:
     """The filesystem, PATH, environment and default command of a known image."""
     if _matches(image, TRITON_IMAGE_PATTERNS):
+        release = release_for_image(image)
+        if release is None:
+            raise ImageNotRunnable(
+                f'image "{image}" is not a pinned release; the sandbox lays out the Triton images of '
+                + ", ".join(load_release_record(name).image for name in release_names()))
         return Image(trtllm_image.image_filesystem(state_dir),
-                     tuple(trtllm_image.IMAGE_PATH) + (ENVIRONMENT_BIN,), {})
+                     tuple(trtllm_image.IMAGE_PATH) + (ENVIRONMENT_BIN,),
+                     {trtllm_image.RELEASE_VARIABLE: release.release})
     if _matches(image, PYTHON_IMAGE_PATTERNS):
         return Image({}, (ENVIRONMENT_BIN,), dict(PYTHON_ENV), cmd=("python3",))
     if _matches(image, OPERATOR_IMAGE_PATTERNS):

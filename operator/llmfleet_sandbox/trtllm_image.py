@@ -29,6 +29,9 @@ import sysconfig
 from pathlib import Path
 
 TRITON_HOME = "/opt/tritonserver"
+# The image's environment names its pinned release (as real images carry version variables);
+# the engine stand-in exports that release's metric set.
+RELEASE_VARIABLE = "LLMFLEET_SANDBOX_RELEASE"
 # Directories the image puts first on PATH (tritonserver is found by name, as in the image).
 IMAGE_PATH = (f"{TRITON_HOME}/bin",)
 TOKENIZER_MODELS_PATH = "/app/all_models/inflight_batcher_llm"

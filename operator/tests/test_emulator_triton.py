@@ -5,6 +5,7 @@ through the ensemble (preprocessing -> tensorrt_llm -> postprocessing)."""
 from __future__ import annotations
 
 import queue
+import re
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +15,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from llmfleet.api.spec import DEFAULT_TRITON_IMAGE
+from llmfleet.catalog.release_record import check_metric, release_for_image
 from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION
 from llmfleet_sandbox.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
 from triton_process import ENGINE_MODEL, MODEL, deployment_spec, metric_value, start_triton
@@ -237,10 +240,20 @@ def test_metrics_have_the_tensorrt_llm_names(triton):
         'llmfleet_emulator_step_overhead_ms{model="tensorrt_llm",stat="max",version="1"}',
     ]:
         assert expected in text, expected
-    for request_type in ("active", "scheduled", "context", "waiting"):
-        assert f'request_type="{request_type}"' in text
-    for block_type in ("free", "used", "reused", "fraction"):
-        assert f'kv_cache_block_type="{block_type}"' in text
+    # Exactly the pinned release's backend series: each one recorded, every recorded value of
+    # the families the autoscaler reads present (24.12 has no request_type="waiting").
+    record = release_for_image(DEFAULT_TRITON_IMAGE)
+    exported: dict[str, set[tuple[str, str]]] = {}
+    for line in text.splitlines():
+        match = re.match(r"(nv_trt_llm_\w+)\{(.*)\} ", line)
+        if match:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
+            assert check_metric(record, match.group(1), labels) == [], line
+            exported.setdefault(match.group(1), set()).update(
+                (label, value) for label, value in labels.items() if label not in ("model", "version"))
+    for family in ("nv_trt_llm_request_metrics", "nv_trt_llm_kv_cache_block_metrics"):
+        (label, values), = ((label, values) for label, values in record.metrics[family].labels.items() if values)
+        assert exported[family] == {(label, value) for value in values}
 
 
 def test_tensor_parallel_pod_serves_through_the_launcher(tmp_path):

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from llmfleet_sandbox import images, rootfs
+from llmfleet_sandbox import images, rootfs, trtllm_image
 from llmfleet_sandbox.rootfs import Mount
 from llmfleet_sandbox.volumes import Volume, VolumeBuilder, VolumeError, container_mounts
 
@@ -177,6 +177,14 @@ def test_triton_image_brings_its_server_at_its_path(tmp_path):
     # The host filesystem is visible in the container, so the lookup runs on this machine.
     assert rootfs.find_program("python3", image.search_path) == f"{images.ENVIRONMENT_BIN}/python3"
     assert image.argv(["/bin/sh", "-c"], ["exec tritonserver"]) == ["/bin/sh", "-c", "exec tritonserver"]
+    # Its environment names the pinned release whose metric set the engine stand-in exports.
+    assert image.env == {trtllm_image.RELEASE_VARIABLE: "engine-24.12"}
+
+
+def test_an_unpinned_triton_release_is_not_runnable(tmp_path):
+    with pytest.raises(images.ImageNotRunnable, match=r'"nvcr.io/nvidia/tritonserver:23.10-trtllm-python-py3" '
+                                                      r'is not a pinned release.*24.12-trtllm-python-py3'):
+        images.resolve("nvcr.io/nvidia/tritonserver:23.10-trtllm-python-py3", tmp_path)
 
 
 @pytest.mark.parametrize("name", ["python:3.11-slim", "llmfleet/operator:0.1.0", "busybox:1.36"])

@@ -158,6 +158,18 @@ def load_release_record(name: str = "engine-24.12") -> ReleaseRecord:
     return parse_record(yaml.safe_load(text))
 
 
+def release_names() -> tuple[str, ...]:
+    """Every pinned release with a record, by name."""
+    return tuple(sorted(entry.name.removesuffix(".yaml")
+                        for entry in resources.files(__package__).joinpath(RELEASES_DIR).iterdir()
+                        if entry.name.endswith(".yaml")))
+
+
+def release_for_image(image: str) -> ReleaseRecord | None:
+    """The record of the release whose pinned image is ``image``; None for an unpinned image."""
+    return next((record for record in map(load_release_record, release_names()) if record.image == image), None)
+
+
 # --- a reader for the protobuf text subset that render.pbtxt writes ----------------------------------
 
 _TOKEN = re.compile(r'\s*(?:(?P<str>"(?:[^"\\]|\\.)*")|(?P<punct>[{}\[\]:,])|(?P<word>[^\s{}\[\]:,"]+))')

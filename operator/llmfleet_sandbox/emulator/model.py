@@ -8,8 +8,10 @@ sampling inputs, which are accepted and ignored), `output_ids` [beam, tokens] an
 `gpt_model_path`, the serving parameters, and the node's GPU product from
 LLMFLEET_SANDBOX_GPU_PRODUCT, and derives the engine profile from them (`profile_for_engine`).
 
-Metrics use the names and labels of the real TensorRT-LLM backend, plus Triton's TTFT histogram
-(which Triton 2.51 does not emit itself) and the emulator's own overhead.
+Metrics are exactly the pinned release's TensorRT-LLM backend families and label values, read
+from its reference record (the image names its release in LLMFLEET_SANDBOX_RELEASE), so a
+series the real server lacks is absent here too; plus Triton's TTFT histogram (which Triton
+2.51 does not emit itself) and the emulator's own overhead under an `llmfleet_emulator_` name.
 """
 
 from __future__ import annotations
@@ -19,15 +21,19 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from llmfleet.api.spec import DEFAULT_TRITON_IMAGE
+from llmfleet.catalog.release_record import MetricFamily, load_release_record, release_for_image
 from llmfleet.render.layout import TTFT_HISTOGRAM_BUCKETS_MS
 from llmfleet_sandbox.emulator.engine import EmulatedEngine, OverheadStats
 from llmfleet_sandbox.emulator.engine_config import EngineConfig, EngineConfigError, read_engine_config
 from llmfleet_sandbox.emulator.profile import GPU_PRODUCT_VARIABLE, ProfileError, gpu_for_product, profile_for_engine
 from llmfleet_sandbox.emulator.scheduler import SchedulerStats
+from llmfleet_sandbox.trtllm_image import RELEASE_VARIABLE
 
 # TTFT buckets come from render's layout: one set for every revision, so canary and stable compare.
 TOKEN_LENGTH_BUCKETS = [10, 50, 100, 500, 1000]  # the TensorRT-LLM backend's buckets
@@ -74,31 +80,46 @@ class _TritonStream:
                                                           pb_utils.Tensor("sequence_length", sequence_length)])
 
 
+BACKEND_METRIC_PREFIX = "nv_trt_llm_"
+# key -> (name, help, histogram?)
+METRIC_FAMILIES = {
+    "request": ("nv_trt_llm_request_metrics", "TRT LLM request metrics", False),
+    "kv": ("nv_trt_llm_kv_cache_block_metrics", "TRT LLM KV cache block metrics", False),
+    "batcher": ("nv_trt_llm_inflight_batcher_metrics", "TRT LLM inflight_batcher-specific metrics", False),
+    "general": ("nv_trt_llm_general_metrics", "General TRT LLM metrics", False),
+    "input": ("nv_llm_input_token_len", "TRT LLM response metrics", True),
+    "output": ("nv_llm_output_token_len", "TRT LLM response metrics", True),
+    "ttft": ("nv_inference_first_response_histogram_ms", "Duration from request to first response in milliseconds",
+             True),
+    "overhead": ("llmfleet_emulator_step_overhead_ms",
+                 "Emulator lateness of token delivery against the modelled step end (mean, max since start), "
+                 "and host work per step (mean)", False),
+}
+
+
+def _release_metrics() -> Mapping[str, MetricFamily]:
+    name = os.environ.get(RELEASE_VARIABLE)
+    record = load_release_record(name) if name else release_for_image(DEFAULT_TRITON_IMAGE)
+    return record.metrics
+
+
 class _TritonMetrics:
-    """An `EngineObserver` writing Triton custom metrics with the TensorRT-LLM backend's names."""
+    """An `EngineObserver` writing Triton custom metrics with the TensorRT-LLM backend's names,
+    only those the release exports."""
 
     def __init__(self, model: str, version: str):
         labels = {"model": model, "version": version}
+        exported = _release_metrics()
         gauge, histogram = pb_utils.MetricFamily.GAUGE, pb_utils.MetricFamily.HISTOGRAM
         # The families must outlive their metrics: keep them all on self.
-        self._families = {
-            "request": pb_utils.MetricFamily("nv_trt_llm_request_metrics", "TRT LLM request metrics", gauge),
-            "kv": pb_utils.MetricFamily("nv_trt_llm_kv_cache_block_metrics", "TRT LLM KV cache block metrics",
-                                        gauge),
-            "batcher": pb_utils.MetricFamily("nv_trt_llm_inflight_batcher_metrics",
-                                             "TRT LLM inflight_batcher-specific metrics", gauge),
-            "general": pb_utils.MetricFamily("nv_trt_llm_general_metrics", "General TRT LLM metrics", gauge),
-            "input": pb_utils.MetricFamily("nv_llm_input_token_len", "TRT LLM response metrics", histogram),
-            "output": pb_utils.MetricFamily("nv_llm_output_token_len", "TRT LLM response metrics", histogram),
-            "ttft": pb_utils.MetricFamily("nv_inference_first_response_histogram_ms",
-                                          "Duration from request to first response in milliseconds", histogram),
-            "overhead": pb_utils.MetricFamily(
-                "llmfleet_emulator_step_overhead_ms",
-                "Emulator lateness of token delivery against the modelled step end (mean, max since start), "
-                "and host work per step (mean)", gauge),
-        }
+        self._families = {key: pb_utils.MetricFamily(name, description, histogram if is_histogram else gauge)
+                          for key, (name, description, is_histogram) in METRIC_FAMILIES.items()}
 
         def gauges(family: str, label: str, values: list[str]):
+            name = METRIC_FAMILIES[family][0]
+            if name.startswith(BACKEND_METRIC_PREFIX):
+                record = exported.get(name)
+                values = [value for value in values if record is not None and value in (record.labels.get(label) or ())]
             return {value: self._families[family].Metric(labels={**labels, label: value}) for value in values}
 
         self._request = gauges("request", "request_type", ["active", "max", "scheduled", "context", "waiting"])
@@ -122,29 +143,30 @@ class _TritonMetrics:
 
     def iteration_stats(self, stats: SchedulerStats, overhead: OverheadStats) -> None:
         values = [
-            (self._request["active"], stats.active_requests),
-            (self._request["max"], stats.max_batch_size),
-            (self._request["scheduled"], stats.scheduled_requests),
-            (self._request["context"], stats.context_requests),
-            (self._request["waiting"], stats.waiting_requests),
-            (self._kv["max"], stats.kv_blocks_max),
-            (self._kv["free"], stats.kv_blocks_free),
-            (self._kv["used"], stats.kv_blocks_used),
-            (self._kv["tokens_per"], stats.kv_tokens_per_block),
-            (self._kv["reused"], stats.kv_blocks_reused_total),
-            (self._kv["fraction"], stats.kv_blocks_used / stats.kv_blocks_max),
-            (self._batcher["total_context_tokens"], stats.total_context_tokens),
-            (self._batcher["generation_requests"], stats.generation_requests),
-            (self._batcher["micro_batch_id"], 0),
-            (self._batcher["paused_requests"], 0),  # guaranteed_no_evict never pauses
-            (self._general["iteration_counter"], overhead.steps),
-            (self._general["timestamp"], int(time.time() * 1e6)),
-            (self._overhead["mean"], overhead.overhead_ms_mean),
-            (self._overhead["max"], overhead.overhead_ms_max),
-            (self._overhead["host_work_mean"], overhead.host_work_ms_mean),
+            (self._request, "active", stats.active_requests),
+            (self._request, "max", stats.max_batch_size),
+            (self._request, "scheduled", stats.scheduled_requests),
+            (self._request, "context", stats.context_requests),
+            (self._request, "waiting", stats.waiting_requests),
+            (self._kv, "max", stats.kv_blocks_max),
+            (self._kv, "free", stats.kv_blocks_free),
+            (self._kv, "used", stats.kv_blocks_used),
+            (self._kv, "tokens_per", stats.kv_tokens_per_block),
+            (self._kv, "reused", stats.kv_blocks_reused_total),
+            (self._kv, "fraction", stats.kv_blocks_used / stats.kv_blocks_max),
+            (self._batcher, "total_context_tokens", stats.total_context_tokens),
+            (self._batcher, "generation_requests", stats.generation_requests),
+            (self._batcher, "micro_batch_id", 0),
+            (self._batcher, "paused_requests", 0),  # guaranteed_no_evict never pauses
+            (self._general, "iteration_counter", overhead.steps),
+            (self._general, "timestamp", int(time.time() * 1e6)),
+            (self._overhead, "mean", overhead.overhead_ms_mean),
+            (self._overhead, "max", overhead.overhead_ms_max),
+            (self._overhead, "host_work_mean", overhead.host_work_ms_mean),
         ]
-        for metric, value in values:
-            metric.set(value)
+        for gauges, label_value, value in values:
+            if label_value in gauges:
+                gauges[label_value].set(value)
 
 
 def _parameter(config: dict, name: str) -> str:
