@@ -327,9 +327,9 @@ def trtllm_build(args: argparse.Namespace, duration_s: float) -> dict[str, Any]:
     while (elapsed_s := time.monotonic() - start_s) < duration_s:
         print(f"[TRT-LLM] [I] building engines: {min(99, int(100 * elapsed_s / duration_s))}%", flush=True)
         time.sleep(min(PROGRESS_INTERVAL_S, duration_s - elapsed_s))
-    # The real build also writes its TensorRT timing cache to --output_timing_cache (default
-    # model.cache, relative to the working directory); the stand-in writes none, so it cannot
-    # show that this fails in a container whose working directory is read-only.
+    # As the real build, write the TensorRT timing cache to --output_timing_cache (relative to
+    # the working directory by default), so a read-only working directory fails here too.
+    Path(args.output_timing_cache).write_bytes(b"llmfleet sandbox placeholder timing cache\n")
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     engine_config = {"version": TENSORRT_LLM_VERSION, "pretrained_config": checkpoint, "build_config": build_config}
@@ -370,7 +370,8 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, default=1, help="accepted; the stand-in builds in one process")
     parser.add_argument("--log_level", default="info", help="accepted; the stand-in logs at info")
     parser.add_argument("--input_timing_cache", default=None, help="accepted; no timing cache in the sandbox")
-    parser.add_argument("--output_timing_cache", default="model.cache", help="accepted; not written in the sandbox")
+    parser.add_argument("--output_timing_cache", default="model.cache",
+                        help="where to write the timing cache (a placeholder in the sandbox)")
     plugins = parser.add_argument_group("plugin config")
     for name, default in DTYPE_PLUGINS.items():
         plugins.add_argument(f"--{name}", default=default,

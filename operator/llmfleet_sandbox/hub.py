@@ -50,6 +50,8 @@ HF_MODEL_CLASSES: dict[str, tuple[str, str]] = {
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+META_ORGANISATION = "meta-llama/"
+ORIGINAL_WEIGHTS_FILE = "original/consolidated.00.pth"
 HUB_URL = "https://huggingface.co"
 
 
@@ -109,12 +111,17 @@ def repo_files(repo_id: str, revision: str | None = None, repo_type: str = "mode
     if revision not in (None, "main"):
         raise _not_found("Revision", f"{HUB_URL}/api/models/{repo_id}/revision/{revision}")
     model = load_catalog().model(HUB_REPOS[repo_id])
-    return {
+    files = {
         CONFIG_FILE: (json.dumps(hf_config(model), indent=2) + "\n").encode(),
         # The sandbox tokenizer (emulator.tokenizer) stands in for the model's real one.
         tokenizer.CONFIG_FILE: (json.dumps(tokenizer.tokenizer_config(model.vocab_size), indent=2) + "\n").encode(),
         WEIGHTS_FILE: _weights_placeholder(repo_id),
     }
+    if repo_id.startswith(META_ORGANISATION):
+        # Meta's repos also carry the weights in Meta's own format under original/, which a
+        # Hugging Face checkpoint conversion does not read.
+        files[ORIGINAL_WEIGHTS_FILE] = b"llmfleet sandbox placeholder for Meta-format weights\n"
+    return files
 
 
 def _directory_pattern(pattern: str) -> str:

@@ -4,11 +4,14 @@ the tritonserver wrapper's config edit and the launcher's command."""
 from __future__ import annotations
 
 import json
+import os
+from types import SimpleNamespace
 
 import pytest
 
 from llmfleet.catalog import load_catalog
 from llmfleet.planner.latency import build_engine, prefill_seconds, step_seconds
+from llmfleet.render import RenderSettings, serving
 from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION, model_repository_files
 from llmfleet_sandbox import trtllm_image
 from llmfleet_sandbox.emulator.engine_config import (EngineConfigError, engine_config_from_json_dict,
@@ -16,7 +19,7 @@ from llmfleet_sandbox.emulator.engine_config import (EngineConfigError, engine_c
 from llmfleet_sandbox.emulator.profile import ProfileError, engine_profile, gpu_for_product, profile_for_engine
 from llmfleet_sandbox.emulator.timing import expected_tpot_ms, expected_ttft_ms
 from llmfleet_sandbox.emulator.tokenizer import VOCABULARY, TokenizerError, WordTokenizer, tokenizer_config
-from llmfleet_sandbox.image import launch_triton_server
+from llmfleet_sandbox.image import mpirun
 from llmfleet_sandbox.image.tritonserver import remove_top_level_field, rewrite_arguments
 from triton_process import deployment_spec, engine_config_for
 
@@ -134,13 +137,23 @@ def test_wrapper_serves_copies_of_every_repository(tmp_path):
     assert (repository / "m" / "config.pbtxt").read_text().endswith("model_metrics { x: 1 }\n")
 
 
-def test_launcher_runs_one_server_with_rank_zeros_flags():
-    args = launch_triton_server.parser().parse_args(
-        ["--world_size=4", "--model_repo=/models", "--http_port=8000", "--grpc_port=8001", "--metrics_port=8002"])
-    assert launch_triton_server.server_command(args) == [
-        "/opt/tritonserver/bin/tritonserver", "--model-repository=/models", "--grpc-port=8001", "--http-port=8000",
-        "--metrics-port=8002", "--disable-auto-complete-config",
-        "--backend-config=python,shm-region-prefix-name=prefix0_"]
+def test_mpirun_parses_the_rendered_rank_group_and_runs_rank_zero():
+    command = serving.triton_command(SimpleNamespace(tensor_parallel_size=4, pipeline_parallel_size=1),
+                                     RenderSettings())
+    contexts = mpirun.parse(command[1:])
+    assert [context.processes for context in contexts] == [1, 1, 1, 1]
+    assert contexts[0].argv[0] == "tritonserver" and "--model-control-mode=none" in contexts[0].argv
+    assert all("--load-model=tensorrt_llm" in context.argv for context in contexts[1:])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--bogus", "-n", "1", "tritonserver"], "unknown option --bogus"),
+    (["-n", "0", "tritonserver"], "-n needs a positive process count"),
+    (["-n", "1", "tritonserver", ":", "-n", "1"], "app context 1 names no executable"),
+])
+def test_mpirun_refuses_what_openmpi_would(argv, message):
+    with pytest.raises(mpirun.UsageError, match=message):
+        mpirun.parse(argv)
 
 
 def test_image_filesystem_has_the_stand_ins_at_their_image_paths(tmp_path):
@@ -152,5 +165,5 @@ def test_image_filesystem_has_the_stand_ins_at_their_image_paths(tmp_path):
     assert (home / "backends" / "python" / "triton_python_backend_stub").is_file()
     for model in ("preprocessing", "postprocessing"):
         assert image[f"{trtllm_image.TOKENIZER_MODELS_PATH}/{model}/1/model.py"].is_file()
-    assert image[trtllm_image.LAUNCHER_PATH].is_file()
+    assert os.access(image[trtllm_image.MPIRUN_PATH], os.X_OK)
     assert all(path.startswith("/") for path in image)

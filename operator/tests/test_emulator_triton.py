@@ -256,13 +256,14 @@ def test_metrics_have_the_tensorrt_llm_names(triton):
         assert exported[family] == {(label, value) for value in values}
 
 
-def test_tensor_parallel_pod_serves_through_the_launcher(tmp_path):
+def test_tensor_parallel_pod_serves_through_mpirun(tmp_path):
     spec = deployment_spec(tensor_parallel_size=2)
     with start_triton(tmp_path, spec) as server:
         assert server.profile.tensor_parallel_size == 2
         result = _stream_one(server.grpc_url, 100, 5)
         assert result.error is None and len(result.tokens) == 5
-        assert "--world_size" not in server.log_path.read_text()  # one plain server, no ranks
+        # One process, rank 0, serves the group (the emulated engine models the other rank).
+        assert "mpirun (sandbox): world size 2; rank 0 runs here" in server.log_path.read_text()
 
 
 def test_missing_gpu_product_fails_the_model_load_naming_the_variable(tmp_path):

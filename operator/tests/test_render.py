@@ -16,7 +16,12 @@ import yaml
 from llmfleet.api import LLMDeployment
 from llmfleet.planner import plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec
-from llmfleet.catalog.release_record import check_model_repository, load_release_record
+from llmfleet.catalog.release_record import (
+    check_model_repository,
+    check_mpirun_command,
+    check_tritonserver_command,
+    load_release_record,
+)
 from llmfleet.render import RenderError, RenderSettings, engine_cache_key, render, revision_hash
 from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION, model_repository_files
 from llmfleet.render.pod import engine_cache_claim
@@ -29,6 +34,7 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 REQUIRED_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/managed-by",
                    "llmfleet.io/deployment")
 REAL = RenderSettings()
+RECORD = load_release_record()
 
 
 def manifest(tensor_parallel_size: int, *, quantization: str = "FP8", name: str = "chat") -> dict:
@@ -184,9 +190,25 @@ def test_triton_command_single_and_multi_gpu():
                  "--strict-readiness=true", "--http-port=8000", "--grpc-port=8001", "--metrics-port=8002",
                  "--metrics-config=histogram_latencies=true"):
         assert flag in single
-    multi = rendered(2, REAL)[2]["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert multi[:3] == ["python3", "/app/scripts/launch_triton_server.py", "--world_size=2"]
-    assert "--model_repo=/models" in multi
+    assert check_tritonserver_command(RECORD, single[1:]) == []
+    for tensor_parallel_size in (2, 4):
+        multi = rendered(tensor_parallel_size, REAL)[2]["spec"]["template"]["spec"]["containers"][0]["command"]
+        # The rank group in the foreground: mpirun is the container's main process.
+        assert multi[0] == "mpirun" and multi.count("tritonserver") == tensor_parallel_size
+        assert check_mpirun_command(RECORD, multi, "tensorrt_llm") == []
+        rank_zero = multi[:multi.index(":")]
+        # Rank 0 serves with the single-GPU flags, plus its shared-memory prefix.
+        assert rank_zero[rank_zero.index("tritonserver") + 1:] == single[1:] + [
+            "--backend-config=python,shm-region-prefix-name=prefix0_"]
+
+
+def test_the_mpirun_check_fails_for_a_launcher_like_command():
+    wrong = ["mpirun", "--allow-run-as-root", "-n", "1", "tritonserver", "--model-repository=/m", ":",
+             "-n", "1", "tritonserver", "--model-repository=/m", "--world_size=2"]
+    problems = check_mpirun_command(RECORD, wrong, "tensorrt_llm")
+    assert "tritonserver: unknown flag --world_size" in problems
+    assert "rank 1: missing --load-model=tensorrt_llm" in problems
+    assert "rank 0: missing --backend-config=python,shm-region-prefix-name=prefix0_" in problems
 
 
 def test_engine_build_flags_follow_the_plan():

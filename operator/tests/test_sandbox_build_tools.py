@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from argparse import Namespace
 from pathlib import Path
 
@@ -69,8 +70,13 @@ def image_bin(tmp_path: Path) -> Path:
     return bin_dir
 
 
-def run_build_job(container: dict, image_bin: Path, cache_dir: Path, tmp_path: Path):
-    assert container["command"][:2] == ["/bin/bash", "-c"]
+# The Job's working directory is read-only (readOnlyRootFilesystem). Tests run as root, which may
+# write almost anywhere here, but nothing can be created in /proc.
+READ_ONLY_WORKING_DIR = "/proc"
+
+
+def build_job_env(container: dict, image_bin: Path, cache_dir: Path, tmp_path: Path,
+                  hostname: str = "chat-engine-build-x7k2p") -> dict[str, str]:
     env = {item["name"]: item["value"] for item in container["env"]}
     env.update({
         # What the sandbox's node agent provides instead of the image and the volumes.
@@ -78,11 +84,17 @@ def run_build_job(container: dict, image_bin: Path, cache_dir: Path, tmp_path: P
         "QUANTIZE_SCRIPT": str(BUILD_TOOLS[env["QUANTIZE_SCRIPT"]]),
         "ENGINE_CACHE_DIR": str(cache_dir),
         "HOME": str(tmp_path),
-        "HOSTNAME": "chat-engine-build-x7k2p",
+        "HOSTNAME": hostname,
         build_tools.BUILD_SECONDS_ENV: "0",
     })
-    return subprocess.run(["bash", "-c", container["command"][2]], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    return env
+
+
+def run_build_job(container: dict, image_bin: Path, cache_dir: Path, tmp_path: Path):
+    assert container["command"][:2] == ["/bin/bash", "-c"]
+    return subprocess.run(["bash", "-c", container["command"][2]],
+                          env=build_job_env(container, image_bin, cache_dir, tmp_path),
+                          cwd=READ_ONLY_WORKING_DIR, capture_output=True, text=True, timeout=120)
 
 
 def test_stand_ins_are_mounted_where_the_image_has_the_tools():
@@ -101,6 +113,9 @@ def test_build_script_builds_the_engine_cache_entry(image_bin, tmp_path):
     result = run_build_job(container, image_bin, cache, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[TRT-LLM] [I] Total time of building all engines" in result.stdout
+    # The Hugging Face checkpoint only: Meta's original/ weights stay on the hub.
+    assert "downloaded model.safetensors" in result.stderr
+    assert "downloaded original/" not in result.stderr
 
     entry = cache / env["ENGINE_CACHE_KEY"]
     assert (entry / BUILD_COMPLETE_MARKER).is_file()
@@ -336,3 +351,50 @@ def test_build_takes_the_sandbox_build_time_with_progress(checkpoint, tmp_path, 
     assert build_tools.trtllm_build_main(["--checkpoint_dir", str(checkpoint),
                                           "--output_dir", str(tmp_path / "engine")]) == 1
     assert "is not a number of seconds" in capsys.readouterr().err
+
+
+def test_racing_builds_of_one_key_leave_the_first_complete_entry_untouched(image_bin, tmp_path):
+    """Two Jobs pass the "already built" check together; the first publishes while serving pods
+    may start reading it, the second must neither delete nor replace it."""
+    _, _, container = rendered_build("hf://meta-llama/Llama-3.1-70B-Instruct")
+    cache, gates = tmp_path / "engines", tmp_path / "gates"
+    gates.mkdir()
+    # trtllm-build waits at a gate, so both Jobs are past the check before either publishes.
+    gated = image_bin / "trtllm-build"
+    gated.unlink()
+    gated.write_text(f'#!/bin/bash\ntouch "{gates}/at-$HOSTNAME"\n'
+                     f'while [ ! -e "{gates}/go-$HOSTNAME" ]; do sleep 0.05; done\n'
+                     f'exec "{BUILD_TOOLS["/usr/local/bin/trtllm-build"]}" "$@"\n')
+    gated.chmod(0o755)
+    jobs = {name: subprocess.Popen(["bash", "-c", container["command"][2]], cwd=READ_ONLY_WORKING_DIR,
+                                   env=build_job_env(container, image_bin, cache, tmp_path, hostname=name),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for name in ("build-first", "build-second")}
+    try:
+        for name in jobs:
+            deadline = time.monotonic() + 60
+            while not (gates / f"at-{name}").exists():
+                assert jobs[name].poll() is None, jobs[name].communicate()
+                assert time.monotonic() < deadline, f"{name} never reached trtllm-build"
+                time.sleep(0.05)
+        (gates / "go-build-first").touch()
+        first_out, first_err = jobs["build-first"].communicate(timeout=60)
+        assert jobs["build-first"].returncode == 0, first_out + first_err
+        key = build_job_env(container, image_bin, cache, tmp_path)["ENGINE_CACHE_KEY"]
+        entry = cache / key
+        published = {path.relative_to(entry): (path.stat().st_ino, path.read_bytes())
+                     for path in entry.rglob("*") if path.is_file()}
+        entry_inode = entry.stat().st_ino
+
+        (gates / "go-build-second").touch()
+        second_out, second_err = jobs["build-second"].communicate(timeout=60)
+        assert jobs["build-second"].returncode == 0, second_out + second_err
+    finally:
+        for job in jobs.values():
+            job.kill()
+    assert "published by another build meanwhile; keeping that one" in second_out
+    assert entry.stat().st_ino == entry_inode
+    assert {path.relative_to(entry): (path.stat().st_ino, path.read_bytes())
+            for path in entry.rglob("*") if path.is_file()} == published
+    assert (entry / BUILD_COMPLETE_MARKER).is_file()
+    assert sorted(path.name for path in cache.iterdir()) == [key]  # no work directory left

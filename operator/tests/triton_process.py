@@ -19,23 +19,23 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 
 from llmfleet.api import LLMDeploymentSpec
 from llmfleet.catalog import load_catalog
-from llmfleet.render import layout
+from llmfleet.render import RenderSettings, layout, serving
 from llmfleet.render.model_repo import (KV_CACHE_FREE_GPU_MEM_FRACTION, POSTPROCESSING_MODEL, PREPROCESSING_MODEL,
                                         TOKENIZER_INSTANCE_COUNT, VERSION, model_repository_files)
 from llmfleet.render.identity import prefix_reuse_enabled
-from llmfleet_sandbox import trtllm_image
+from llmfleet_sandbox import images, trtllm_image
 from llmfleet_sandbox.emulator import tokenizer
 from llmfleet_sandbox.emulator.engine_config import (EngineConfig, dtype_for, kv_cache_quant_algo_for,
                                                      quant_algo_for)
@@ -155,7 +155,7 @@ def start_triton(work_dir: Path, spec: LLMDeploymentSpec,
                  kv_cache_free_gpu_mem_fraction: float = KV_CACHE_FREE_GPU_MEM_FRACTION, *,
                  gpu_product_label: str | None | object = NODE_LABEL,
                  with_engine: bool = True) -> Iterator[TritonServer]:
-    """Serve `spec`'s engine as its pod would (one GPU: tritonserver; more: the launcher); stop
+    """Serve `spec`'s engine with its pod's command (one GPU: tritonserver; more: mpirun); stop
     the server (and its python backend stubs) on exit. `kv_cache_free_gpu_mem_fraction` replaces
     the rendered parameter (to make a small KV cache); `gpu_product_label` None leaves
     LLMFLEET_SANDBOX_GPU_PRODUCT unset and `with_engine` False leaves the engine unbuilt (for
@@ -172,19 +172,20 @@ def start_triton(work_dir: Path, spec: LLMDeploymentSpec,
         if with_engine and label is not None else None
 
     http_port, grpc_port, metrics_port = free_ports(3)
-    server = str(image[trtllm_image.TRITON_HOME] / "bin" / "tritonserver")
-    if spec.plan.tensor_parallel_size == 1:
-        command = [server, f"--model-repository={repository}", "--model-control-mode=none",
-                   "--exit-on-error=true", "--strict-readiness=true", "--disable-auto-complete-config",
-                   f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}",
-                   "--metrics-config=histogram_latencies=true", "--log-verbose=0"]
-    else:
-        command = [sys.executable, str(image[trtllm_image.LAUNCHER_PATH]),
-                   f"--world_size={spec.plan.tensor_parallel_size}", f"--tritonserver={server}",
-                   f"--model_repo={repository}", f"--http_port={http_port}", f"--grpc_port={grpc_port}",
-                   f"--metrics_port={metrics_port}"]
+    # The pod's rendered command, with this machine's paths and free ports in place of the pod's.
+    local = {"tritonserver": str(image[trtllm_image.TRITON_HOME] / "bin" / "tritonserver"),
+             serving.MPIRUN: str(image[trtllm_image.MPIRUN_PATH]),
+             f"--model-repository={layout.MODEL_REPOSITORY_PATH}": f"--model-repository={repository}",
+             f"--http-port={layout.HTTP_PORT}": f"--http-port={http_port}",
+             f"--grpc-port={layout.GRPC_PORT}": f"--grpc-port={grpc_port}",
+             f"--metrics-port={layout.METRICS_PORT}": f"--metrics-port={metrics_port}"}
+    rendered = serving.triton_command(SimpleNamespace(tensor_parallel_size=spec.plan.tensor_parallel_size,
+                                                      pipeline_parallel_size=1), RenderSettings())
+    command = [local.get(arg, arg) for arg in rendered]
     env = {key: value for key, value in os.environ.items() if key != GPU_PRODUCT_VARIABLE}
     env["TMPDIR"] = str(tmp)
+    # As in the image: python3 (the stand-ins' interpreter) is this environment's.
+    env["PATH"] = f"{images.ENVIRONMENT_BIN}:{env.get('PATH', '/usr/bin:/bin')}"
     if label is not None:
         env[GPU_PRODUCT_VARIABLE] = label
     log_path = work_dir / "triton.log"

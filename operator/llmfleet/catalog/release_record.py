@@ -75,6 +75,7 @@ class ReleaseRecord:
     models: Mapping[str, ModelRecord]
     tritonserver_flags: frozenset[str]
     launcher_flags: frozenset[str]
+    mpirun_flags: frozenset[str]
     build_flags: frozenset[str]
     build_flags_complete: bool
     quantize_flags: frozenset[str] | None  # None: not established at the tag
@@ -142,6 +143,7 @@ def parse_record(raw: Mapping[str, Any]) -> ReleaseRecord:
         models={name: _model(name, model) for name, model in (raw.get("models") or {}).items()},
         tritonserver_flags=frozenset((raw.get("tritonserver") or {}).get("flags") or ()),
         launcher_flags=frozenset((raw.get("launcher") or {}).get("flags") or ()),
+        mpirun_flags=frozenset((raw.get("mpirun") or {}).get("flags") or ()),
         build_flags=frozenset(_flag_names(build.get("flags") or ())),
         build_flags_complete=bool(build.get("plugin_flags_established", True)),
         quantize_flags=(frozenset(_flag_names(quantize.get("flags") or ()))
@@ -450,6 +452,35 @@ def check_tritonserver_command(record: ReleaseRecord, args: Iterable[str]) -> li
 
 def check_launcher_command(record: ReleaseRecord, args: Iterable[str]) -> list[str]:
     return check_command_flags(record.launcher_flags, "launch_triton_server.py", args)
+
+
+def check_mpirun_command(record: ReleaseRecord, argv: list[str], tensorrt_llm_model: str) -> list[str]:
+    """An MPMD `mpirun [flags] -n 1 tritonserver ... : -n 1 tritonserver ...` against the record:
+    mpirun's flags, each rank's server flags, and the per-rank flags upstream's launcher gives."""
+    if not argv or argv[0] != "mpirun":
+        return [f"not an mpirun command: {argv[:1]}"]
+    contexts: list[list[str]] = [[]]
+    for arg in argv[1:]:
+        if arg == ":":
+            contexts.append([])
+        else:
+            contexts[-1].append(arg)
+    problems = []
+    for rank, context in enumerate(contexts):
+        if "-n" not in context or context.index("-n") + 2 > len(context):
+            problems.append(f"mpirun: app context {rank} has no '-n <count> <program>'")
+            continue
+        at = context.index("-n")
+        mpirun_args, count, server = context[:at], context[at + 1], context[at + 2:]
+        problems += check_command_flags(record.mpirun_flags, "mpirun", mpirun_args + ["-n"])
+        if count != "1":
+            problems.append(f"mpirun: app context {rank} starts {count} processes; one rank per context")
+        problems += check_tritonserver_command(record, server[1:])
+        expected = [f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
+        if rank > 0:
+            expected += ["--model-control-mode=explicit", f"--load-model={tensorrt_llm_model}"]
+        problems += [f"rank {rank}: missing {flag}" for flag in expected if flag not in server]
+    return problems
 
 
 def check_metric(record: ReleaseRecord, name: str, labels: Mapping[str, str] | None = None) -> list[str]:

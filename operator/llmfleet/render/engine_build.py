@@ -1,7 +1,8 @@
 """The engine build Job: quantise the weights and run trtllm-build into the engine cache.
 
 The Job is idempotent: it exits 0 at once when its cache entry already has the completion
-marker, so many revisions (and LLMDeployments) sharing build inputs build once.
+marker, so many revisions (and LLMDeployments) sharing build inputs build once; Jobs racing on
+one entry leave the first complete one in place.
 """
 
 from __future__ import annotations
@@ -22,18 +23,23 @@ CPU_PER_GPU = 4
 MEMORY_PER_GPU_GIB = 32
 
 # Runs in the engine image. Values come from the container's environment (visible in the
-# Job); the work directory sits on the cache volume so the final rename is atomic and the
-# marker, written last, means the whole entry is there.
+# Job). The work directory sits on the cache volume, so publishing is one rename: an entry is
+# written once, complete (marker included), and never deleted, since serving pods may read it.
+# Two Jobs with one key can both build; the second rename fails on the non-empty entry and that
+# Job keeps the first one's engine. The timing cache goes to the work directory because the
+# working directory is read-only; the Llama repos' `original/` (Meta-format weights) is not
+# needed for a Hugging Face checkpoint.
 BUILD_SCRIPT = f"""set -eu
 entry="$ENGINE_CACHE_DIR/$ENGINE_CACHE_KEY"
-if [ -f "$entry/{layout.BUILD_COMPLETE_MARKER}" ]; then
+marker="{layout.BUILD_COMPLETE_MARKER}"
+if [ -f "$entry/$marker" ]; then
   echo "engine $ENGINE_CACHE_KEY is already built; skipping the build"
   exit 0
 fi
 work="$entry.partial-$HOSTNAME"
 rm -rf "$work"
 mkdir -p "$work"
-huggingface-cli download "$MODEL_REPO_ID" --local-dir "$work/weights"
+huggingface-cli download "$MODEL_REPO_ID" --exclude 'original/*' --local-dir "$work/weights"
 huggingface-cli download "$TOKENIZER_REPO_ID" --include '*.json' 'tokenizer.model' \\
   --exclude '*.index.json' --local-dir "$work/{layout.TOKENIZER_SUBDIR}"
 python3 "$QUANTIZE_SCRIPT" --model_dir "$work/weights" --dtype "$DTYPE" --qformat "$QFORMAT" \\
@@ -42,12 +48,23 @@ python3 "$QUANTIZE_SCRIPT" --model_dir "$work/weights" --dtype "$DTYPE" --qforma
 trtllm-build --checkpoint_dir "$work/checkpoint" --output_dir "$work/{layout.ENGINE_SUBDIR}" \\
   --max_batch_size "$MAX_BATCH_SIZE" --max_input_len "$MAX_INPUT_LEN" --max_seq_len "$MAX_SEQ_LEN" \\
   --max_num_tokens "$MAX_NUM_TOKENS" --kv_cache_type paged --use_paged_context_fmha enable \\
-  --gemm_plugin auto
-rm -rf "$work/weights" "$work/checkpoint"
-rm -rf "$entry"
-mv "$work" "$entry"
-touch "$entry/{layout.BUILD_COMPLETE_MARKER}"
-echo "engine $ENGINE_CACHE_KEY built"
+  --gemm_plugin auto --output_timing_cache "$work/timing.cache"
+rm -rf "$work/weights" "$work/checkpoint" "$work/timing.cache"
+touch "$work/$marker"
+if [ -d "$entry" ] && [ ! -f "$entry/$marker" ]; then
+  # Left by an interrupted build of an older operator: incomplete, so no pod reads it.
+  stale="$entry.stale-$HOSTNAME"
+  mv -T "$entry" "$stale" && rm -rf "$stale"
+fi
+if mv -T "$work" "$entry" 2>/dev/null; then
+  echo "engine $ENGINE_CACHE_KEY built"
+elif [ -f "$entry/$marker" ]; then
+  rm -rf "$work"
+  echo "engine $ENGINE_CACHE_KEY was published by another build meanwhile; keeping that one"
+else
+  echo "cannot publish $work as $entry" >&2
+  exit 1
+fi
 """
 
 

@@ -14,8 +14,9 @@ SHM_PATH = "/dev/shm"
 MODEL_TOKEN_PATH = "/var/run/secrets/llmfleet/model-token"
 MODEL_TOKEN_FILE = "token"
 
-# Layout of one engine cache entry, <cache>/<engine cache key>/: the build writes `engine/`
-# and `tokenizer/`, then the marker last, so a present marker means a complete engine.
+# Layout of one engine cache entry, <cache>/<engine cache key>/: the build writes `engine/`,
+# `tokenizer/` and the marker into a work directory and publishes it with one rename, so an
+# entry with the marker is a complete engine that never changes.
 ENGINE_SUBDIR = "engine"
 TOKENIZER_SUBDIR = "tokenizer"
 BUILD_COMPLETE_MARKER = "BUILD_COMPLETE"

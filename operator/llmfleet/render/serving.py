@@ -23,7 +23,9 @@ CPU_PER_GPU = 4
 MEMORY_PER_GPU_GIB = 16
 # Where the Triton TensorRT-LLM image keeps the tokenizer models' code (to verify per release).
 IMAGE_MODELS_PATH = "/app/all_models/inflight_batcher_llm"
-LAUNCHER = "/app/scripts/launch_triton_server.py"
+MPIRUN = "mpirun"
+# The image runs as a non-root user; the flag only matters where it does not.
+MPIRUN_FLAGS = ("--allow-run-as-root",)
 # Loading a large engine takes minutes: the startup probe allows up to 30 minutes. It polls
 # often because a loaded engine that waits for its next probe is scale-up time lost, and a
 # health GET costs nothing next to serving.
@@ -47,31 +49,38 @@ def exit_timeout_seconds(settings: RenderSettings) -> int:
     return max(settings.termination_grace_period_seconds - DRAIN_DELAY_SECONDS - EXIT_MARGIN_SECONDS, 1)
 
 
+def _server_flags(settings: RenderSettings) -> list[str]:
+    return [
+        f"--model-repository={layout.MODEL_REPOSITORY_PATH}",
+        "--exit-on-error=true",
+        "--strict-readiness=true",
+        "--disable-auto-complete-config",
+        f"--http-port={layout.HTTP_PORT}",
+        f"--grpc-port={layout.GRPC_PORT}",
+        f"--metrics-port={layout.METRICS_PORT}",
+        "--metrics-config=histogram_latencies=true",
+        f"--exit-timeout-secs={exit_timeout_seconds(settings)}",
+    ]
+
+
 def triton_command(plan: Plan, settings: RenderSettings) -> list[str]:
+    """The container's main process. One GPU: tritonserver itself. A TP/PP group: one
+    tritonserver per rank under mpirun, in the foreground (the upstream launcher script starts
+    mpirun and returns, which would end the container); rank 0 loads every model and serves,
+    the others load only `tensorrt_llm` and work as its MPI ranks. Each rank's python backend
+    gets its own shared-memory prefix, as upstream's launcher gives it."""
     world_size = pod.gpus_per_replica(plan)
     if world_size == 1:
-        return [
-            "tritonserver",
-            f"--model-repository={layout.MODEL_REPOSITORY_PATH}",
-            "--model-control-mode=none",
-            "--exit-on-error=true",
-            "--strict-readiness=true",
-            "--disable-auto-complete-config",
-            f"--http-port={layout.HTTP_PORT}",
-            f"--grpc-port={layout.GRPC_PORT}",
-            f"--metrics-port={layout.METRICS_PORT}",
-            "--metrics-config=histogram_latencies=true",
-            f"--exit-timeout-secs={exit_timeout_seconds(settings)}",
-        ]
-    # One tritonserver per rank under MPI; the launcher sets the ranks' flags itself.
-    return [
-        "python3", LAUNCHER,
-        f"--world_size={world_size}",
-        f"--model_repo={layout.MODEL_REPOSITORY_PATH}",
-        f"--http_port={layout.HTTP_PORT}",
-        f"--grpc_port={layout.GRPC_PORT}",
-        f"--metrics_port={layout.METRICS_PORT}",
-    ]
+        return ["tritonserver", "--model-control-mode=none", *_server_flags(settings)]
+    command = [MPIRUN, *MPIRUN_FLAGS]
+    for rank in range(world_size):
+        models = (["--model-control-mode=none"] if rank == 0 else
+                  ["--model-control-mode=explicit", f"--load-model={layout.TENSORRT_LLM_MODEL}"])
+        command += ["-n", "1", "tritonserver", *models, *_server_flags(settings),
+                    f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
+        if rank < world_size - 1:
+            command.append(":")
+    return command
 
 
 def _probe(path: str, *, period_seconds: int, failure_threshold: int, timeout_seconds: int) -> dict[str, Any]:
