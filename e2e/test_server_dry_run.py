@@ -1,7 +1,8 @@
 """The manifests a real GPU cluster gets, checked by a real kube-apiserver.
 
 Server-side dry-run runs admission, defaulting and schema validation without persisting: every
-object the operator would apply for TP 1, 2 and 8 on each catalog GPU type must be accepted.
+object the operator would apply for TP 1, 2 and 8 on each GPU type the engine runtime's pinned
+release supports must be accepted.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import pytest
 import yaml
 
 from llmfleet.api import LLMDeployment
-from llmfleet.catalog import load_catalog
+from llmfleet.catalog.release_record import release_for
 from llmfleet.planner import plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec
 from llmfleet.render import RenderSettings, render, revision_hash
@@ -59,7 +60,7 @@ def namespace(sandbox):
 
 
 @pytest.mark.parametrize("tensor_parallel_size", TENSOR_PARALLEL_SIZES)
-@pytest.mark.parametrize("gpu_type", sorted(load_catalog().gpus))
+@pytest.mark.parametrize("gpu_type", sorted(release_for("engine", None).support.gpu_types))
 def test_the_apiserver_accepts_every_rendered_object(sandbox, namespace, gpu_type, tensor_parallel_size):
     manifests = [engine_cache_claim(namespace, RenderSettings()),
                  *_real_manifests(gpu_type, tensor_parallel_size)]

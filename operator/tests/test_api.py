@@ -59,7 +59,7 @@ def test_example_loads_with_defaults_filled_in():
     assert spec.slo.ttft_p99_ms == 500 and spec.slo.tpot_p99_ms == 50
     assert spec.workload.input_tokens_mean == 1024 and spec.workload.output_tokens_mean == 256
     assert spec.workload.peak_requests_per_second == 4
-    assert spec.engine.image == "nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3"
+    assert spec.engine.image is None and spec.engine.runtime.value == "engine"
     assert spec.engine.max_num_tokens == 8192  # not in the manifest: defaulted
     assert spec.autoscaling.scale_down_stabilization_seconds == 300
 
@@ -173,8 +173,8 @@ def _mutated(mutate) -> dict:
             "(found: apiKey, hfToken)",
         ),
         (
-            lambda m: m["spec"]["engine"].update(prebuiltEngineUri="s3://key:secret@bucket/e"),
-            "spec.engine.prebuiltEngineUri",
+            lambda m: m["spec"]["model"].update(source="s3://key:secret@bucket/m"),
+            "spec.model.source",
             "must not embed credentials",
         ),
     ],
@@ -193,7 +193,7 @@ def _mutated(mutate) -> dict:
         "autoscaling-target-above-slo",
         "kv-dtype-override-not-allowed",
         "several-inline-credentials",
-        "credentials-in-engine-uri",
+        "credentials-in-source-uri",
     ],
 )
 def test_bad_input_names_the_field(mutate, field, message_part):

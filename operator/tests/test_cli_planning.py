@@ -72,12 +72,22 @@ def test_plan_reads_stdin(capsys, monkeypatch):
 
 def test_pinned_plan_is_printed_as_pinned(capsys, tmp_path):
     path = write_manifest(tmp_path, plan={"gpuType": "H100-SXM-80GB", "tensorParallelSize": 2,
-                                          "quantization": "BF16", "kvCacheDtype": "FP8"})
+                                          "quantization": "BF16", "kvCacheDtype": "BF16"})
     code, out, _ = run(capsys, "plan", "-f", str(path), "-o", "json")
     body = json.loads(out)
     assert code == 0
     assert (body["gpuType"], body["tensorParallelSize"], body["quantization"], body["kvCacheDtype"]) == (
-        "H100-SXM-80GB", 2, "BF16", "FP8")
+        "H100-SXM-80GB", 2, "BF16", "BF16")
+
+
+def test_a_pin_the_release_cannot_build_is_refused_with_the_reason(capsys, tmp_path):
+    path = write_manifest(tmp_path, plan={"gpuType": "H100-SXM-80GB", "tensorParallelSize": 2,
+                                          "quantization": "BF16", "kvCacheDtype": "FP8"})
+    code, out, _ = run(capsys, "plan", "-f", str(path), "-o", "json")
+    body = json.loads(out)
+    assert code != 0 and body["feasible"] is False
+    assert any("engine-24.12 builds a FP8 KV cache only with FP8 weights" in rejected["reason"]
+               for rejected in body["rejected"]), body["rejected"]
 
 
 def test_quality_budget_excludes_formats_from_the_plan(capsys, tmp_path):

@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from llmfleet.api.spec import DEFAULT_TRITON_IMAGE
-from llmfleet.catalog.release_record import check_metric, release_for_image
+from llmfleet.catalog.release_record import RUNTIME_RELEASES, check_metric, load_release_record
 from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION
 from llmfleet_sandbox.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
 from triton_process import ENGINE_MODEL, MODEL, deployment_spec, metric_value, start_triton
@@ -242,7 +241,7 @@ def test_metrics_have_the_tensorrt_llm_names(triton):
         assert expected in text, expected
     # Exactly the pinned release's backend series: each one recorded, every recorded value of
     # the families the autoscaler reads present (24.12 has no request_type="waiting").
-    record = release_for_image(DEFAULT_TRITON_IMAGE)
+    record = load_release_record(RUNTIME_RELEASES["engine"])
     exported: dict[str, set[tuple[str, str]]] = {}
     for line in text.splitlines():
         match = re.match(r"(nv_trt_llm_\w+)\{(.*)\} ", line)

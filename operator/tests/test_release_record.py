@@ -4,9 +4,13 @@ Each test removes or breaks one thing a check exists for, so deleting that check
 is deliberately not run on today's render output here (it reports known defects fixed in a later change).
 """
 
+import re
+
 import pytest
 
 from llmfleet.catalog.release_record import (
+    ReleaseError,
+    release_for,
     check_build_command, check_image, check_image_paths, check_metric, check_model_repository,
     check_quantize_command, check_tritonserver_command, load_release_record, parse_record, read_pbtxt)
 from llmfleet.render.pbtxt import Symbol, string_parameters, to_pbtxt
@@ -15,6 +19,7 @@ INT32, STRING = Symbol("TYPE_INT32"), Symbol("TYPE_STRING")
 
 RAW = {
     "release": "test-1",
+    "runtime": "engine",
     "image": {"name": "registry/triton:1-trtllm", "source": "test"},
     "image_paths": [
         {"path": "/app/models", "present": False, "source": "issue 1"},
@@ -248,3 +253,33 @@ def test_packaged_record_loads_with_its_sources():
             assert parameter.source, (model.name, parameter.key)
     for path in record.image_paths:
         assert path.source, path.path
+
+
+def test_release_is_found_by_image_tag_whatever_the_registry():
+    assert release_for("engine", None).release == "engine-24.12"
+    assert release_for("llmapi", None).release == "llmapi-25.05"
+    mirrored = release_for("engine", "registry.internal:5000/nvidia/tritonserver:24.12-trtllm-python-py3")
+    assert mirrored.release == "engine-24.12"
+
+
+@pytest.mark.parametrize("runtime, image, message", [
+    ("engine", "nvcr.io/nvidia/tritonserver:23.10-trtllm-python-py3",
+     "image tag '23.10-trtllm-python-py3' is not a pinned release: 24.12-trtllm-python-py3 (engine)"),
+    ("llmapi", "nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3",
+     "image tag '24.12-trtllm-python-py3' has no llmapi runtime"),
+    ("engine", "tritonserver", "image tag '(none)' is not a pinned release"),
+])
+def test_an_image_that_is_no_pinned_release_of_the_runtime_is_refused(runtime, image, message):
+    with pytest.raises(ReleaseError, match=re.escape(message)):
+        release_for(runtime, image)
+
+
+def test_release_support_refuses_what_the_release_cannot_build():
+    support = load_release_record("engine-24.12").support
+    assert support.problem("H100-SXM-80GB", "FP8", "FP8", "r") is None
+    assert support.problem("H100-SXM-80GB", "BF16", "BF16", "r") is None
+    assert "does not support B200-180GB" in support.problem("B200-180GB", "FP8", "FP8", "r")
+    assert "cannot serve NVFP4" in support.problem("H100-SXM-80GB", "NVFP4", "FP8", "r")
+    assert support.problem("H100-SXM-80GB", "BF16", "FP8", "r") == "r builds a FP8 KV cache only with FP8 weights"
+    assert support.problem("A100-SXM-80GB", "INT8WeightOnly", "INT8", "r") == (
+        "r builds a INT8 KV cache only with no quantisation at all")

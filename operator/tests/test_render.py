@@ -50,7 +50,8 @@ def manifest(tensor_parallel_size: int, *, quantization: str = "FP8", name: str 
             "workload": {"inputTokensMean": 512, "inputTokensP99": 2048, "outputTokensMean": 128,
                          "outputTokensP99": 512, "peakRequestsPerSecond": 2, "prefixSharingFraction": 0.25},
             "plan": {"gpuType": "H100-SXM-80GB", "tensorParallelSize": tensor_parallel_size,
-                     "quantization": quantization, "kvCacheDtype": "FP8", "replicas": 1},
+                     "quantization": quantization, "kvCacheDtype": "FP8" if quantization == "FP8" else "BF16",
+                     "replicas": 1},
         },
     }
 

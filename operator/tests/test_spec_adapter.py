@@ -120,6 +120,23 @@ def test_no_quantization_in_both_lists_names_the_field():
     assert "spec.resources.allowedQuantizations" in message and "allow at least one" in message
 
 
+def test_the_serving_release_limits_the_search():
+    space = plan_request_from_spec(spec_of(minimal())).space
+    assert space.release == "engine-24.12"
+    result = plan(plan_request_from_spec(spec_of(minimal())))
+    assert result.feasible and result.gpu_type != "B200-180GB"
+    assert all(not (r.option.split()[0] == "B200-180GB" and r.reason.startswith("quality"))
+               for r in result.rejected)
+
+
+def test_an_image_that_is_no_pinned_release_names_the_field():
+    manifest = with_changes(minimal(), engine={"image": "nvcr.io/nvidia/tritonserver:23.10-trtllm-python-py3"})
+    with pytest.raises(InvalidSpecError) as raised:
+        plan_request_from_spec(spec_of(manifest))
+    [(path, message)] = raised.value.problems
+    assert path == "spec.engine.image" and "not a pinned release" in message
+
+
 def test_pins_are_honoured():
     pins = {"gpuType": "H100-SXM-80GB", "tensorParallelSize": 2, "quantization": "FP8", "kvCacheDtype": "FP8",
             "replicas": 3}

@@ -13,6 +13,7 @@ from llmfleet.api.enums import (
     GpuType,
     KvCacheDtype,
     Quantization,
+    Runtime,
 )
 from llmfleet.api.resource import (
     API_VERSION,
@@ -27,7 +28,6 @@ from llmfleet.api.resource import (
     LLMDeployment,
 )
 from llmfleet.api.spec import (
-    DEFAULT_TRITON_IMAGE,
     AnalysisStep,
     AutoscalingSpec,
     EngineSpec,
@@ -79,7 +79,6 @@ __all__ = [
     "Condition",
     "ConditionStatus",
     "ConditionType",
-    "DEFAULT_TRITON_IMAGE",
     "EngineSpec",
     "GROUP",
     "GpuType",
@@ -103,6 +102,7 @@ __all__ = [
     "PlanStatus",
     "QualityBudget",
     "Quantization",
+    "Runtime",
     "RejectedOption",
     "ResourcesSpec",
     "RevisionStatus",

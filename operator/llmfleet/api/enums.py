@@ -18,6 +18,17 @@ class Quantization(str, Enum):
     NVFP4 = "NVFP4"
 
 
+class Runtime(str, Enum):
+    """How TensorRT-LLM serves the model behind Triton."""
+
+    # TensorRT-LLM's PyTorch backend behind Triton's LLM-API python model: checkpoints load
+    # directly, no engine build.
+    LLMAPI = "llmapi"
+    # TensorRT engines built by trtllm-build, served by the tensorrtllm backend's
+    # inflight_batcher_llm ensemble.
+    ENGINE = "engine"
+
+
 class KvCacheDtype(str, Enum):
     """Element type of the paged KV cache."""
 

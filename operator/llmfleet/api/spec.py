@@ -20,6 +20,7 @@ from llmfleet.api.base import (
     set_of,
 )
 from llmfleet.api.enums import (
+    Runtime,
     TENSOR_PARALLEL_SIZES,
     CatalogModel,
     GpuType,
@@ -29,7 +30,6 @@ from llmfleet.api.enums import (
 
 TensorParallelSize = Literal[TENSOR_PARALLEL_SIZES]  # type: ignore[valid-type]
 
-DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3"
 
 # Keys people reach for when they paste a hub token into a spec. They are declared in the
 # CRD only so that admission rejects them with a pointer to secretRef: pruning alone would
@@ -181,14 +181,22 @@ class ModelSpec(ApiModel):
 
 
 class EngineSpec(ApiModel):
-    """The Triton + TensorRT-LLM image and the engine build limits (trtllm-build flags)."""
+    """The serving runtime, its Triton + TensorRT-LLM image and the engine limits."""
 
-    image: str = Field(
-        default=DEFAULT_TRITON_IMAGE,
+    runtime: Runtime = Field(
+        default=Runtime.ENGINE,
+        description="How TensorRT-LLM serves the model: llmapi (its PyTorch backend behind "
+        "Triton's LLM-API model; the checkpoint is fetched, no engine build) or engine "
+        "(trtllm-build engines behind the tensorrtllm backend). The image's release decides "
+        "which are valid.",
+    )
+    image: str | None = Field(
+        default=None,
         min_length=1,
         max_length=512,
-        description="Triton Inference Server image with the TensorRT-LLM backend "
-        "(nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3).",
+        description="Triton Inference Server image with TensorRT-LLM "
+        "(<registry>/nvidia/tritonserver:<yy.mm>-trtllm-python-py3); its tag must be a pinned "
+        "release that has the runtime. Omit for the runtime's pinned image.",
     )
     revision: str = Field(
         default="1",
@@ -225,13 +233,6 @@ class EngineSpec(ApiModel):
         description="trtllm-build --max_num_tokens: most tokens (prefill chunks plus decode "
         "steps) processed in one engine iteration.",
     )
-    prebuilt_engine_uri: str | None = Field(
-        default=None,
-        max_length=MAX_URI_LENGTH,
-        pattern=URI_PATTERN,
-        description="URI of an engine already built for the planned configuration; when set "
-        "the engine build Job is skipped.",
-    )
 
     cel_rules = (
         CelRule(
@@ -240,9 +241,6 @@ class EngineSpec(ApiModel):
             "prompt plus at least one output token)",
             holds=lambda e: e.max_seq_len > e.max_input_len,
             field_path=".maxSeqLen",
-        ),
-        no_uri_credentials_rule(
-            "prebuiltEngineUri", "prebuilt_engine_uri", "spec.engine.prebuiltEngineUri"
         ),
     )
 

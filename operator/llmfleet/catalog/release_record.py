@@ -68,8 +68,33 @@ class ImagePath:
 
 
 @dataclass(frozen=True)
+class ReleaseSupport:
+    """What a release can build and run, in catalog names; the planner pairs nothing else."""
+
+    gpu_types: tuple[str, ...]
+    quantizations: tuple[str, ...]
+    kv_cache_dtypes: tuple[str, ...]
+    # KV cache dtype -> the only quantisations it builds with (absent: any).
+    kv_cache_dtype_requires_quantization: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def problem(self, gpu_type: str, quantization: str, kv_cache_dtype: str, release: str) -> str | None:
+        if gpu_type not in self.gpu_types:
+            return f"{release} does not support {gpu_type} (it supports {', '.join(self.gpu_types)})"
+        if quantization not in self.quantizations:
+            return f"{release} cannot serve {quantization} (it serves {', '.join(self.quantizations)})"
+        if kv_cache_dtype not in self.kv_cache_dtypes:
+            return f"{release} has no {kv_cache_dtype} KV cache"
+        required = self.kv_cache_dtype_requires_quantization.get(kv_cache_dtype)
+        if required is not None and quantization not in required:
+            return (f"{release} builds a {kv_cache_dtype} KV cache only with "
+                    + (", ".join(required) + " weights" if required else "no quantisation at all"))
+        return None
+
+
+@dataclass(frozen=True)
 class ReleaseRecord:
     release: str
+    runtime: str  # llmapi | engine
     image: str
     image_paths: tuple[ImagePath, ...]
     models: Mapping[str, ModelRecord]
@@ -81,6 +106,7 @@ class ReleaseRecord:
     quantize_flags: frozenset[str] | None  # None: not established at the tag
     qformat_values: tuple[str, ...]
     metrics: Mapping[str, MetricFamily]
+    support: ReleaseSupport
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def image_path(self, path: str) -> ImagePath | None:
@@ -137,6 +163,7 @@ def parse_record(raw: Mapping[str, Any]) -> ReleaseRecord:
     quantize = raw.get("quantize") or {}
     return ReleaseRecord(
         release=raw["release"],
+        runtime=raw["runtime"],
         image=raw["image"]["name"],
         image_paths=tuple(ImagePath(path=p["path"], present=bool(p["present"]), source=p.get("source", ""))
                           for p in raw.get("image_paths") or ()),
@@ -150,14 +177,57 @@ def parse_record(raw: Mapping[str, Any]) -> ReleaseRecord:
                         if quantize.get("flags_established", False) else None),
         qformat_values=tuple(quantize.get("qformat_values") or ()),
         metrics=metrics,
+        support=_support(raw.get("support") or {}),
         raw=raw,
     )
+
+
+def _support(raw: Mapping[str, Any]) -> ReleaseSupport:
+    return ReleaseSupport(
+        gpu_types=tuple(raw.get("gpu_types") or ()),
+        quantizations=tuple(raw.get("quantizations") or ()),
+        kv_cache_dtypes=tuple(raw.get("kv_cache_dtypes") or ()),
+        kv_cache_dtype_requires_quantization={kv: tuple(quants) for kv, quants in
+                                              (raw.get("kv_cache_dtype_requires_quantization") or {}).items()})
 
 
 @functools.lru_cache(maxsize=None)
 def load_release_record(name: str = "engine-24.12") -> ReleaseRecord:
     text = resources.files(__package__).joinpath(RELEASES_DIR, f"{name}.yaml").read_text(encoding="utf-8")
     return parse_record(yaml.safe_load(text))
+
+
+# The pinned release of each runtime: what an LLMDeployment without spec.engine.image gets.
+RUNTIME_RELEASES = {"llmapi": "llmapi-25.05", "engine": "engine-24.12"}
+
+
+class ReleaseError(ValueError):
+    """An image that is not a pinned release of the runtime; the message says what is."""
+
+
+def image_tag(image: str) -> str:
+    """`<registry>/<path>:<tag>` -> tag ('' when untagged); registry ports are not tags."""
+    last = image.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else ""
+
+
+def release_for(runtime: str, image: str | None) -> ReleaseRecord:
+    """The record behind a runtime and image. The image is matched by tag, so a mirror of the
+    pinned image in another registry is the same release; None is the runtime's pinned one."""
+    if image is None:
+        return load_release_record(RUNTIME_RELEASES[runtime])
+    records = [record for record in map(load_release_record, release_names())
+               if image_tag(record.image) == image_tag(image)]
+    for record in records:
+        if record.runtime == runtime:
+            return record
+    pinned = ", ".join(f"{image_tag(load_release_record(name).image)} ({load_release_record(name).runtime})"
+                       for name in release_names())
+    if records:
+        raise ReleaseError(f"image tag {image_tag(image)!r} has no {runtime} runtime among the pinned "
+                           f"releases: {pinned}")
+    raise ReleaseError(f"image tag {image_tag(image) or '(none)'!r} is not a pinned release: {pinned}; "
+                       "use one of these tags, or omit spec.engine.image")
 
 
 def release_names() -> tuple[str, ...]:

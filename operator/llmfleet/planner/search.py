@@ -196,6 +196,9 @@ def _options(request: PlanRequest, catalog: Catalog, rejected: list[_Outcome]) -
                 for kv_name in kvs:
                     option = _Option(gpu, tp, catalog.quantization(quant_name), catalog.kv_cache_dtype(kv_name))
                     problem = support_problem(request.model, option)
+                    if problem is None and space.release_support is not None:
+                        why = space.release_support.problem(gpu_name, quant_name, kv_name, space.release)
+                        problem = ("release", why) if why else None
                     budget = request.slo.max_quality_loss_percent
                     if problem is None and budget is not None and option.quality_cost_percent > budget:
                         problem = ("quality", f"quality cost {option.quality_cost_percent:.1f}% "

@@ -29,6 +29,7 @@ from llmfleet.api import KvCacheDtype as ApiKvCacheDtype
 from llmfleet.api import Quantization as ApiQuantization
 from llmfleet.api import RejectedOption as ApiRejectedOption
 from llmfleet.catalog import Catalog, ModelArch, load_catalog, model_from_numbers
+from llmfleet.catalog.release_record import ReleaseError, ReleaseRecord, release_for
 from llmfleet.planner.types import Plan, PlanRequest, Predicted, SearchSpace, SloTargets, Workload
 
 INLINE_MODEL_NAME = "inline architecture"
@@ -119,6 +120,7 @@ def _names(values) -> tuple[str, ...]:
 
 def _search_space_from_spec(spec: LLMDeploymentSpec, catalog: Catalog) -> SearchSpace:
     # An omitted resources block or list allows every value; an omitted pin leaves it open.
+    release = serving_release(spec)
     resources = spec.resources or ResourcesSpec()
     pins = spec.plan or PlanOverrides()
     return SearchSpace(
@@ -137,7 +139,18 @@ def _search_space_from_spec(spec: LLMDeploymentSpec, catalog: Catalog) -> Search
         pinned_replicas=pins.replicas or None,
         max_batch_size=spec.engine.max_batch_size,
         max_num_tokens=spec.engine.max_num_tokens,
+        release=release.release,
+        release_support=release.support,
     )
+
+
+def serving_release(spec: LLMDeploymentSpec) -> ReleaseRecord:
+    """The pinned release behind spec.engine (runtime and image); InvalidSpecError names the
+    field when the image is no pinned release of the runtime."""
+    try:
+        return release_for(spec.engine.runtime.value, spec.engine.image)
+    except ReleaseError as error:
+        raise InvalidSpecError([("spec.engine.image", str(error))]) from None
 
 
 def plan_request_from_spec(spec: LLMDeploymentSpec, *, catalog: Catalog | None = None) -> PlanRequest:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmfleet.catalog import ModelArch
+from llmfleet.catalog.release_record import ReleaseSupport
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,10 @@ class SearchSpace:
     max_batch_size: int = 256
     max_num_tokens: int = 8192
     kv_cache_free_gpu_mem_fraction: float = 0.9
+    # The serving release's limits (GPU types, formats, KV pairings), with its name for
+    # reasons; None: any combination the GPU supports.
+    release: str | None = None
+    release_support: ReleaseSupport | None = None
 
 
 @dataclass(frozen=True)

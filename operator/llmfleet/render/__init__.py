@@ -47,9 +47,6 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
     require_feasible(plan)
     if serving_replicas < 0:
         raise RenderError(f"serving_replicas must be at least 0, got {serving_replicas}")
-    if deployment.spec.engine.prebuilt_engine_uri is not None:
-        raise RenderError("spec.engine.prebuiltEngineUri is not supported yet; remove it to "
-                          "build the engine")
     name, _, _ = deployment_identity(deployment)
     spec = deployment.spec
     key = engine_cache_key(spec, plan)

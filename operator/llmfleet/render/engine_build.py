@@ -13,6 +13,7 @@ from llmfleet.api import LLMDeployment
 from llmfleet.catalog import load_catalog
 from llmfleet.planner.types import Plan
 from llmfleet.render import layout, pod
+from llmfleet.render.identity import serving_image
 from llmfleet.render.settings import RenderError, RenderSettings
 
 COMPONENT = "engine-build"
@@ -144,7 +145,7 @@ def engine_build_job(deployment: LLMDeployment, plan: Plan, key: str, metadata: 
     token_volumes, token_mounts = _token_volume(deployment)
     build = {
         "name": CONTAINER,
-        "image": deployment.spec.engine.image,
+        "image": serving_image(deployment.spec),
         **container,
         "resources": {
             "requests": {"cpu": str(CPU_PER_GPU * gpus), "memory": f"{MEMORY_PER_GPU_GIB * gpus}Gi",

@@ -8,6 +8,7 @@ from typing import Any
 
 from llmfleet.api import API_VERSION, KIND, LLMDeployment, LLMDeploymentSpec
 from llmfleet.catalog import load_catalog
+from llmfleet.catalog.release_record import release_for
 from llmfleet.planner.types import Plan
 from llmfleet.render.settings import RenderError
 
@@ -94,13 +95,19 @@ def require_feasible(plan: Plan) -> None:
         raise RenderError("only a feasible plan can be rendered (Planned=False creates no workload)")
 
 
+def serving_image(spec: LLMDeploymentSpec) -> str:
+    """spec.engine.image, or the pinned image of spec.engine.runtime when it is omitted."""
+    return spec.engine.image or release_for(spec.engine.runtime.value, None).image
+
+
 def prefix_reuse_enabled(spec: LLMDeploymentSpec) -> bool:
     return (spec.workload.prefix_sharing_fraction or 0.0) > 0.0
 
 
 def _engine_build_inputs(spec: LLMDeploymentSpec, plan: Plan) -> dict[str, Any]:
     require_feasible(plan)
-    engine = spec.engine.model_dump(mode="json", exclude={"prebuilt_engine_uri"})
+    # The resolved image: omitting spec.engine.image or naming the pinned one is one engine.
+    engine = {**spec.engine.model_dump(mode="json"), "image": serving_image(spec)}
     return {
         # Weights and tokenizer identity; the token reference does not change the engine.
         "model": spec.model.model_dump(mode="json", exclude={"secret_ref"}),

@@ -7,7 +7,7 @@ from typing import Any
 from llmfleet.api import LLMDeployment
 from llmfleet.planner.types import Plan
 from llmfleet.render import layout, pod
-from llmfleet.render.identity import DEPLOYMENT_LABEL, REVISION_LABEL
+from llmfleet.render.identity import DEPLOYMENT_LABEL, REVISION_LABEL, serving_image
 from llmfleet.render.model_repo import POSTPROCESSING_MODEL, PREPROCESSING_MODEL, VERSION
 from llmfleet.render.settings import RenderSettings
 
@@ -122,7 +122,7 @@ def serving_deployment(deployment: LLMDeployment, plan: Plan, metadata: dict[str
                        config_map_name: str, volume_items: list[dict[str, str]], serving_replicas: int,
                        settings: RenderSettings) -> dict[str, Any]:
     gpus = pod.gpus_per_replica(plan)
-    image = deployment.spec.engine.image
+    image = serving_image(deployment.spec)
     volumes, server_mounts, init_mounts = _volumes_and_mounts(config_map_name, volume_items, plan, settings)
     server = {
         "name": CONTAINER,

@@ -26,8 +26,7 @@ from typing import Mapping
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from llmfleet.api.spec import DEFAULT_TRITON_IMAGE
-from llmfleet.catalog.release_record import MetricFamily, load_release_record, release_for_image
+from llmfleet.catalog.release_record import RUNTIME_RELEASES, MetricFamily, load_release_record
 from llmfleet.render.layout import TTFT_HISTOGRAM_BUCKETS_MS
 from llmfleet_sandbox.emulator.engine import EmulatedEngine, OverheadStats
 from llmfleet_sandbox.emulator.engine_config import EngineConfig, EngineConfigError, read_engine_config
@@ -98,9 +97,7 @@ METRIC_FAMILIES = {
 
 
 def _release_metrics() -> Mapping[str, MetricFamily]:
-    name = os.environ.get(RELEASE_VARIABLE)
-    record = load_release_record(name) if name else release_for_image(DEFAULT_TRITON_IMAGE)
-    return record.metrics
+    return load_release_record(os.environ.get(RELEASE_VARIABLE) or RUNTIME_RELEASES["engine"]).metrics
 
 
 class _TritonMetrics:
