@@ -363,9 +363,11 @@ def _add_load_parser(commands) -> None:
     where = load.add_mutually_exclusive_group(required=True)
     where.add_argument("--target", metavar="HOST:PORT", help="one gRPC endpoint, e.g. a Service's ClusterIP:8001")
     where.add_argument("--endpoints", metavar="A:PORT,B:PORT", help="several endpoints, used round robin")
-    load.add_argument("--model", default="ensemble",
-                      help="Triton model taking text_input/max_tokens/stream (default ensemble, as the "
-                           "operator renders it)")
+    load.add_argument("--model", default=None,
+                      help="Triton model to stream from: one taking text_input/max_tokens/stream (the engine "
+                           "runtime's ensemble) or text_input/sampling_param_max_tokens/streaming (the llmapi "
+                           "runtime's tensorrt_llm). Default: ensemble if the first endpoint serves it, else "
+                           "tensorrt_llm")
     traffic = load.add_mutually_exclusive_group()
     traffic.add_argument("--schedule", default="constant:1", metavar="SPEC",
                          help="arrival rate schedule, see above (default constant:1)")

@@ -152,7 +152,7 @@ def test_build_script_builds_the_engine_cache_entry(image_bin, tmp_path):
     marker_mtime = (entry / BUILD_COMPLETE_MARKER).stat().st_mtime_ns
     again = run_build_job(container, image_bin, cache, tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "already built; skipping the build" in again.stdout
+    assert "is already in the cache; nothing to do" in again.stdout
     assert "[TRT-LLM]" not in again.stdout
     assert (entry / BUILD_COMPLETE_MARKER).stat().st_mtime_ns == marker_mtime
 
@@ -392,7 +392,7 @@ def test_racing_builds_of_one_key_leave_the_first_complete_entry_untouched(image
     finally:
         for job in jobs.values():
             job.kill()
-    assert "published by another build meanwhile; keeping that one" in second_out
+    assert "published by another Job meanwhile; keeping that one" in second_out
     assert entry.stat().st_ino == entry_inode
     assert {path.relative_to(entry): (path.stat().st_ino, path.read_bytes())
             for path in entry.rglob("*") if path.is_file()} == published

@@ -45,6 +45,7 @@ from llmfleet.api.spec import (
     SloSpec,
     TensorParallelSize,
     WorkloadSpec,
+    hub_repo_id,
 )
 from llmfleet.api.status import (
     MAX_CONDITIONS,
@@ -118,6 +119,7 @@ __all__ = [
     "TensorParallelSize",
     "VERSION",
     "WorkloadSpec",
+    "hub_repo_id",
     "find_condition",
     "set_condition",
 ]

@@ -31,6 +31,14 @@ from llmfleet.api.enums import (
 TensorParallelSize = Literal[TENSOR_PARALLEL_SIZES]  # type: ignore[valid-type]
 
 
+HUGGING_FACE_SCHEME = "hf://"
+
+
+def hub_repo_id(uri: str | None) -> str | None:
+    """The Hugging Face hub repo id of an hf://<org>/<repo> URI; None for any other URI or none."""
+    return uri.removeprefix(HUGGING_FACE_SCHEME) if uri and uri.startswith(HUGGING_FACE_SCHEME) else None
+
+
 # Keys people reach for when they paste a hub token into a spec. They are declared in the
 # CRD only so that admission rejects them with a pointer to secretRef: pruning alone would
 # drop them silently.

@@ -12,13 +12,15 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any, Iterable, Mapping
 
 import yaml
 
 RELEASES_DIR = "releases"
+# Formats a checkpoint is published in as is (no quantisation step).
+UNQUANTIZED = ("BF16",)
 PY_BOOL_WORDS = ("true", "false", "1", "0", "t", "f", "y", "n", "yes", "no")
 CPP_BOOL_WORDS = ("True", "true", "TRUE", "1", "False", "false", "FALSE", "0")
 
@@ -76,12 +78,25 @@ class ReleaseSupport:
     kv_cache_dtypes: tuple[str, ...]
     # KV cache dtype -> the only quantisations it builds with (absent: any).
     kv_cache_dtype_requires_quantization: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Formats the release serves only from a published checkpoint, which this model lacks.
+    missing_checkpoints: tuple[str, ...] = ()
+    checkpoint_source: str = ""
+
+    def for_checkpoints(self, record: "ReleaseRecord", source_repo: str | None) -> "ReleaseSupport":
+        """This support narrowed to the formats `source_repo` can be served in (LLM-API runtime)."""
+        missing = tuple(quantization for quantization in self.quantizations
+                        if source_repo is None and quantization not in UNQUANTIZED
+                        or source_repo is not None and record.checkpoint_repo(source_repo, quantization) is None)
+        return replace(self, missing_checkpoints=missing, checkpoint_source=source_repo or "a model without a source")
 
     def problem(self, gpu_type: str, quantization: str, kv_cache_dtype: str, release: str) -> str | None:
         if gpu_type not in self.gpu_types:
             return f"{release} does not support {gpu_type} (it supports {', '.join(self.gpu_types)})"
         if quantization not in self.quantizations:
             return f"{release} cannot serve {quantization} (it serves {', '.join(self.quantizations)})"
+        if quantization in self.missing_checkpoints:
+            return (f"{release} serves {quantization} only from a published checkpoint and there is none of "
+                    f"{self.checkpoint_source}")
         if kv_cache_dtype not in self.kv_cache_dtypes:
             return f"{release} has no {kv_cache_dtype} KV cache"
         required = self.kv_cache_dtype_requires_quantization.get(kv_cache_dtype)
@@ -107,7 +122,18 @@ class ReleaseRecord:
     qformat_values: tuple[str, ...]
     metrics: Mapping[str, MetricFamily]
     support: ReleaseSupport
+    # LLM-API runtime: the model.yaml keys (key -> its record entry, nested under "keys") and
+    # (source repo, quantisation) -> published quantised checkpoint repo.
+    model_yaml_keys: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    published_checkpoints: Mapping[tuple[str, str], str] = field(default_factory=dict)
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def checkpoint_repo(self, source_repo: str, quantization: str) -> str | None:
+        """The repo to serve `quantization` of `source_repo` from: the source itself unquantised,
+        a published checkpoint otherwise (None when there is none)."""
+        if quantization in UNQUANTIZED:
+            return source_repo
+        return self.published_checkpoints.get((source_repo, quantization))
 
     def image_path(self, path: str) -> ImagePath | None:
         """The recorded entry for ``path`` or for the recorded directory that contains it."""
@@ -178,6 +204,9 @@ def parse_record(raw: Mapping[str, Any]) -> ReleaseRecord:
         qformat_values=tuple(quantize.get("qformat_values") or ()),
         metrics=metrics,
         support=_support(raw.get("support") or {}),
+        model_yaml_keys={entry["key"]: entry for entry in (raw.get("model_yaml") or {}).get("keys") or ()},
+        published_checkpoints={(entry["source_repo"], entry["quantization"]): entry["repo"]
+                               for entry in (raw.get("published_checkpoints") or {}).get("checkpoints") or ()},
         raw=raw,
     )
 
@@ -550,6 +579,32 @@ def check_mpirun_command(record: ReleaseRecord, argv: list[str], tensorrt_llm_mo
         if rank > 0:
             expected += ["--model-control-mode=explicit", f"--load-model={tensorrt_llm_model}"]
         problems += [f"rank {rank}: missing {flag}" for flag in expected if flag not in server]
+    return problems
+
+
+_YAML_TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool, "mapping": dict}
+
+
+def check_model_yaml(record: ReleaseRecord, data: Mapping[str, Any]) -> list[str]:
+    """A rendered LLM-API model.yaml against the record: every key known at its level, of its type."""
+    return _check_yaml_keys(record.model_yaml_keys, data, "model.yaml")
+
+
+def _check_yaml_keys(known: Mapping[str, Mapping[str, Any]], data: Mapping[str, Any], where: str) -> list[str]:
+    problems = []
+    for key, value in data.items():
+        entry = known.get(key)
+        if entry is None:
+            problems.append(f"{where}: unknown key {key!r} (known: {', '.join(known)})")
+            continue
+        kind = entry["type"]
+        if kind == "enum":
+            if value not in entry["choices"]:
+                problems.append(f"{where}: {key} is {value!r}, not one of {', '.join(map(str, entry['choices']))}")
+        elif not isinstance(value, _YAML_TYPES[kind]) or (kind != "bool" and isinstance(value, bool)):
+            problems.append(f"{where}: {key} is {type(value).__name__}, the record says {kind}")
+        elif kind == "mapping":
+            problems += _check_yaml_keys({sub["key"]: sub for sub in entry.get("keys") or ()}, value, f"{where}:{key}")
     return problems
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -98,10 +98,11 @@ def run(args) -> int:
     else:
         plan, duration_s = _open_loop_plan(args, input_lengths, output_lengths)
     try:
-        check_endpoints(common.target.endpoints, common.target.model)
+        model = check_endpoints(common.target.endpoints, common.target.model)
     except TargetUnavailable as error:
         print(f"llmfleet load: {error}", file=sys.stderr)
         return EXIT_TARGET_UNAVAILABLE
+    common = replace(common, target=Target(common.target.endpoints, model))
     common.output_dir.mkdir(parents=True, exist_ok=True)
     if args.sweep is not None:
         return _sweep(common, planned_requests(input_lengths, output_lengths, args.seed), concurrencies, args)

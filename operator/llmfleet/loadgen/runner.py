@@ -19,7 +19,7 @@ from llmfleet.loadgen.workload import PlannedRequest, PromptFactory
 @dataclass(frozen=True)
 class Target:
     endpoints: list[str]
-    model: str
+    model: str | None  # None until check_endpoints picks the served one
 
 
 @dataclass

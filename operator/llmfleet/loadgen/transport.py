@@ -1,4 +1,5 @@
-"""gRPC streaming to a decoupled Triton model (the rendered `ensemble`) through `tritonclient.grpc`.
+"""gRPC streaming to a decoupled Triton model through `tritonclient.grpc`: the engine runtime's
+`ensemble` or the LLM-API runtime's `tensorrt_llm` model, told apart by their inputs.
 
 Each `RequestStream` is one client with one started stream and carries one request at a time:
 tritonclient hands an error response to the callback without its request id, so only a stream
@@ -26,21 +27,41 @@ CALLBACK_SAMPLES_KEPT = 200_000
 OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
 
 
+# The models the operator renders, in the order `--model` defaults to them: the engine
+# runtime's ensemble (tokenizing around the engine) or the LLM-API runtime's model.
+SERVED_MODELS = ("ensemble", "tensorrt_llm")
+# Request tensors per protocol: (prompt, answer length, streaming flag).
+ENSEMBLE_INPUTS = ("text_input", "max_tokens", "stream")
+LLMAPI_INPUTS = ("text_input", "sampling_param_max_tokens", "streaming")
+
+
 class TargetUnavailable(Exception):
     """An endpoint does not answer or does not serve the model; the message names it."""
 
 
-def check_endpoints(endpoints: list[str], model: str, timeout_s: float = 10.0) -> None:
+def check_endpoints(endpoints: list[str], model: str | None, timeout_s: float = 10.0) -> str:
+    """The model to load every endpoint with: `model`, or the first of SERVED_MODELS the first
+    endpoint has ready."""
     for endpoint in endpoints:
         client = grpcclient.InferenceServerClient(endpoint)
         try:
+            if model is None:
+                ready_models = {entry["name"] for entry in client.get_model_repository_index(
+                    as_json=True, client_timeout=timeout_s).get("models", []) if entry.get("state") == "READY"}
+                model = next((name for name in SERVED_MODELS if name in ready_models), None)
+                if model is None:
+                    raise TargetUnavailable(f"{endpoint} serves none of {', '.join(SERVED_MODELS)} "
+                                            f"(ready: {', '.join(sorted(ready_models)) or 'none'}); name one with --model")
             ready = client.is_model_ready(model, client_timeout=timeout_s)
+        except TargetUnavailable:
+            raise
         except Exception as error:  # tritonclient raises its own type for every transport failure
             raise TargetUnavailable(f"{endpoint} does not answer gRPC: {error}") from None
         finally:
             client.close()
         if not ready:
             raise TargetUnavailable(f"{endpoint} answers but model {model!r} is not ready")
+    return model
 
 
 class RunClock:
@@ -88,17 +109,19 @@ class RequestStream:
         # carries a leading batch dimension, [1, 1] for one request.
         config = self._client.get_model_config(model, as_json=True)["config"]
         self._shape = [1, 1] if int(config.get("max_batch_size", 0)) > 0 else [1]
+        inputs = {tensor["name"] for tensor in config.get("input", [])}
+        self._input_names = LLMAPI_INPUTS if LLMAPI_INPUTS[1] in inputs else ENSEMBLE_INPUTS
         self._client.start_stream(callback=self._on_response)
 
     def age_s(self) -> float:
         return time.monotonic() - self._opened_monotonic_s
 
     def send(self, record: RequestRecord, prompt: str) -> None:
-        values = (("text_input", "BYTES", np.array([prompt.encode()], dtype=np.object_)),
-                  ("max_tokens", "INT32", np.array([record.output_tokens_requested], dtype=np.int32)),
-                  ("stream", "BOOL", np.array([True])))
+        values = (("BYTES", np.array([prompt.encode()], dtype=np.object_)),
+                  ("INT32", np.array([record.output_tokens_requested], dtype=np.int32)),
+                  ("BOOL", np.array([True])))
         inputs = []
-        for name, datatype, value in values:
+        for name, (datatype, value) in zip(self._input_names, values):
             tensor = grpcclient.InferInput(name, self._shape, datatype)
             tensor.set_data_from_numpy(value.reshape(self._shape))
             inputs.append(tensor)

@@ -23,6 +23,8 @@ from llmfleet.api import (
     PlanPrediction,
     PlanStatus,
     ResourcesSpec,
+    Runtime,
+    hub_repo_id,
 )
 from llmfleet.api import GpuType as ApiGpuType
 from llmfleet.api import KvCacheDtype as ApiKvCacheDtype
@@ -140,7 +142,8 @@ def _search_space_from_spec(spec: LLMDeploymentSpec, catalog: Catalog) -> Search
         max_batch_size=spec.engine.max_batch_size,
         max_num_tokens=spec.engine.max_num_tokens,
         release=release.release,
-        release_support=release.support,
+        release_support=(release.support.for_checkpoints(release, hub_repo_id(spec.model.source))
+                         if release.runtime == Runtime.LLMAPI.value else release.support),
     )
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmfleet.api import LLMDeployment
+from llmfleet.api import LLMDeployment, Runtime
+from llmfleet.catalog.release_record import release_for
 from llmfleet.planner.types import Plan
-from llmfleet.render import engine_build, layout, serving
+from llmfleet.render import engine_build, layout, llmapi, serving
 from llmfleet.render.identity import (
     deployment_identity,
     deployment_labels,
@@ -54,7 +55,9 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
     def child(child_name: str, component: str) -> dict[str, Any]:
         return metadata(deployment, child_name, revision_labels(name, revision, component))
 
-    files = model_repository_files(spec, key)
+    release = release_for(spec.engine.runtime.value, spec.engine.image)
+    files = (llmapi.model_repository_files(spec, plan, key) if release.runtime == Runtime.LLMAPI.value
+             else model_repository_files(spec, key))
     config_map_name = fit_name(name, revision, "model-repo")
     config_map = {
         "apiVersion": "v1",
@@ -63,7 +66,8 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
         "data": {config_map_key(path): content for path, content in files.items()},
     }
     job = engine_build.engine_build_job(
-        deployment, plan, key, child(engine_build_job_name(name, revision), engine_build.COMPONENT), settings)
+        deployment, plan, key, child(engine_build_job_name(name, revision), engine_build.COMPONENT), settings,
+        release)
     server = serving.serving_deployment(
         deployment, plan, child(serving_deployment_name(name, revision), serving.COMPONENT),
         config_map_name, volume_items(files), serving_replicas, settings)

@@ -1,4 +1,5 @@
-"""The engine build Job: quantise the weights and run trtllm-build into the engine cache.
+"""The Job that fills an engine cache entry: for the engine runtime, quantise the weights and run
+trtllm-build; for the llmapi runtime, fetch the checkpoint the PyTorch backend loads.
 
 The Job is idempotent: it exits 0 at once when its cache entry already has the completion
 marker, so many revisions (and LLMDeployments) sharing build inputs build once; Jobs racing on
@@ -9,38 +10,60 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmfleet.api import LLMDeployment
+from llmfleet.api import LLMDeployment, Runtime, hub_repo_id
+from llmfleet.api.spec import HUGGING_FACE_SCHEME
 from llmfleet.catalog import load_catalog
+from llmfleet.catalog.release_record import ReleaseRecord
 from llmfleet.planner.types import Plan
-from llmfleet.render import layout, pod
+from llmfleet.render import layout, llmapi, pod
 from llmfleet.render.identity import serving_image
 from llmfleet.render.settings import RenderError, RenderSettings
 
 COMPONENT = "engine-build"
 CONTAINER = "engine-build"
-HUGGING_FACE_SCHEME = "hf://"
+PREPARE_CONTAINER = "prepare"
+# A download: a couple of cores for hashing and decompression, memory for buffers.
+PREPARE_CPU = 2
+PREPARE_MEMORY_GIB = 8
 TOKEN_VOLUME = "model-token"
 CPU_PER_GPU = 4
 MEMORY_PER_GPU_GIB = 32
 
-# Runs in the engine image. Values come from the container's environment (visible in the
+# Runs in the Triton image. Values come from the container's environment (visible in the
 # Job). The work directory sits on the cache volume, so publishing is one rename: an entry is
 # written once, complete (marker included), and never deleted, since serving pods may read it.
-# Two Jobs with one key can both build; the second rename fails on the non-empty entry and that
-# Job keeps the first one's engine. The timing cache goes to the work directory because the
-# working directory is read-only; the Llama repos' `original/` (Meta-format weights) is not
-# needed for a Hugging Face checkpoint.
-BUILD_SCRIPT = f"""set -eu
+# Two Jobs with one key can both produce it; the second rename fails on the non-empty entry
+# and that Job keeps the first one's. `{produce}` fills "$work" for the runtime.
+PUBLISH_SCRIPT = """set -eu
 entry="$ENGINE_CACHE_DIR/$ENGINE_CACHE_KEY"
-marker="{layout.BUILD_COMPLETE_MARKER}"
+marker="{marker}"
 if [ -f "$entry/$marker" ]; then
-  echo "engine $ENGINE_CACHE_KEY is already built; skipping the build"
+  echo "$ENGINE_CACHE_KEY is already in the cache; nothing to do"
   exit 0
 fi
 work="$entry.partial-$HOSTNAME"
 rm -rf "$work"
 mkdir -p "$work"
-huggingface-cli download "$MODEL_REPO_ID" --exclude 'original/*' --local-dir "$work/weights"
+{produce}touch "$work/$marker"
+if [ -d "$entry" ] && [ ! -f "$entry/$marker" ]; then
+  # Left by an interrupted build of an older operator: incomplete, so no pod reads it.
+  stale="$entry.stale-$HOSTNAME"
+  mv -T "$entry" "$stale" && rm -rf "$stale"
+fi
+if mv -T "$work" "$entry" 2>/dev/null; then
+  echo "$ENGINE_CACHE_KEY is ready"
+elif [ -f "$entry/$marker" ]; then
+  rm -rf "$work"
+  echo "$ENGINE_CACHE_KEY was published by another Job meanwhile; keeping that one"
+else
+  echo "cannot publish $work as $entry" >&2
+  exit 1
+fi
+"""
+# The engine runtime: weights and tokenizer, quantize.py, trtllm-build. The timing cache goes
+# to the work directory because the working directory is read-only; the Llama repos'
+# `original/` (Meta-format weights) is not needed for a Hugging Face checkpoint.
+ENGINE_BUILD = f"""huggingface-cli download "$MODEL_REPO_ID" --exclude 'original/*' --local-dir "$work/weights"
 huggingface-cli download "$TOKENIZER_REPO_ID" --include '*.json' 'tokenizer.model' \\
   --exclude '*.index.json' --local-dir "$work/{layout.TOKENIZER_SUBDIR}"
 python3 "$QUANTIZE_SCRIPT" --model_dir "$work/weights" --dtype "$DTYPE" --qformat "$QFORMAT" \\
@@ -51,29 +74,21 @@ trtllm-build --checkpoint_dir "$work/checkpoint" --output_dir "$work/{layout.ENG
   --max_num_tokens "$MAX_NUM_TOKENS" --kv_cache_type paged --use_paged_context_fmha enable \\
   --gemm_plugin auto --output_timing_cache "$work/timing.cache"
 rm -rf "$work/weights" "$work/checkpoint" "$work/timing.cache"
-touch "$work/$marker"
-if [ -d "$entry" ] && [ ! -f "$entry/$marker" ]; then
-  # Left by an interrupted build of an older operator: incomplete, so no pod reads it.
-  stale="$entry.stale-$HOSTNAME"
-  mv -T "$entry" "$stale" && rm -rf "$stale"
-fi
-if mv -T "$work" "$entry" 2>/dev/null; then
-  echo "engine $ENGINE_CACHE_KEY built"
-elif [ -f "$entry/$marker" ]; then
-  rm -rf "$work"
-  echo "engine $ENGINE_CACHE_KEY was published by another build meanwhile; keeping that one"
-else
-  echo "cannot publish $work as $entry" >&2
-  exit 1
-fi
 """
+# The LLM-API runtime: the checkpoint as published, loaded as is by the PyTorch backend.
+CHECKPOINT_FETCH = f"""huggingface-cli download "$CHECKPOINT_REPO_ID" --exclude 'original/*' \\
+  --local-dir "$work/{layout.CHECKPOINT_SUBDIR}"
+"""
+BUILD_SCRIPT = PUBLISH_SCRIPT.format(marker=layout.BUILD_COMPLETE_MARKER, produce=ENGINE_BUILD)
+PREPARE_SCRIPT = PUBLISH_SCRIPT.format(marker=layout.BUILD_COMPLETE_MARKER, produce=CHECKPOINT_FETCH)
 
 
 def _hub_repo_id(uri: str, field: str) -> str:
-    if not uri.startswith(HUGGING_FACE_SCHEME):
+    repo_id = hub_repo_id(uri)
+    if repo_id is None:
         raise RenderError(f"{field} {uri!r}: the engine build downloads from the Hugging Face hub "
                           f"only; use an {HUGGING_FACE_SCHEME}<org>/<repo> URI")
-    return uri.removeprefix(HUGGING_FACE_SCHEME)
+    return repo_id
 
 
 def _weights_repo_id(deployment: LLMDeployment) -> str:
@@ -96,8 +111,15 @@ def _env(pairs: dict[str, str]) -> list[dict[str, str]]:
     return [{"name": name, "value": value} for name, value in pairs.items()]
 
 
+def _token_env(deployment: LLMDeployment) -> dict[str, str]:
+    if deployment.spec.model.secret_ref is None:
+        return {}
+    # huggingface_hub reads the token from this file; the token never enters the spec.
+    return {"HF_TOKEN_PATH": f"{layout.MODEL_TOKEN_PATH}/{layout.MODEL_TOKEN_FILE}"}
+
+
 def _build_container(deployment: LLMDeployment, plan: Plan, key: str,
-                          settings: RenderSettings) -> dict[str, Any]:
+                     settings: RenderSettings) -> dict[str, Any]:
     catalog = load_catalog()
     spec = deployment.spec
     weights = _weights_repo_id(deployment)
@@ -117,12 +139,19 @@ def _build_container(deployment: LLMDeployment, plan: Plan, key: str,
         "MAX_INPUT_LEN": str(spec.engine.max_input_len),
         "MAX_SEQ_LEN": str(spec.engine.max_seq_len),
         "MAX_NUM_TOKENS": str(spec.engine.max_num_tokens),
+        **_token_env(deployment),
     }
-    if spec.model.secret_ref is not None:
-        # huggingface_hub reads the token from this file; the token never enters the spec.
-        env["HF_TOKEN_PATH"] = f"{layout.MODEL_TOKEN_PATH}/{layout.MODEL_TOKEN_FILE}"
-    return {"command": ["/bin/bash", "-c", BUILD_SCRIPT],
-            "env": pod.writable_home_env() + _env(env)}
+    return {"command": ["/bin/bash", "-c", BUILD_SCRIPT], "env": pod.writable_home_env() + _env(env)}
+
+
+def _prepare_container(deployment: LLMDeployment, plan: Plan, key: str, release: ReleaseRecord) -> dict[str, Any]:
+    env = {
+        "ENGINE_CACHE_DIR": layout.ENGINE_CACHE_PATH,
+        "ENGINE_CACHE_KEY": key,
+        "CHECKPOINT_REPO_ID": llmapi.checkpoint_repo_id(deployment.spec, plan, release),
+        **_token_env(deployment),
+    }
+    return {"command": ["/bin/bash", "-c", PREPARE_SCRIPT], "env": pod.writable_home_env() + _env(env)}
 
 
 def _token_volume(deployment: LLMDeployment) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -139,19 +168,21 @@ def _token_volume(deployment: LLMDeployment) -> tuple[list[dict[str, Any]], list
 
 
 def engine_build_job(deployment: LLMDeployment, plan: Plan, key: str, metadata: dict[str, Any],
-                     settings: RenderSettings) -> dict[str, Any]:
-    container = _build_container(deployment, plan, key, settings)
-    gpus = pod.gpus_per_replica(plan)
+                     settings: RenderSettings, release: ReleaseRecord) -> dict[str, Any]:
+    """The Job that fills the cache entry: an engine build on the plan's GPUs (engine runtime),
+    or a checkpoint download on CPU (llmapi runtime: the PyTorch backend needs no build)."""
+    builds = release.runtime == Runtime.ENGINE.value
+    gpus = pod.gpus_per_replica(plan) if builds else 0
     token_volumes, token_mounts = _token_volume(deployment)
-    build = {
-        "name": CONTAINER,
+    requests = ({"cpu": str(CPU_PER_GPU * gpus), "memory": f"{MEMORY_PER_GPU_GIB * gpus}Gi",
+                 pod.GPU_RESOURCE: str(gpus)} if builds else
+                {"cpu": str(PREPARE_CPU), "memory": f"{PREPARE_MEMORY_GIB}Gi"})
+    job_container = {
+        "name": CONTAINER if builds else PREPARE_CONTAINER,
         "image": serving_image(deployment.spec),
-        **container,
-        "resources": {
-            "requests": {"cpu": str(CPU_PER_GPU * gpus), "memory": f"{MEMORY_PER_GPU_GIB * gpus}Gi",
-                         pod.GPU_RESOURCE: str(gpus)},
-            "limits": {pod.GPU_RESOURCE: str(gpus)},
-        },
+        **(_build_container(deployment, plan, key, settings) if builds
+           else _prepare_container(deployment, plan, key, release)),
+        "resources": {"requests": requests, **({"limits": {pod.GPU_RESOURCE: str(gpus)}} if builds else {})},
         "volumeMounts": [pod.engine_cache_mount(read_only=False), pod.tmp_mount(), *token_mounts],
         "securityContext": pod.container_security_context(),
     }
@@ -166,9 +197,9 @@ def engine_build_job(deployment: LLMDeployment, plan: Plan, key: str, metadata: 
                 "spec": {
                     "restartPolicy": "Never",
                     "securityContext": pod.pod_security_context(),
-                    **pod.gpu_scheduling(plan),
+                    **(pod.gpu_scheduling(plan) if builds else {}),
                     **pod.image_pull_secrets(settings),
-                    "containers": [build],
+                    "containers": [job_container],
                     "volumes": [pod.engine_cache_volume(settings, read_only=False), pod.tmp_volume(),
                                 *token_volumes],
                 },

@@ -19,6 +19,8 @@ MODEL_TOKEN_FILE = "token"
 # entry with the marker is a complete engine that never changes.
 ENGINE_SUBDIR = "engine"
 TOKENIZER_SUBDIR = "tokenizer"
+# The LLM-API runtime's entry holds the Hugging Face checkpoint (weights, config, tokenizer).
+CHECKPOINT_SUBDIR = "checkpoint"
 BUILD_COMPLETE_MARKER = "BUILD_COMPLETE"
 
 TENSORRT_LLM_MODEL = "tensorrt_llm"
@@ -31,6 +33,10 @@ TTFT_HISTOGRAM_BUCKETS_MS = (10, 25, 50, 75, 100, 150, 200, 250, 300, 400, 500, 
 
 def engine_dir(engine_cache_key: str) -> str:
     return f"{ENGINE_CACHE_PATH}/{engine_cache_key}/{ENGINE_SUBDIR}"
+
+
+def checkpoint_dir(engine_cache_key: str) -> str:
+    return f"{ENGINE_CACHE_PATH}/{engine_cache_key}/{CHECKPOINT_SUBDIR}"
 
 
 def tokenizer_dir(engine_cache_key: str) -> str:

@@ -37,7 +37,7 @@ INT32, BOOL, FP32, STRING, UINT64, INT64, FP16 = (Symbol(t) for t in (
 TEXT_ONLY_VISUAL_MODEL_PATH = ""
 
 
-def _tensor(name: str, data_type: Symbol, dims: list[int], *, optional: bool = False,
+def tensor(name: str, data_type: Symbol, dims: list[int], *, optional: bool = False,
             **extra: Any) -> dict[str, Any]:
     tensor = {"name": name, "data_type": data_type, "dims": dims, **extra}
     if optional:
@@ -46,14 +46,14 @@ def _tensor(name: str, data_type: Symbol, dims: list[int], *, optional: bool = F
 
 
 def _scalar_input(name: str, data_type: Symbol, *, optional: bool = False) -> dict[str, Any]:
-    return _tensor(name, data_type, [1], optional=optional)
+    return tensor(name, data_type, [1], optional=optional)
 
 
-def _cpu_instances(count: int) -> list[dict[str, Any]]:
+def cpu_instances(count: int) -> list[dict[str, Any]]:
     return [{"count": count, "kind": Symbol("KIND_CPU")}]
 
 
-def _ttft_histogram() -> dict[str, Any]:
+def ttft_histogram() -> dict[str, Any]:
     return {"metric_control": [{
         "metric_identifier": {"family": "nv_inference_first_response_histogram_ms"},
         "histogram_options": {"buckets": [float(b) for b in layout.TTFT_HISTOGRAM_BUCKETS_MS]},
@@ -66,7 +66,7 @@ CLIENT_INPUTS = (
     _scalar_input("max_tokens", INT32),
     _scalar_input("stream", BOOL, optional=True),
 )
-CLIENT_OUTPUT = _tensor("text_output", STRING, [-1])
+CLIENT_OUTPUT = tensor("text_output", STRING, [-1])
 
 
 def _step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> dict[str, Any]:
@@ -96,8 +96,8 @@ def _models(spec: LLMDeploymentSpec, engine_cache_key: str) -> dict[str, dict[st
     sampling_inputs = (
         _scalar_input("end_id", INT32, optional=True),
         _scalar_input("pad_id", INT32, optional=True),
-        _tensor("bad_words", STRING, [-1], optional=True),
-        _tensor("stop_words", STRING, [-1], optional=True),
+        tensor("bad_words", STRING, [-1], optional=True),
+        tensor("stop_words", STRING, [-1], optional=True),
         _scalar_input("temperature", FP32, optional=True),
         _scalar_input("top_k", INT32, optional=True),
         _scalar_input("top_p", FP32, optional=True),
@@ -127,33 +127,33 @@ def _models(spec: LLMDeploymentSpec, engine_cache_key: str) -> dict[str, dict[st
         "input": [
             _scalar_input("QUERY", STRING),
             _scalar_input("REQUEST_OUTPUT_LEN", INT32),
-            _tensor("BAD_WORDS_DICT", STRING, [-1], optional=True),
-            _tensor("STOP_WORDS_DICT", STRING, [-1], optional=True),
-            _tensor("EMBEDDING_BIAS_WORDS", STRING, [-1], optional=True),
-            _tensor("EMBEDDING_BIAS_WEIGHTS", FP32, [-1], optional=True),
+            tensor("BAD_WORDS_DICT", STRING, [-1], optional=True),
+            tensor("STOP_WORDS_DICT", STRING, [-1], optional=True),
+            tensor("EMBEDDING_BIAS_WORDS", STRING, [-1], optional=True),
+            tensor("EMBEDDING_BIAS_WEIGHTS", FP32, [-1], optional=True),
             _scalar_input("END_ID", INT32, optional=True),
             _scalar_input("PAD_ID", INT32, optional=True),
         ],
         # Every tensor the image's preprocessing model.py reads the config of, used or not.
         "output": [
-            _tensor("INPUT_ID", INT32, [-1]),
-            _tensor("REQUEST_INPUT_LEN", INT32, [1]),
-            _tensor("DECODER_INPUT_ID", INT32, [-1]),
-            _tensor("REQUEST_DECODER_INPUT_LEN", INT32, [1]),
-            _tensor("BAD_WORDS_IDS", INT32, [2, -1]),
-            _tensor("STOP_WORDS_IDS", INT32, [2, -1]),
-            _tensor("EMBEDDING_BIAS", FP32, [-1]),
-            _tensor("REQUEST_OUTPUT_LEN", INT32, [-1]),
-            _tensor("OUT_END_ID", INT32, [1]),
-            _tensor("OUT_PAD_ID", INT32, [1]),
+            tensor("INPUT_ID", INT32, [-1]),
+            tensor("REQUEST_INPUT_LEN", INT32, [1]),
+            tensor("DECODER_INPUT_ID", INT32, [-1]),
+            tensor("REQUEST_DECODER_INPUT_LEN", INT32, [1]),
+            tensor("BAD_WORDS_IDS", INT32, [2, -1]),
+            tensor("STOP_WORDS_IDS", INT32, [2, -1]),
+            tensor("EMBEDDING_BIAS", FP32, [-1]),
+            tensor("REQUEST_OUTPUT_LEN", INT32, [-1]),
+            tensor("OUT_END_ID", INT32, [1]),
+            tensor("OUT_PAD_ID", INT32, [1]),
             # Multimodal outputs: unused for text, but initialize() reads their configs.
-            _tensor("OUT_PROMPT_TABLE_EXTRA_IDS", UINT64, [-1]),
-            _tensor("PIXEL_VALUES", FP16, [-1, -1, -1, -1]),
-            _tensor("IMAGE_SIZES", INT64, [2]),
+            tensor("OUT_PROMPT_TABLE_EXTRA_IDS", UINT64, [-1]),
+            tensor("PIXEL_VALUES", FP16, [-1, -1, -1, -1]),
+            tensor("IMAGE_SIZES", INT64, [2]),
         ],
         "parameters": string_parameters({"tokenizer_dir": tokenizer_dir, "add_special_tokens": "true",
                                          "visual_model_path": TEXT_ONLY_VISUAL_MODEL_PATH}),
-        "instance_group": _cpu_instances(TOKENIZER_INSTANCE_COUNT),
+        "instance_group": cpu_instances(TOKENIZER_INSTANCE_COUNT),
     }
     scalar_reshape = {"reshape": {"shape": []}}
     tensorrt_llm = {
@@ -163,20 +163,20 @@ def _models(spec: LLMDeploymentSpec, engine_cache_key: str) -> dict[str, dict[st
         "model_transaction_policy": {"decoupled": True},
         "dynamic_batching": {"preferred_batch_size": [max_batch_size], "max_queue_delay_microseconds": 0},
         "input": [
-            _tensor("input_ids", INT32, [-1], allow_ragged_batch=True),
-            _tensor("input_lengths", INT32, [1], **scalar_reshape),
-            _tensor("request_output_len", INT32, [1]),
-            _tensor("end_id", INT32, [1], optional=True, **scalar_reshape),
-            _tensor("pad_id", INT32, [1], optional=True, **scalar_reshape),
-            _tensor("bad_words_list", INT32, [2, -1], optional=True, allow_ragged_batch=True),
-            _tensor("stop_words_list", INT32, [2, -1], optional=True, allow_ragged_batch=True),
-            _tensor("temperature", FP32, [1], optional=True, **scalar_reshape),
-            _tensor("runtime_top_k", INT32, [1], optional=True, **scalar_reshape),
-            _tensor("runtime_top_p", FP32, [1], optional=True, **scalar_reshape),
-            _tensor("streaming", BOOL, [1], optional=True),
+            tensor("input_ids", INT32, [-1], allow_ragged_batch=True),
+            tensor("input_lengths", INT32, [1], **scalar_reshape),
+            tensor("request_output_len", INT32, [1]),
+            tensor("end_id", INT32, [1], optional=True, **scalar_reshape),
+            tensor("pad_id", INT32, [1], optional=True, **scalar_reshape),
+            tensor("bad_words_list", INT32, [2, -1], optional=True, allow_ragged_batch=True),
+            tensor("stop_words_list", INT32, [2, -1], optional=True, allow_ragged_batch=True),
+            tensor("temperature", FP32, [1], optional=True, **scalar_reshape),
+            tensor("runtime_top_k", INT32, [1], optional=True, **scalar_reshape),
+            tensor("runtime_top_p", FP32, [1], optional=True, **scalar_reshape),
+            tensor("streaming", BOOL, [1], optional=True),
         ],
-        "output": [_tensor("output_ids", INT32, [-1, -1]), _tensor("sequence_length", INT32, [-1])],
-        "instance_group": _cpu_instances(1),
+        "output": [tensor("output_ids", INT32, [-1, -1]), tensor("sequence_length", INT32, [-1])],
+        "instance_group": cpu_instances(1),
         "parameters": string_parameters({
             "gpt_model_type": "inflight_fused_batching",
             "gpt_model_path": layout.engine_dir(engine_cache_key),
@@ -188,16 +188,16 @@ def _models(spec: LLMDeploymentSpec, engine_cache_key: str) -> dict[str, dict[st
             "enable_chunked_context": "true",
             "exclude_input_in_output": "true",
         }),
-        "model_metrics": _ttft_histogram(),
+        "model_metrics": ttft_histogram(),
     }
     postprocessing = {
         "name": POSTPROCESSING_MODEL,
         "backend": "python",
         "max_batch_size": max_batch_size,
-        "input": [_tensor("TOKENS_BATCH", INT32, [-1, -1]), _tensor("SEQUENCE_LENGTH", INT32, [-1])],
-        "output": [_tensor("OUTPUT", STRING, [-1])],
+        "input": [tensor("TOKENS_BATCH", INT32, [-1, -1]), tensor("SEQUENCE_LENGTH", INT32, [-1])],
+        "output": [tensor("OUTPUT", STRING, [-1])],
         "parameters": string_parameters({"tokenizer_dir": tokenizer_dir, "skip_special_tokens": "true"}),
-        "instance_group": _cpu_instances(TOKENIZER_INSTANCE_COUNT),
+        "instance_group": cpu_instances(TOKENIZER_INSTANCE_COUNT),
     }
     return {layout.ENSEMBLE_MODEL: ensemble, PREPROCESSING_MODEL: preprocessing,
             layout.TENSORRT_LLM_MODEL: tensorrt_llm, POSTPROCESSING_MODEL: postprocessing}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmfleet.api import LLMDeployment
+from llmfleet.api import LLMDeployment, Runtime
 from llmfleet.planner.types import Plan
-from llmfleet.render import layout, pod
+from llmfleet.render import layout, llmapi, pod
 from llmfleet.render.identity import DEPLOYMENT_LABEL, REVISION_LABEL, serving_image
 from llmfleet.render.model_repo import POSTPROCESSING_MODEL, PREPROCESSING_MODEL, VERSION
 from llmfleet.render.settings import RenderSettings
@@ -23,6 +23,7 @@ CPU_PER_GPU = 4
 MEMORY_PER_GPU_GIB = 16
 # Where the Triton TensorRT-LLM image keeps the tokenizer models' code (to verify per release).
 IMAGE_MODELS_PATH = "/app/all_models/inflight_batcher_llm"
+LLMAPI_IMAGE_MODEL_PATH = "/app/all_models/llmapi/tensorrt_llm"
 MPIRUN = "mpirun"
 # The image runs as a non-root user; the flag only matters where it does not.
 MPIRUN_FLAGS = ("--allow-run-as-root",)
@@ -92,13 +93,22 @@ def _probe(path: str, *, period_seconds: int, failure_threshold: int, timeout_se
     }
 
 
-def _model_repository_assembly(models: list[str]) -> dict[str, Any]:
-    """Init container: the ConfigMap's configs plus the tokenizer models' code from the image,
-    copied into the repository the server reads."""
+def model_code_files(runtime: str) -> list[tuple[str, str]]:
+    """(path in the image, path in the repository) of the model code the image ships: the
+    tokenizer models' (engine runtime) or the LLM-API model's."""
+    if runtime == Runtime.LLMAPI.value:
+        return [(f"{LLMAPI_IMAGE_MODEL_PATH}/{VERSION}/{name}", f"{layout.TENSORRT_LLM_MODEL}/{VERSION}/{name}")
+                for name in llmapi.MODEL_CODE_FILES]
+    return [(f"{IMAGE_MODELS_PATH}/{model}/{VERSION}/model.py", f"{model}/{VERSION}/model.py")
+            for model in (PREPROCESSING_MODEL, POSTPROCESSING_MODEL)]
+
+
+def _model_repository_assembly(models: list[str], code: list[tuple[str, str]]) -> dict[str, Any]:
+    """Init container: the ConfigMap's configs plus the model code from the image, copied into
+    the repository the server reads."""
     lines = ["set -eu"]
     lines += [f'cp -RL "{MODEL_CONFIG_PATH}/{model}" "{layout.MODEL_REPOSITORY_PATH}/"' for model in models]
-    lines += [f'cp "{IMAGE_MODELS_PATH}/{model}/{VERSION}/model.py" "{layout.MODEL_REPOSITORY_PATH}/{model}/{VERSION}/"'
-              for model in (PREPROCESSING_MODEL, POSTPROCESSING_MODEL)]
+    lines += [f'cp "{image_path}" "{layout.MODEL_REPOSITORY_PATH}/{repository_path}"' for image_path, repository_path in code]
     return {"command": ["/bin/bash", "-c", "\n".join(lines) + "\n"]}
 
 
@@ -152,7 +162,8 @@ def serving_deployment(deployment: LLMDeployment, plan: Plan, metadata: dict[str
     assembly = {
         "name": "model-repository",
         "image": image,
-        **_model_repository_assembly(list(dict.fromkeys(item["path"].split("/")[0] for item in volume_items))),
+        **_model_repository_assembly(list(dict.fromkeys(item["path"].split("/")[0] for item in volume_items)),
+                                     model_code_files(deployment.spec.engine.runtime.value)),
         "volumeMounts": init_mounts,
         "securityContext": pod.container_security_context(),
     }
