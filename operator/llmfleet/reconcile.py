@@ -24,7 +24,7 @@ from llmfleet.api.status import AutoscalerStatus, ReplicaRecommendation
 from llmfleet.autoscale import AutoscalerState, MetricsSnapshot, Recommendation, display_round
 from llmfleet.autoscale import decide as autoscale
 from llmfleet.planner import plan as make_plan
-from llmfleet.planner.spec_adapter import plan_request_from_spec, plan_status_from_plan
+from llmfleet.planner.spec_adapter import plan_request_from_spec, plan_status_from_plan, serving_release
 from llmfleet.render import RenderSettings, engine_build, render, revision_hash, serving
 from llmfleet.render.identity import COMPONENT_LABEL, REVISION_LABEL, selector_labels
 from llmfleet.render.pod import engine_cache_claim
@@ -284,9 +284,11 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
     metadata = body["metadata"]
     namespace, name = metadata["namespace"], metadata["name"]
     autoscaling = ((body.get("spec") or {}).get("autoscaling") or {}).get("enabled")
-    snapshot = (metrics.snapshot(namespace, name, settings.metrics_window_seconds, now)
-                if autoscaling and metrics is not None else None)
     try:
+        snapshot = None
+        if autoscaling and metrics is not None:
+            release = serving_release(LLMDeployment.from_manifest(body).spec)
+            snapshot = metrics.snapshot(namespace, name, settings.metrics_window_seconds, now, release.metrics)
         outcome = decide(body, kube.list_children(namespace, name), settings, now, snapshot)
     except InvalidSpecError as error:
         outcome = decide_invalid(body, error, now)

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from llmfleet.catalog import ModelArch, load_catalog
+from llmfleet.catalog.release_record import load_release_record, release_names
 from llmfleet_sandbox.emulator import tokenizer
 
 # Repo id -> catalog model. The ids are the models' official repositories on huggingface.co
@@ -37,6 +38,18 @@ HUB_REPOS: dict[str, str] = {
     "mistralai/Mixtral-8x7B-Instruct-v0.1": "mixtral-8x7b",
     "Qwen/Qwen2.5-72B-Instruct": "qwen2.5-72b",
 }
+
+# Published ModelOpt-quantised repos -> (their source repo, catalog quantisation), from the
+# releases' records (the llmapi runtime serves FP8/NVFP4 from them).
+QUANTIZED_REPOS: dict[str, tuple[str, str]] = {
+    repo: (source, quantization)
+    for name in release_names()
+    for (source, quantization), repo in load_release_record(name).published_checkpoints.items()
+    if source in HUB_REPOS
+}
+QUANT_CONFIG_FILE = "hf_quant_config.json"
+# Catalog quantisation -> the quant_algo ModelOpt writes in hf_quant_config.json.
+MODELOPT_QUANT_ALGO = {"FP8": "FP8", "NVFP4": "NVFP4"}
 
 # Catalog model -> (`architectures[0]`, `model_type`) of its Hugging Face config.json.
 HF_MODEL_CLASSES: dict[str, tuple[str, str]] = {
@@ -69,7 +82,7 @@ def _not_found(kind: str, url: str) -> HubError:
         f"404 Client Error. (Request ID: llmfleet-sandbox)\n\n{kind} Not Found for url: {url}.\n"
         "Please make sure you specified the correct `repo_id` and `repo_type`.\n"
         "If you are trying to access a private or gated repo, make sure you are authenticated.\n"
-        f"(The sandbox hub holds only these model repos: {', '.join(sorted(HUB_REPOS))}.)",
+        f"(The sandbox hub holds only these model repos: {', '.join(sorted([*HUB_REPOS, *QUANTIZED_REPOS]))}.)",
         f"{kind}NotFoundError")
 
 
@@ -106,17 +119,21 @@ def _weights_placeholder(repo_id: str) -> bytes:
 
 def repo_files(repo_id: str, revision: str | None = None, repo_type: str = "model") -> dict[str, bytes]:
     """Path in the repo -> content, for a repo the sandbox hub holds."""
-    if repo_id not in HUB_REPOS or repo_type != "model":
+    source_repo, quantization = QUANTIZED_REPOS.get(repo_id, (repo_id, None))
+    if source_repo not in HUB_REPOS or repo_type != "model":
         raise _not_found("Repository", f"{HUB_URL}/api/{repo_type}s/{repo_id}/revision/{revision or 'main'}")
     if revision not in (None, "main"):
         raise _not_found("Revision", f"{HUB_URL}/api/models/{repo_id}/revision/{revision}")
-    model = load_catalog().model(HUB_REPOS[repo_id])
+    model = load_catalog().model(HUB_REPOS[source_repo])
     files = {
         CONFIG_FILE: (json.dumps(hf_config(model), indent=2) + "\n").encode(),
         # The sandbox tokenizer (emulator.tokenizer) stands in for the model's real one.
         tokenizer.CONFIG_FILE: (json.dumps(tokenizer.tokenizer_config(model.vocab_size), indent=2) + "\n").encode(),
         WEIGHTS_FILE: _weights_placeholder(repo_id),
     }
+    if quantization is not None:
+        files[QUANT_CONFIG_FILE] = (json.dumps({"producer": {"name": "modelopt"}, "quantization": {
+            "quant_algo": MODELOPT_QUANT_ALGO[quantization], "kv_cache_quant_algo": None}}, indent=2) + "\n").encode()
     if repo_id.startswith(META_ORGANISATION):
         # Meta's repos also carry the weights in Meta's own format under original/, which a
         # Hugging Face checkpoint conversion does not read.
@@ -172,7 +189,7 @@ def _parser() -> argparse.ArgumentParser:
     download_parser = commands.add_parser(
         "download", help="download files from a model repo",
         description="Download files of a model repo of the sandbox hub into --local-dir. Known repos: "
-                    + ", ".join(sorted(HUB_REPOS)) + ".")
+                    + ", ".join(sorted([*HUB_REPOS, *QUANTIZED_REPOS])) + ".")
     download_parser.add_argument("repo_id", help="ID of the repo to download from (e.g. `username/repo-name`)")
     download_parser.add_argument("filenames", nargs="*", help="files to download (default: the whole repo)")
     download_parser.add_argument("--repo-type", choices=["model", "dataset", "space"], default="model",

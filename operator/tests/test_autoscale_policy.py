@@ -161,6 +161,16 @@ def test_an_idle_fleet_scales_down_to_the_minimum():
     assert "no request in the window and no request waits" in result.reason
 
 
+def test_without_queue_metrics_p99_ttft_alone_decides():
+    # The llmapi runtime's model exports no queue, KV-cache or batch series.
+    blind = dict(waiting_requests=None, waiting_growth_per_second=None, kv_cache_utilization=None,
+                 batch_utilization=None, queue_observable=False)
+    down = run(fresh(ttft_p99_ms=100.0, **blind), current=4)
+    assert down.desired_replicas == 3 and "p99 TTFT alone decides" in down.reason
+    assert run(fresh(ttft_p99_ms=300.0, **blind), current=4).desired_replicas == 4
+    assert run(fresh(ttft_p99_ms=100.0, **{**blind, "queue_observable": True}), current=4).desired_replicas == 4
+
+
 def test_an_idle_fleet_scales_down_without_a_waiting_count():
     idle = fresh(ttft_p99_ms=None, requests_per_second=0.0, waiting_requests=None,
                  waiting_growth_per_second=None, kv_cache_utilization=0.0, batch_utilization=0.0)

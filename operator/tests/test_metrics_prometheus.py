@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from llmfleet.catalog.release_record import RUNTIME_RELEASES, load_release_record
 from llmfleet.metrics import PrometheusMetrics
 from llmfleet.render.identity import DEPLOYMENT_LABEL, REVISION_LABEL, fit_name
 from llmfleet_sandbox import prometheus as sandbox_prometheus
@@ -224,6 +225,14 @@ def test_snapshot_reads_the_fleet(metrics):
     assert now - timedelta(seconds=3) <= snapshot.sample_time <= now + timedelta(seconds=1)
     assert metrics.ttft_p99_ms(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, now) == pytest.approx(
         snapshot.ttft_p99_ms)
+
+
+def test_a_release_without_queue_gauges_makes_the_queue_unobservable(metrics):
+    engine = load_release_record(RUNTIME_RELEASES["engine"]).metrics
+    llmapi = load_release_record(RUNTIME_RELEASES["llmapi"]).metrics
+    assert metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(), engine).queue_observable
+    snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(), llmapi)
+    assert not snapshot.queue_observable and snapshot.ttft_p99_ms is not None
 
 
 def test_a_deployment_without_requests_has_no_ttft_but_a_zero_rate(metrics):

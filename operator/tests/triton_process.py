@@ -161,41 +161,53 @@ def start_triton(work_dir: Path, spec: LLMDeploymentSpec,
     LLMFLEET_SANDBOX_GPU_PRODUCT unset and `with_engine` False leaves the engine unbuilt (for
     load failures)."""
     image = trtllm_image.image_filesystem(work_dir / "state")
-    engines, repository, tmp = work_dir / "engines", work_dir / "models", work_dir / "tmp"
+    engines, repository = work_dir / "engines", work_dir / "models"
     if with_engine:
         _write_engine(engines, spec)
     _write_repository(repository, engines, image, spec, kv_cache_free_gpu_mem_fraction)
-    tmp.mkdir()
     label = gpu_product(spec) if gpu_product_label is NODE_LABEL else gpu_product_label
     profile = engine_profile(engines / ENGINE_CACHE_KEY / layout.ENGINE_SUBDIR, label,
                              kv_cache_free_gpu_mem_fraction, prefix_reuse_enabled(spec)) \
         if with_engine and label is not None else None
 
+    with serve_repository(work_dir, image, repository, spec.plan.tensor_parallel_size, label, profile) as triton:
+        if profile is not None:
+            warm_up(triton)
+        yield triton
+
+
+@contextlib.contextmanager
+def serve_repository(work_dir: Path, image: dict[str, Path], repository: Path, tensor_parallel_size: int,
+                     gpu_product_label: str | None, profile, env: dict[str, str] | None = None,
+                     ) -> Iterator[TritonServer]:
+    """Run the pod's rendered server command on `repository`, with this machine's paths and free
+    ports in place of the pod's; stop it (and its python backend stubs) on exit."""
+    tmp = work_dir / "tmp"
+    tmp.mkdir(exist_ok=True)
     http_port, grpc_port, metrics_port = free_ports(3)
-    # The pod's rendered command, with this machine's paths and free ports in place of the pod's.
     local = {"tritonserver": str(image[trtllm_image.TRITON_HOME] / "bin" / "tritonserver"),
              serving.MPIRUN: str(image[trtllm_image.MPIRUN_PATH]),
              f"--model-repository={layout.MODEL_REPOSITORY_PATH}": f"--model-repository={repository}",
              f"--http-port={layout.HTTP_PORT}": f"--http-port={http_port}",
              f"--grpc-port={layout.GRPC_PORT}": f"--grpc-port={grpc_port}",
              f"--metrics-port={layout.METRICS_PORT}": f"--metrics-port={metrics_port}"}
-    rendered = serving.triton_command(SimpleNamespace(tensor_parallel_size=spec.plan.tensor_parallel_size,
+    rendered = serving.triton_command(SimpleNamespace(tensor_parallel_size=tensor_parallel_size,
                                                       pipeline_parallel_size=1), RenderSettings())
     command = [local.get(arg, arg) for arg in rendered]
-    env = {key: value for key, value in os.environ.items() if key != GPU_PRODUCT_VARIABLE}
-    env["TMPDIR"] = str(tmp)
+    server_env = {key: value for key, value in os.environ.items() if key != GPU_PRODUCT_VARIABLE}
+    server_env["TMPDIR"] = str(tmp)
     # As in the image: python3 (the stand-ins' interpreter) is this environment's.
-    env["PATH"] = f"{images.ENVIRONMENT_BIN}:{env.get('PATH', '/usr/bin:/bin')}"
-    if label is not None:
-        env[GPU_PRODUCT_VARIABLE] = label
+    server_env["PATH"] = f"{images.ENVIRONMENT_BIN}:{server_env.get('PATH', '/usr/bin:/bin')}"
+    if gpu_product_label is not None:
+        server_env[GPU_PRODUCT_VARIABLE] = gpu_product_label
+    server_env.update(env or {})
     log_path = work_dir / "triton.log"
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=server_env,
+                                   start_new_session=True)
     triton = TritonServer(f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{metrics_port}/metrics", log_path, profile)
     try:
         wait_ready(process, triton)
-        if profile is not None:
-            warm_up(triton)
         yield triton
     finally:
         _stop(process)

@@ -186,7 +186,9 @@ def _queue_empty(snapshot: MetricsSnapshot, tuning: PolicyTuning) -> tuple[bool,
     """Whether no request waits, and how that is known. Releases that export no waiting count
     (the series is absent: unknown, not zero) leave it to KV cache and batch-slot use: the
     engine queues a request only when one of them is full, so both well under the scale-down
-    ceiling mean nothing waits."""
+    ceiling mean nothing waits. A release with no queue metrics at all leaves it to TTFT."""
+    if not snapshot.queue_observable:
+        return True, "the release exports no queue metrics (p99 TTFT alone decides)"
     if snapshot.waiting_requests is not None:
         return snapshot.waiting_requests < 1, "no request waits"
     uses = (snapshot.kv_cache_utilization, snapshot.batch_utilization)

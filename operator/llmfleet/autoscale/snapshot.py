@@ -21,4 +21,7 @@ class MetricsSnapshot:
     batch_utilization: float | None = None  # active sequences / batch slots over the window, 0..1
     requests_per_second: float | None = None  # requests that got their first token
     sample_time: datetime | None = None  # newest sample behind the observations
+    # False when the serving release exports no queue, KV-cache or batch metrics at all (the
+    # llmapi runtime's model): their absence is then no sign of anything.
+    queue_observable: bool = True
     error: str | None = None  # why Prometheus gave no answer

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
@@ -27,6 +28,8 @@ DEFAULT_WINDOW_SECONDS = 30
 TTFT_HISTOGRAM = "nv_inference_first_response_histogram_ms"
 REQUEST_GAUGE = "nv_trt_llm_request_metrics"
 KV_CACHE_GAUGE = "nv_trt_llm_kv_cache_block_metrics"
+# The engine's queue, KV-cache and batch-slot gauges, which the scale-down decision reads.
+QUEUE_METRICS = (REQUEST_GAUGE, KV_CACHE_GAUGE)
 # Keeps an error message (some quote a whole response body) readable in status.
 MAX_ERROR_CHARS = 300
 
@@ -103,9 +106,12 @@ class PrometheusMetrics:
         self._client.close()
 
     def snapshot(self, namespace: str, deployment_name: str, window_seconds: int,
-                 now: datetime) -> MetricsSnapshot:
-        """Observations over the `window_seconds` before `now`; None fields mean no data."""
+                 now: datetime, exported_metrics: Collection[str] = QUEUE_METRICS) -> MetricsSnapshot:
+        """Observations over the `window_seconds` before `now`; None fields mean no data.
+        `exported_metrics`: the metric families the serving release exports; without the
+        engine's queue gauges the snapshot says the queue is not observable."""
         queries = asdict(deployment_queries(namespace, deployment_name, window_seconds))
+        queue_observable = all(name in exported_metrics for name in QUEUE_METRICS)
         try:
             values = {field: self._value(field, query, now) for field, query in queries.items()}
         except _QueryFailed as failure:
@@ -113,7 +119,8 @@ class PrometheusMetrics:
         newest = values.pop("newest_sample_unix_seconds")
         return MetricsSnapshot(
             **values,
-            sample_time=None if newest is None else datetime.fromtimestamp(newest, timezone.utc))
+            sample_time=None if newest is None else datetime.fromtimestamp(newest, timezone.utc),
+            queue_observable=queue_observable)
 
     def ttft_p99_ms(self, namespace: str, deployment_name: str, window_seconds: int,
                     now: datetime) -> float | None:
