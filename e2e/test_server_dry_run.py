@@ -1,8 +1,8 @@
 """The manifests a real GPU cluster gets, checked by a real kube-apiserver.
 
 Server-side dry-run runs admission, defaulting and schema validation without persisting: every
-object the operator would apply for TP 1, 2 and 8 on each GPU type the engine runtime's pinned
-release supports must be accepted.
+object the operator would apply for TP 1, 2 and 8, for both runtimes, on each GPU type the
+runtime's pinned release supports must be accepted.
 """
 
 from __future__ import annotations
@@ -20,20 +20,22 @@ from llmfleet.render.pod import engine_cache_claim
 pytestmark = pytest.mark.e2e
 NAMESPACE = "dry-run"
 TENSOR_PARALLEL_SIZES = (1, 2, 8)
+RUNTIMES = ("engine", "llmapi")
 # A model per TP size that every catalog GPU holds at BF16 (no format depends on the GPU).
 MODEL_FOR_TP = {1: ("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct"),
                 2: ("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct"),
                 8: ("llama-3.1-70b", "meta-llama/Llama-3.1-70B-Instruct")}
 
 
-def _deployment(gpu_type: str, tensor_parallel_size: int) -> LLMDeployment:
+def _deployment(runtime: str, gpu_type: str, tensor_parallel_size: int) -> LLMDeployment:
     model, repo = MODEL_FOR_TP[tensor_parallel_size]
     return LLMDeployment.from_manifest({
         "apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
-        "metadata": {"name": f"tp{tensor_parallel_size}-{gpu_type.lower()}", "namespace": NAMESPACE,
+        "metadata": {"name": f"{runtime}-tp{tensor_parallel_size}-{gpu_type.lower()}", "namespace": NAMESPACE,
                      "uid": "5d0c7f4e-3b8a-4f5e-9c11-2a6b7d8e9f01"},
         "spec": {
             "model": {"name": model, "source": f"hf://{repo}", "secretRef": {"name": "hub-token", "key": "token"}},
+            "engine": {"runtime": runtime},
             "slo": {"ttftP99Ms": 5000, "tpotP99Ms": 200},
             "workload": {"inputTokensMean": 512, "inputTokensP99": 2048, "outputTokensMean": 128,
                          "outputTokensP99": 512, "peakRequestsPerSecond": 1},
@@ -44,10 +46,10 @@ def _deployment(gpu_type: str, tensor_parallel_size: int) -> LLMDeployment:
     })
 
 
-def _real_manifests(gpu_type: str, tensor_parallel_size: int) -> list[dict]:
-    deployment = _deployment(gpu_type, tensor_parallel_size)
+def _real_manifests(runtime: str, gpu_type: str, tensor_parallel_size: int) -> list[dict]:
+    deployment = _deployment(runtime, gpu_type, tensor_parallel_size)
     chosen = plan(plan_request_from_spec(deployment.spec))
-    assert chosen.feasible, f"{gpu_type} TP{tensor_parallel_size}: {chosen.rationale}"
+    assert chosen.feasible, f"{runtime} {gpu_type} TP{tensor_parallel_size}: {chosen.rationale}"
     return render(deployment, chosen, revision_hash(deployment.spec, chosen), RenderSettings(),
                   serving_replicas=chosen.replicas)
 
@@ -60,10 +62,11 @@ def namespace(sandbox):
 
 
 @pytest.mark.parametrize("tensor_parallel_size", TENSOR_PARALLEL_SIZES)
-@pytest.mark.parametrize("gpu_type", sorted(release_for("engine", None).support.gpu_types))
-def test_the_apiserver_accepts_every_rendered_object(sandbox, namespace, gpu_type, tensor_parallel_size):
+@pytest.mark.parametrize("runtime, gpu_type", [(runtime, gpu_type) for runtime in RUNTIMES
+                                               for gpu_type in sorted(release_for(runtime, None).support.gpu_types)])
+def test_the_apiserver_accepts_every_rendered_object(sandbox, namespace, runtime, gpu_type, tensor_parallel_size):
     manifests = [engine_cache_claim(namespace, RenderSettings()),
-                 *_real_manifests(gpu_type, tensor_parallel_size)]
+                 *_real_manifests(runtime, gpu_type, tensor_parallel_size)]
     output = sandbox.kubectl("apply", "--server-side", "--field-manager=llmfleet", "--dry-run=server",
                              "-n", namespace, "-f", "-", input_text=yaml.safe_dump_all(manifests))
     accepted = [line for line in output.splitlines() if line.endswith("(server dry run)")]

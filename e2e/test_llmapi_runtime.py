@@ -1,0 +1,71 @@
+"""The llmapi runtime end to end: the operator plans within what the pinned release can load,
+a CPU prepare Job fetches the published ModelOpt checkpoint into the engine cache, and the
+serving pod (the real Triton, the image's LLM-API model with the emulated engine) answers
+`llmfleet load` through the Service."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import wait_for
+
+pytestmark = pytest.mark.e2e
+NAMESPACE = "llmapi"
+NAME = "chat"
+MANIFEST = {
+    "apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
+    "metadata": {"name": NAME, "namespace": NAMESPACE},
+    "spec": {
+        "model": {"name": "llama-3.1-8b", "source": "hf://meta-llama/Llama-3.1-8B-Instruct"},
+        "engine": {"runtime": "llmapi", "maxBatchSize": 16, "maxNumTokens": 1024},
+        "slo": {"ttftP99Ms": 2000, "tpotP99Ms": 100, "quality": {"allowedQuantizations": ["FP8"]}},
+        "workload": {"inputTokensMean": 256, "inputTokensP99": 512, "outputTokensMean": 32,
+                     "outputTokensP99": 64, "peakRequestsPerSecond": 1},
+        "resources": {"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 2},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def ready_deployment(sandbox, operator):
+    sandbox.kubectl("create", "namespace", NAMESPACE)
+    sandbox.apply([MANIFEST], namespace=NAMESPACE)
+
+    def ready():
+        status = sandbox.kubectl_json("get", "llmdeployment", NAME, "-n", NAMESPACE).get("status") or {}
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or [])
+    wait_for(ready, 180, f"{NAME} Ready")
+    yield sandbox.kubectl_json("get", "llmdeployment", NAME, "-n", NAMESPACE)
+    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+
+
+def test_fp8_is_served_from_the_published_checkpoint_without_an_engine_build(sandbox, ready_deployment):
+    plan = ready_deployment["status"]["plan"]
+    assert (plan["quantization"], plan["kvCacheDtype"]) == ("FP8", "FP8")
+    (job,) = sandbox.kubectl_json("get", "jobs", "-n", NAMESPACE)["items"]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert env["CHECKPOINT_REPO_ID"] == "nvidia/Llama-3.1-8B-Instruct-FP8"
+    assert "nvidia.com/gpu" not in container["resources"]["requests"]
+    (config_map,) = sandbox.kubectl_json("get", "configmaps", "-n", NAMESPACE, "-l",
+                                         f"llmfleet.io/deployment={NAME}")["items"]
+    arguments = yaml.safe_load(config_map["data"]["tensorrt_llm.1.model.yaml"])
+    assert arguments["backend"] == "pytorch" and arguments["pytorch_backend_config"]["kv_cache_dtype"] == "fp8"
+
+
+def test_the_service_streams_text_through_the_llmapi_model(sandbox, ready_deployment, tmp_path):
+    service = sandbox.kubectl_json("get", "service", NAME, "-n", NAMESPACE)
+    result = subprocess.run(
+        [sys.executable, "-m", "llmfleet", "load", "--target", f"{service['spec']['clusterIP']}:8001",
+         "--output-dir", str(tmp_path), "--quiet", "--seed", "5", "--schedule", "constant:2", "--duration-s", "5",
+         "--input-tokens", "fixed:128", "--output-tokens", "fixed:16"],
+        env=sandbox.env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr + result.stdout
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["requests"] >= 8 and summary["completed"] == summary["requests"]
+    assert summary["output_tokens"] == 16 * summary["requests"]
