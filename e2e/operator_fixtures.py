@@ -29,7 +29,9 @@ def small_batch_70b(name: str, namespace: str, slo_ttft_p99_ms: int, **spec: dic
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "model": {"name": "llama-3.1-70b", "source": "hf://meta-llama/Llama-3.1-70B-Instruct"},
-            "engine": {"maxBatchSize": 4, "maxInputLen": 1024, "maxSeqLen": 2048, "maxNumTokens": 2048},
+            # The engine runtime: the autoscaling tests read its queue, KV and batch gauges.
+            "engine": {"runtime": "engine", "maxBatchSize": 4, "maxInputLen": 1024, "maxSeqLen": 2048,
+                       "maxNumTokens": 2048},
             "slo": {"ttftP99Ms": slo_ttft_p99_ms, "tpotP99Ms": 50,
                     "quality": {"allowedQuantizations": ["BF16", "FP8"]}},
             "workload": {"inputTokensMean": 128, "inputTokensP99": 256, "outputTokensMean": 32,

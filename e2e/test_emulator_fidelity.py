@@ -32,7 +32,7 @@ MANIFEST = {
     "metadata": {"name": NAME, "namespace": NAMESPACE},
     "spec": {
         "model": {"name": "llama-3.1-70b", "source": "hf://meta-llama/Llama-3.1-70B-Instruct"},
-        "engine": {"maxBatchSize": MAX_BATCH_SIZE, "maxInputLen": 4096, "maxSeqLen": 4160,
+        "engine": {"runtime": "engine", "maxBatchSize": MAX_BATCH_SIZE, "maxInputLen": 4096, "maxSeqLen": 4160,
                    "maxNumTokens": 4096},
         "slo": {"ttftP99Ms": 3000, "tpotP99Ms": 80, "quality": {"allowedQuantizations": ["BF16", "FP8"]}},
         "workload": {"inputTokensMean": 1024, "inputTokensP99": 3500, "outputTokensMean": 32,

@@ -26,6 +26,8 @@ def llm_deployment(name: str, tpot_p99_ms: int) -> dict:
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
             "model": {"name": "llama-3.1-8b", "source": "hf://meta-llama/Llama-3.1-8B-Instruct"},
+            # The engine runtime: these tests stream through its ensemble and read its build Job.
+            "engine": {"runtime": "engine"},
             "slo": {"ttftP99Ms": 1000, "tpotP99Ms": tpot_p99_ms,
                     "quality": {"allowedQuantizations": ["BF16", "FP8"]}},
             "workload": {"inputTokensMean": 256, "inputTokensP99": 512, "outputTokensMean": 64,

@@ -273,7 +273,7 @@ and serves the LLMDeployment `chat` (Llama 3.1 70B on H100, emulated). Next:
   kubectl get llmdeployment chat -w                # plan, replicas, p99 TTFT
   kubectl wait --for=condition=Ready llmdeployment/chat --timeout=180s
   llmfleet load --target $(kubectl get svc chat -o jsonpath='{{.spec.clusterIP}}'):8001 \\
-      --model ensemble --schedule "steps:0:1,60:6,240:1" --duration-s 360 \\
+      --schedule "steps:0:1,60:6,240:1" --duration-s 360 \\
       --input-tokens lognormal:256:512 --output-tokens lognormal:64:128 --output-dir /tmp/chat-load
   kubectl get llmdeployment chat -o jsonpath='{{.status.autoscaler}}'   # why it scaled
   open {config.prometheus_url} and query nv_inference_first_response_histogram_ms_bucket

@@ -59,7 +59,7 @@ def test_example_loads_with_defaults_filled_in():
     assert spec.slo.ttft_p99_ms == 500 and spec.slo.tpot_p99_ms == 50
     assert spec.workload.input_tokens_mean == 1024 and spec.workload.output_tokens_mean == 256
     assert spec.workload.peak_requests_per_second == 4
-    assert spec.engine.image is None and spec.engine.runtime.value == "engine"
+    assert spec.engine.image is None and spec.engine.runtime.value == "llmapi"
     assert spec.engine.max_num_tokens == 8192  # not in the manifest: defaulted
     assert spec.autoscaling.scale_down_stabilization_seconds == 300
 

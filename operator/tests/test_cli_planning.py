@@ -86,7 +86,7 @@ def test_a_pin_the_release_cannot_build_is_refused_with_the_reason(capsys, tmp_p
     code, out, _ = run(capsys, "plan", "-f", str(path), "-o", "json")
     body = json.loads(out)
     assert code != 0 and body["feasible"] is False
-    assert any("engine-24.12 builds a FP8 KV cache only with FP8 weights" in rejected["reason"]
+    assert any("llmapi-25.05 builds a FP8 KV cache only with FP8, NVFP4 weights" in rejected["reason"]
                for rejected in body["rejected"]), body["rejected"]
 
 

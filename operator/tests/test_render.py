@@ -46,6 +46,7 @@ def manifest(tensor_parallel_size: int, *, quantization: str = "FP8", name: str 
             "model": {"name": "llama-3.1-70b" if tensor_parallel_size > 1 else "llama-3.1-8b",
                       "source": "hf://meta-llama/Llama-3.1-8B-Instruct",
                       "secretRef": {"name": "hub-token", "key": "token"}},
+            "engine": {"runtime": "engine"},
             "slo": {"ttftP99Ms": 2000, "tpotP99Ms": 100},
             "workload": {"inputTokensMean": 512, "inputTokensP99": 2048, "outputTokensMean": 128,
                          "outputTokensP99": 512, "peakRequestsPerSecond": 2, "prefixSharingFraction": 0.25},

@@ -36,6 +36,7 @@ def deployment_manifest(source: str) -> dict:
         "spec": {
             "model": {"name": "llama-3.1-70b", "source": source,
                       "secretRef": {"name": "hub-token", "key": "token"}},
+            "engine": {"runtime": "engine"},
             "slo": {"ttftP99Ms": 2000, "tpotP99Ms": 100},
             "workload": {"inputTokensMean": 512, "inputTokensP99": 2048, "outputTokensMean": 128,
                          "outputTokensP99": 512, "peakRequestsPerSecond": 2, "prefixSharingFraction": 0.25},

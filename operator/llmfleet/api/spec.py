@@ -192,7 +192,7 @@ class EngineSpec(ApiModel):
     """The serving runtime, its Triton + TensorRT-LLM image and the engine limits."""
 
     runtime: Runtime = Field(
-        default=Runtime.ENGINE,
+        default=Runtime.LLMAPI,
         description="How TensorRT-LLM serves the model: llmapi (its PyTorch backend behind "
         "Triton's LLM-API model; the checkpoint is fetched, no engine build) or engine "
         "(trtllm-build engines behind the tensorrtllm backend). The image's release decides "
