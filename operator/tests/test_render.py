@@ -17,8 +17,10 @@ from llmfleet.api import LLMDeployment
 from llmfleet.planner import plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec
 from llmfleet.catalog.release_record import (
+    check_build_command,
     check_model_repository,
     check_mpirun_command,
+    check_quantize_command,
     check_tritonserver_command,
     load_release_record,
 )
@@ -226,6 +228,21 @@ def test_engine_build_flags_follow_the_plan():
     bf16 = {e["name"]: e["value"] for e in
             rendered(1, REAL, quantization="BF16")[1]["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert bf16["QFORMAT"] == "full_prec" and bf16["DTYPE"] == "bfloat16"
+
+
+def _script_flags(script: str, program: str) -> list[str]:
+    """The --flags of the script's `program` line (continuations joined), `${VAR:+--flag ...}` included."""
+    (line,) = [line for line in script.replace("\\\n", " ").splitlines() if program in line.split()[:2]]
+    return re.findall(r"(?<![\w-])(--[a-z_]+)", line)
+
+
+def test_engine_build_commands_use_only_the_records_flags():
+    script = rendered(2, REAL)[1]["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    build, quantize = _script_flags(script, "trtllm-build"), _script_flags(script, '"$QUANTIZE_SCRIPT"')
+    assert "--output_timing_cache" in build and "--kv_cache_dtype" in quantize
+    assert check_build_command(RECORD, build) == []
+    assert check_quantize_command(RECORD, quantize, qformat="fp8") == []
+    assert check_build_command(RECORD, build + ["--use_magic_plugin"]) == ["trtllm-build: unknown flag --use_magic_plugin"]
 
 
 def test_tensorrt_llm_config_carries_the_plan():

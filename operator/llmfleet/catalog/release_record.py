@@ -197,7 +197,7 @@ def parse_record(raw: Mapping[str, Any]) -> ReleaseRecord:
         tritonserver_flags=frozenset((raw.get("tritonserver") or {}).get("flags") or ()),
         launcher_flags=frozenset((raw.get("launcher") or {}).get("flags") or ()),
         mpirun_flags=frozenset((raw.get("mpirun") or {}).get("flags") or ()),
-        build_flags=frozenset(_flag_names(build.get("flags") or ())),
+        build_flags=frozenset(_flag_names([*(build.get("flags") or ()), *(build.get("plugin_flags") or ())])),
         build_flags_complete=bool(build.get("plugin_flags_established", True)),
         quantize_flags=(frozenset(_flag_names(quantize.get("flags") or ()))
                         if quantize.get("flags_established", False) else None),
