@@ -320,6 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="StorageClass of a created engine cache claim (default: the cluster's default)")
     run.add_argument("--engine-cache-size", default=RenderSettings.engine_cache_size, metavar="SIZE",
                      help="size of a created engine cache claim (default %(default)s)")
+    run.add_argument("--model-code-image", default=RenderSettings.model_code_image, metavar="IMAGE",
+                     help="image holding tensorrtllm_backend's all_models at each pinned tag, copied into the "
+                          "serving pods' model repository (default %(default)s, the operator's own image)")
     run.add_argument("--prometheus-url", default=os.environ.get("LLMFLEET_PROMETHEUS_URL"),
                      metavar="URL", help="Prometheus for autoscaling (default: "
                                          "$LLMFLEET_PROMETHEUS_URL; without it autoscaling holds)")
@@ -412,7 +415,7 @@ def _run_operator(args) -> int:
 
     settings = OperatorSettings(render=RenderSettings(
         engine_cache_claim_name=args.engine_cache_claim, engine_cache_storage_class=args.engine_cache_storage_class,
-        engine_cache_size=args.engine_cache_size))
+        engine_cache_size=args.engine_cache_size, model_code_image=args.model_code_image))
     kopf.configure(verbose=args.verbose)
     kopf.run(standalone=True, clusterwide=not args.namespace, namespaces=args.namespace,
              liveness_endpoint=args.liveness,

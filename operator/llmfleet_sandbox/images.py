@@ -79,7 +79,8 @@ def resolve(image: str, state_dir: Path) -> Image:
     if _matches(image, PYTHON_IMAGE_PATTERNS):
         return Image({}, (ENVIRONMENT_BIN,), dict(PYTHON_ENV), cmd=("python3",))
     if _matches(image, OPERATOR_IMAGE_PATTERNS):
-        return Image({}, (ENVIRONMENT_BIN,), dict(PYTHON_ENV), ("llmfleet",), ("run",))
+        return Image(trtllm_image.upstream_code_filesystem(state_dir), (ENVIRONMENT_BIN,), dict(PYTHON_ENV),
+                     ("llmfleet",), ("run",))
     if _matches(image, SHELL_IMAGE_PATTERNS):
         return Image({}, (ENVIRONMENT_BIN,), {}, cmd=("sh",))
     raise ImageNotRunnable(

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from llmfleet.catalog.release_record import UPSTREAM_CODE_ROOT, load_release_record, release_names
 from llmfleet.cli import build_parser
 from llmfleet.render import identity, serving
 
@@ -43,9 +44,18 @@ def test_containerfile_installs_the_product_and_not_the_sandbox():
                 or "llmfleet_sandbox" in source]
     bases = [arguments.split()[0] for kind, arguments in instructions if kind == "FROM"]
     assert bases and set(bases) == {"python:3.11-slim"}
+    assert ("COPY", f"--from=upstream-code /upstream {UPSTREAM_CODE_ROOT}") in instructions
     assert ("USER", "1000:1000") in instructions
     entrypoint = [json.loads(arguments) for kind, arguments in instructions if kind in ("ENTRYPOINT", "CMD")]
     assert entrypoint == [["llmfleet"], ["run"]]
+
+
+def test_containerfile_carries_every_upstream_file_the_records_name():
+    (entries,) = [arguments.split("=", 1)[1].strip('"').split() for kind, arguments
+                  in _instructions(CONTAINERFILE.read_text()) if kind == "ARG" and arguments.startswith("UPSTREAM_FILES=")]
+    recorded = {f"{file.repository}@{file.ref}:{file.path}" for name in release_names()
+                for file in load_release_record(name).model_code}
+    assert sorted(entries) == sorted(recorded)
 
 
 def test_default_image_is_the_project_version():
@@ -106,6 +116,8 @@ def test_defaults_render_the_operator_under_its_own_account():
         "llmfleet-engine-cache", None, "500Gi")
     assert flags.namespace == []
     assert flags.liveness == "http://0.0.0.0:8080/healthz"
+    # Serving pods copy the Triton model code from the operator's own image.
+    assert flags.model_code_image == container["image"]
     assert "--prometheus-url" not in " ".join(container["args"])
     # Least privilege: named resources and verbs only.
     for rule in rendered["ClusterRole/llmfleet-operator"]["rules"]:

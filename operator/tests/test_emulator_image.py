@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from llmfleet.catalog import load_catalog
+from llmfleet.catalog.release_record import load_release_record, release_names
 from llmfleet.planner.latency import build_engine, prefill_seconds, step_seconds
 from llmfleet.render import RenderSettings, serving
 from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION, model_repository_files
@@ -163,7 +164,15 @@ def test_image_filesystem_has_the_stand_ins_at_their_image_paths(tmp_path):
     assert (home / "bin" / "tritonserver").stat().st_mode & 0o111
     assert "llmfleet_sandbox.emulator.model" in (home / "backends" / "tensorrtllm" / "model.py").read_text()
     assert (home / "backends" / "python" / "triton_python_backend_stub").is_file()
-    for model in ("preprocessing", "postprocessing"):
-        assert image[f"{trtllm_image.TOKENIZER_MODELS_PATH}/{model}/1/model.py"].is_file()
     assert os.access(image[trtllm_image.MPIRUN_PATH], os.X_OK)
     assert all(path.startswith("/") for path in image)
+    # As the real image, no /app: the model code is in the operator's image.
+    assert not [path for path in image if path.startswith("/app")]
+
+
+def test_the_operator_image_carries_every_recorded_upstream_file(tmp_path):
+    files = trtllm_image.upstream_code_filesystem(tmp_path)
+    recorded = {file.image_path for name in release_names() for file in load_release_record(name).model_code}
+    assert set(files) == recorded and all(host.is_file() for host in files.values())
+    tokenizer = "/opt/llmfleet/upstream/tensorrtllm_backend/v0.16.0/all_models/inflight_batcher_llm/preprocessing/1/model.py"
+    assert "PreprocessingModel" in files[tokenizer].read_text()

@@ -15,13 +15,14 @@ import yaml
 
 from llmfleet.api import LLMDeployment
 from llmfleet.catalog import load_catalog
+from llmfleet.catalog.release_record import load_release_record
 from llmfleet.planner import plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec
-from llmfleet.render import RenderSettings, engine_cache_key, layout, render, revision_hash, serving
+from llmfleet.render import RenderSettings, engine_cache_key, layout, render, revision_hash
 from llmfleet_sandbox import hub, trtllm_image
 from llmfleet_sandbox.emulator.checkpoint import engine_config_from_checkpoint
 from llmfleet_sandbox.emulator.profile import profile_for_engine
-from triton_process import serve_repository
+from triton_process import copy_model_code, serve_repository
 
 GPU_TYPE = "A100-SXM-80GB"
 
@@ -63,8 +64,7 @@ def pod_files(work_dir: Path, tensor_parallel_size: int = 1, edit_model_yaml=Non
     model_yaml = repository / layout.TENSORRT_LLM_MODEL / "1" / "model.yaml"
     if edit_model_yaml is not None:
         model_yaml.write_text(yaml.safe_dump(edit_model_yaml(yaml.safe_load(model_yaml.read_text()))))
-    for image_path, repository_path in serving.model_code_files("llmapi"):
-        (repository / repository_path).write_text(image[image_path].read_text())
+    copy_model_code(repository, load_release_record("llmapi-25.05"), work_dir / "state")
     arguments = yaml.safe_load(model_yaml.read_text())
     arguments.pop("triton_config")
     profile = profile_for_engine(engine_config_from_checkpoint(Path(arguments["model"]), arguments),

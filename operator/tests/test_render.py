@@ -18,6 +18,7 @@ from llmfleet.planner import plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec
 from llmfleet.catalog.release_record import (
     check_build_command,
+    check_model_code_paths,
     check_model_repository,
     check_mpirun_command,
     check_quantize_command,
@@ -234,6 +235,17 @@ def _script_flags(script: str, program: str) -> list[str]:
     """The --flags of the script's `program` line (continuations joined), `${VAR:+--flag ...}` included."""
     (line,) = [line for line in script.replace("\\\n", " ").splitlines() if program in line.split()[:2]]
     return re.findall(r"(?<![\w-])(--[a-z_]+)", line)
+
+
+def test_model_code_comes_from_the_operator_image_at_the_backend_tag():
+    (init,) = rendered(1, REAL)[2]["spec"]["template"]["spec"]["initContainers"]
+    assert init["image"] == REAL.model_code_image
+    copied = [line.split('"')[1] for line in init["command"][2].splitlines() if line.startswith('cp "')]
+    assert copied == ["/opt/llmfleet/upstream/tensorrtllm_backend/v0.16.0/all_models/inflight_batcher_llm/"
+                      f"{model}/1/model.py" for model in ("preprocessing", "postprocessing")]
+    assert check_model_code_paths(RECORD, copied) == []
+    # Nothing the serving or build containers run relies on a path the record says is absent.
+    assert not any("/app/" in line for line in init["command"][2].splitlines())
 
 
 def test_engine_build_commands_use_only_the_records_flags():

@@ -8,7 +8,7 @@ import yaml
 
 from llmfleet.api import LLMDeployment
 from llmfleet.catalog.release_record import (
-    check_image_paths,
+    check_model_code_paths,
     check_model_repository,
     check_model_yaml,
     check_mpirun_command,
@@ -88,9 +88,13 @@ def test_serving_pod_copies_the_llmapi_model_code_and_runs_the_rank_group():
     pod = objects["Deployment"]["spec"]["template"]["spec"]
     (init,) = pod["initContainers"]
     copied = [line.split('"')[1] for line in init["command"][2].splitlines() if line.startswith('cp "')]
-    assert copied == ["/app/all_models/llmapi/tensorrt_llm/1/model.py", "/app/all_models/llmapi/tensorrt_llm/1/helpers.py"]
-    # The record says where the image keeps them: not in the NGC image (tracked gap).
-    assert all("does not exist" in problem for problem in check_image_paths(RECORD, copied))
+    # tensorrtllm_backend's llmapi model at the release's tag, from the operator's image (the
+    # Triton image has no /app).
+    assert init["image"] == RenderSettings().model_code_image
+    assert copied == [f"/opt/llmfleet/upstream/tensorrtllm_backend/v0.19.0/all_models/llmapi/tensorrt_llm/1/{name}"
+                      for name in ("model.py", "helpers.py")]
+    assert check_model_code_paths(RECORD, copied) == []
+    assert check_model_code_paths(RECORD, [copied[0].replace("v0.19.0", "v0.16.0")]) != []
     command = pod["containers"][0]["command"]
     assert check_mpirun_command(RECORD, command, "tensorrt_llm") == []
     single = rendered(gpuType="H100-SXM-80GB", tensorParallelSize=1, quantization="BF16",

@@ -22,10 +22,11 @@ from llmfleet.render.layout import BUILD_COMPLETE_MARKER, ENGINE_SUBDIR, TOKENIZ
 from llmfleet_sandbox import build_tools, hub
 from llmfleet_sandbox.emulator.engine_config import read_engine_config
 from llmfleet_sandbox.emulator.tokenizer import WordTokenizer
-from llmfleet_sandbox.trtllm_image import BUILD_TOOLS
+from llmfleet_sandbox.trtllm_image import BUILD_TOOLS, UPSTREAM_STAND_INS
 
-QUANTIZE_PATH = "/app/tensorrt_llm/examples/quantization/quantize.py"
-TOOL_PATHS = ("/usr/local/bin/huggingface-cli", "/usr/local/bin/trtllm-build", QUANTIZE_PATH)
+TOOL_PATHS = ("/usr/local/bin/huggingface-cli", "/usr/local/bin/trtllm-build")
+# quantize.py is not in the image: the build Job's init container copies it from the operator's.
+QUANTIZE_STAND_IN = UPSTREAM_STAND_INS["examples/quantization/quantize.py"]
 
 
 def deployment_manifest(source: str) -> dict:
@@ -82,7 +83,7 @@ def build_job_env(container: dict, image_bin: Path, cache_dir: Path, tmp_path: P
     env.update({
         # What the sandbox's node agent provides instead of the image and the volumes.
         "PATH": f"{image_bin}:/usr/bin:/bin",
-        "QUANTIZE_SCRIPT": str(BUILD_TOOLS[env["QUANTIZE_SCRIPT"]]),
+        "QUANTIZE_SCRIPT": str(QUANTIZE_STAND_IN),
         "ENGINE_CACHE_DIR": str(cache_dir),
         "HOME": str(tmp_path),
         "HOSTNAME": hostname,
@@ -100,8 +101,7 @@ def run_build_job(container: dict, image_bin: Path, cache_dir: Path, tmp_path: P
 
 def test_stand_ins_are_mounted_where_the_image_has_the_tools():
     assert set(TOOL_PATHS) <= set(BUILD_TOOLS)
-    for image_path in TOOL_PATHS:
-        host = BUILD_TOOLS[image_path]
+    for host in [BUILD_TOOLS[image_path] for image_path in TOOL_PATHS] + [QUANTIZE_STAND_IN]:
         assert os.access(host, os.X_OK), host
         assert host.read_text().startswith("#!/usr/bin/env python3\n")
 
@@ -169,9 +169,10 @@ def test_build_script_fails_clearly_for_a_repo_the_hub_lacks(image_bin, tmp_path
     assert not list(cache.glob(f"*/{BUILD_COMPLETE_MARKER}"))
 
 
-@pytest.mark.parametrize("image_path", TOOL_PATHS)
-def test_each_stand_in_has_a_true_help(image_path, image_bin):
-    argv = [str(BUILD_TOOLS[image_path])] + (["download"] if image_path.endswith("huggingface-cli") else [])
+@pytest.mark.parametrize("stand_in", [BUILD_TOOLS[path] for path in TOOL_PATHS] + [QUANTIZE_STAND_IN],
+                         ids=["huggingface-cli", "trtllm-build", "quantize.py"])
+def test_each_stand_in_has_a_true_help(stand_in, image_bin):
+    argv = [str(stand_in)] + (["download"] if stand_in.name == "huggingface-cli" else [])
     result = subprocess.run([*argv, "--help"], env={"PATH": f"{image_bin}:/usr/bin:/bin"},
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

@@ -31,9 +31,9 @@ import tritonclient.grpc as grpcclient
 
 from llmfleet.api import LLMDeploymentSpec
 from llmfleet.catalog import load_catalog
+from llmfleet.catalog.release_record import RUNTIME_RELEASES, load_release_record
 from llmfleet.render import RenderSettings, layout, serving
-from llmfleet.render.model_repo import (KV_CACHE_FREE_GPU_MEM_FRACTION, POSTPROCESSING_MODEL, PREPROCESSING_MODEL,
-                                        TOKENIZER_INSTANCE_COUNT, VERSION, model_repository_files)
+from llmfleet.render.model_repo import (KV_CACHE_FREE_GPU_MEM_FRACTION, TOKENIZER_INSTANCE_COUNT, model_repository_files)
 from llmfleet.render.identity import prefix_reuse_enabled
 from llmfleet_sandbox import images, trtllm_image
 from llmfleet_sandbox.emulator import tokenizer
@@ -131,7 +131,7 @@ def _write_engine(engines: Path, spec: LLMDeploymentSpec) -> None:
     (entry / layout.BUILD_COMPLETE_MARKER).write_text(ENGINE_CACHE_KEY)
 
 
-def _write_repository(repository: Path, engines: Path, image: dict[str, Path], spec: LLMDeploymentSpec,
+def _write_repository(repository: Path, engines: Path, state_dir: Path, spec: LLMDeploymentSpec,
                       kv_cache_free_gpu_mem_fraction: float) -> None:
     for path, content in model_repository_files(spec, ENGINE_CACHE_KEY).items():
         # A pod sees the engine cache at /engines; here it is a plain directory.
@@ -142,9 +142,14 @@ def _write_repository(repository: Path, engines: Path, image: dict[str, Path], s
             content = content.replace(rendered, f'string_value: "{kv_cache_free_gpu_mem_fraction}"')
         (repository / path).parent.mkdir(parents=True, exist_ok=True)
         (repository / path).write_text(content)
-    for model in (PREPROCESSING_MODEL, POSTPROCESSING_MODEL):  # as the init container copies them
-        shutil.copy(image[f"{trtllm_image.TOKENIZER_MODELS_PATH}/{model}/{VERSION}/model.py"],
-                    repository / model / VERSION / "model.py")
+    copy_model_code(repository, load_release_record(RUNTIME_RELEASES["engine"]), state_dir)
+
+
+def copy_model_code(repository: Path, release, state_dir: Path) -> None:
+    """As the serving pod's init container: the release's model code from the operator's image."""
+    upstream = trtllm_image.upstream_code_filesystem(state_dir)
+    for image_path, repository_path in serving.model_code_files(release):
+        shutil.copy(upstream[image_path], repository / repository_path)
 
 
 NODE_LABEL = object()  # the GPU product of the spec's GPU type, as its node's label says
@@ -164,7 +169,7 @@ def start_triton(work_dir: Path, spec: LLMDeploymentSpec,
     engines, repository = work_dir / "engines", work_dir / "models"
     if with_engine:
         _write_engine(engines, spec)
-    _write_repository(repository, engines, image, spec, kv_cache_free_gpu_mem_fraction)
+    _write_repository(repository, engines, work_dir / "state", spec, kv_cache_free_gpu_mem_fraction)
     label = gpu_product(spec) if gpu_product_label is NODE_LABEL else gpu_product_label
     profile = engine_profile(engines / ENGINE_CACHE_KEY / layout.ENGINE_SUBDIR, label,
                              kv_cache_free_gpu_mem_fraction, prefix_reuse_enabled(spec)) \

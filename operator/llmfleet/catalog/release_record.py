@@ -69,6 +69,24 @@ class ImagePath:
     source: str = ""
 
 
+# Where the operator's image keeps the upstream files pods copy (Containerfile, upstream-code).
+UPSTREAM_CODE_ROOT = "/opt/llmfleet/upstream"
+
+
+@dataclass(frozen=True)
+class UpstreamFile:
+    """A file of an upstream repository at a ref, which pods need and the image lacks."""
+
+    repository: str  # owner/name
+    ref: str  # tag or commit
+    path: str
+
+    @property
+    def image_path(self) -> str:
+        """Where the operator's image carries it."""
+        return f"{UPSTREAM_CODE_ROOT}/{self.repository.split('/')[1]}/{self.ref}/{self.path}"
+
+
 @dataclass(frozen=True)
 class ReleaseSupport:
     """What a release can build and run, in catalog names; the planner pairs nothing else."""
@@ -125,6 +143,8 @@ class ReleaseRecord:
     # LLM-API runtime: the model.yaml keys (key -> its record entry, nested under "keys") and
     # (source repo, quantisation) -> published quantised checkpoint repo.
     model_yaml_keys: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Upstream files the rendered pods copy from the operator's image.
+    model_code: tuple[UpstreamFile, ...] = ()
     published_checkpoints: Mapping[tuple[str, str], str] = field(default_factory=dict)
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -204,6 +224,8 @@ def parse_record(raw: Mapping[str, Any]) -> ReleaseRecord:
         qformat_values=tuple(quantize.get("qformat_values") or ()),
         metrics=metrics,
         support=_support(raw.get("support") or {}),
+        model_code=tuple(UpstreamFile(entry["repository"], entry["ref"], entry["path"])
+                         for entry in (raw.get("model_code") or {}).get("files") or ()),
         model_yaml_keys={entry["key"]: entry for entry in (raw.get("model_yaml") or {}).get("keys") or ()},
         published_checkpoints={(entry["source_repo"], entry["quantization"]): entry["repo"]
                                for entry in (raw.get("published_checkpoints") or {}).get("checkpoints") or ()},
@@ -513,6 +535,13 @@ def check_image_paths(record: ReleaseRecord, paths: Iterable[str]) -> list[str]:
         elif not entry.present:
             problems.append(f"image path {path} does not exist in {record.image} ({entry.source})")
     return problems
+
+
+def check_model_code_paths(record: ReleaseRecord, paths: Iterable[str]) -> list[str]:
+    """Paths pods copy from the operator's image: each must be a recorded upstream file."""
+    known = {file.image_path for file in record.model_code}
+    return [f"{path} is not an upstream file of {record.release}'s record (model_code)"
+            for path in paths if path not in known]
 
 
 def _flags(args: Iterable[str]) -> list[str]:

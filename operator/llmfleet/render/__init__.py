@@ -70,7 +70,7 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
         release)
     server = serving.serving_deployment(
         deployment, plan, child(serving_deployment_name(name, revision), serving.COMPONENT),
-        config_map_name, volume_items(files), serving_replicas, settings)
+        config_map_name, volume_items(files), serving_replicas, settings, release)
     service = serving.service(metadata(deployment, fit_name(name), deployment_labels(name, SERVICE_COMPONENT)),
                               selector_labels(name))
     budget = serving.pod_disruption_budget(child(fit_name(name, revision), serving.COMPONENT))

@@ -13,7 +13,7 @@ from typing import Any
 from llmfleet.api import LLMDeployment, Runtime, hub_repo_id
 from llmfleet.api.spec import HUGGING_FACE_SCHEME
 from llmfleet.catalog import load_catalog
-from llmfleet.catalog.release_record import ReleaseRecord
+from llmfleet.catalog.release_record import ReleaseRecord, UpstreamFile
 from llmfleet.planner.types import Plan
 from llmfleet.render import layout, llmapi, pod
 from llmfleet.render.identity import serving_image
@@ -22,6 +22,9 @@ from llmfleet.render.settings import RenderError, RenderSettings
 COMPONENT = "engine-build"
 CONTAINER = "engine-build"
 PREPARE_CONTAINER = "prepare"
+QUANTIZE_SCRIPT = "examples/quantization/quantize.py"
+UPSTREAM_CODE_VOLUME = "upstream-code"
+UPSTREAM_CODE_PATH = "/upstream-code"
 # A download: a couple of cores for hashing and decompression, memory for buffers.
 PREPARE_CPU = 2
 PREPARE_MEMORY_GIB = 8
@@ -118,8 +121,25 @@ def _token_env(deployment: LLMDeployment) -> dict[str, str]:
     return {"HF_TOKEN_PATH": f"{layout.MODEL_TOKEN_PATH}/{layout.MODEL_TOKEN_FILE}"}
 
 
-def _build_container(deployment: LLMDeployment, plan: Plan, key: str,
-                     settings: RenderSettings) -> dict[str, Any]:
+def _quantize_script(release: ReleaseRecord) -> UpstreamFile:
+    script = next((file for file in release.model_code if file.path.endswith(QUANTIZE_SCRIPT)), None)
+    if script is None:
+        raise RenderError(f"{release.release}'s record names no {QUANTIZE_SCRIPT} to build engines with")
+    return script
+
+
+def _upstream_code(release: ReleaseRecord, settings: RenderSettings) -> dict[str, Any]:
+    """Init container: quantize.py (not in the Triton image) from the operator's image."""
+    return {
+        "name": "upstream-code",
+        "image": settings.model_code_image,
+        "command": ["/bin/bash", "-c", f'cp "{_quantize_script(release).image_path}" "{UPSTREAM_CODE_PATH}/"'],
+        "volumeMounts": [{"name": UPSTREAM_CODE_VOLUME, "mountPath": UPSTREAM_CODE_PATH}],
+        "securityContext": pod.container_security_context(),
+    }
+
+
+def _build_container(deployment: LLMDeployment, plan: Plan, key: str) -> dict[str, Any]:
     catalog = load_catalog()
     spec = deployment.spec
     weights = _weights_repo_id(deployment)
@@ -128,7 +148,7 @@ def _build_container(deployment: LLMDeployment, plan: Plan, key: str,
         "ENGINE_CACHE_KEY": key,
         "MODEL_REPO_ID": weights,
         "TOKENIZER_REPO_ID": _tokenizer_repo_id(deployment, weights),
-        "QUANTIZE_SCRIPT": settings.quantize_script_path,
+        "QUANTIZE_SCRIPT": f"{UPSTREAM_CODE_PATH}/{QUANTIZE_SCRIPT.rsplit('/', 1)[1]}",
         # Unquantised parts keep the precision the plan names (FP16 only when asked for).
         "DTYPE": "float16" if plan.quantization == "FP16" else "bfloat16",
         "QFORMAT": catalog.quantization(plan.quantization).qformat,
@@ -180,10 +200,11 @@ def engine_build_job(deployment: LLMDeployment, plan: Plan, key: str, metadata: 
     job_container = {
         "name": CONTAINER if builds else PREPARE_CONTAINER,
         "image": serving_image(deployment.spec),
-        **(_build_container(deployment, plan, key, settings) if builds
-           else _prepare_container(deployment, plan, key, release)),
+        **(_build_container(deployment, plan, key) if builds else _prepare_container(deployment, plan, key, release)),
         "resources": {"requests": requests, **({"limits": {pod.GPU_RESOURCE: str(gpus)}} if builds else {})},
-        "volumeMounts": [pod.engine_cache_mount(read_only=False), pod.tmp_mount(), *token_mounts],
+        "volumeMounts": [pod.engine_cache_mount(read_only=False), pod.tmp_mount(), *token_mounts,
+                         *([{"name": UPSTREAM_CODE_VOLUME, "mountPath": UPSTREAM_CODE_PATH, "readOnly": True}]
+                           if builds else [])],
         "securityContext": pod.container_security_context(),
     }
     return {
@@ -199,9 +220,10 @@ def engine_build_job(deployment: LLMDeployment, plan: Plan, key: str, metadata: 
                     "securityContext": pod.pod_security_context(),
                     **(pod.gpu_scheduling(plan) if builds else {}),
                     **pod.image_pull_secrets(settings),
+                    **({"initContainers": [_upstream_code(release, settings)]} if builds else {}),
                     "containers": [job_container],
                     "volumes": [pod.engine_cache_volume(settings, read_only=False), pod.tmp_volume(),
-                                *token_volumes],
+                                *token_volumes, *([{"name": UPSTREAM_CODE_VOLUME, "emptyDir": {}}] if builds else [])],
                 },
             },
         },

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmfleet.api import LLMDeployment, Runtime
+from llmfleet.api import LLMDeployment
+from llmfleet.catalog.release_record import ReleaseRecord
 from llmfleet.planner.types import Plan
-from llmfleet.render import layout, llmapi, pod
+from llmfleet.render import layout, pod
 from llmfleet.render.identity import DEPLOYMENT_LABEL, REVISION_LABEL, serving_image
-from llmfleet.render.model_repo import POSTPROCESSING_MODEL, PREPROCESSING_MODEL, VERSION
 from llmfleet.render.settings import RenderSettings
 
 COMPONENT = "server"
@@ -22,8 +22,8 @@ SHM_GIB_PER_GPU = 2
 CPU_PER_GPU = 4
 MEMORY_PER_GPU_GIB = 16
 # Where the Triton TensorRT-LLM image keeps the tokenizer models' code (to verify per release).
-IMAGE_MODELS_PATH = "/app/all_models/inflight_batcher_llm"
-LLMAPI_IMAGE_MODEL_PATH = "/app/all_models/llmapi/tensorrt_llm"
+# tensorrtllm_backend's model repositories: all_models/<layout>/<model>/...
+ALL_MODELS = "all_models/"
 MPIRUN = "mpirun"
 # The image runs as a non-root user; the flag only matters where it does not.
 MPIRUN_FLAGS = ("--allow-run-as-root",)
@@ -93,14 +93,11 @@ def _probe(path: str, *, period_seconds: int, failure_threshold: int, timeout_se
     }
 
 
-def model_code_files(runtime: str) -> list[tuple[str, str]]:
-    """(path in the image, path in the repository) of the model code the image ships: the
-    tokenizer models' (engine runtime) or the LLM-API model's."""
-    if runtime == Runtime.LLMAPI.value:
-        return [(f"{LLMAPI_IMAGE_MODEL_PATH}/{VERSION}/{name}", f"{layout.TENSORRT_LLM_MODEL}/{VERSION}/{name}")
-                for name in llmapi.MODEL_CODE_FILES]
-    return [(f"{IMAGE_MODELS_PATH}/{model}/{VERSION}/model.py", f"{model}/{VERSION}/model.py")
-            for model in (PREPROCESSING_MODEL, POSTPROCESSING_MODEL)]
+def model_code_files(release: ReleaseRecord) -> list[tuple[str, str]]:
+    """(path in the operator's image, path in the model repository) of the release's Triton
+    model code: tensorrtllm_backend's all_models/<layout>/<model>/... at the release's tag."""
+    return [(file.image_path, file.path.split("/", 2)[2]) for file in release.model_code
+            if file.path.startswith(ALL_MODELS)]
 
 
 def _model_repository_assembly(models: list[str], code: list[tuple[str, str]]) -> dict[str, Any]:
@@ -130,7 +127,7 @@ def _volumes_and_mounts(config_map_name: str, volume_items: list[dict[str, str]]
 
 def serving_deployment(deployment: LLMDeployment, plan: Plan, metadata: dict[str, Any],
                        config_map_name: str, volume_items: list[dict[str, str]], serving_replicas: int,
-                       settings: RenderSettings) -> dict[str, Any]:
+                       settings: RenderSettings, release: ReleaseRecord) -> dict[str, Any]:
     gpus = pod.gpus_per_replica(plan)
     image = serving_image(deployment.spec)
     volumes, server_mounts, init_mounts = _volumes_and_mounts(config_map_name, volume_items, plan, settings)
@@ -161,9 +158,9 @@ def serving_deployment(deployment: LLMDeployment, plan: Plan, metadata: dict[str
     }
     assembly = {
         "name": "model-repository",
-        "image": image,
+        "image": settings.model_code_image,
         **_model_repository_assembly(list(dict.fromkeys(item["path"].split("/")[0] for item in volume_items)),
-                                     model_code_files(deployment.spec.engine.runtime.value)),
+                                     model_code_files(release)),
         "volumeMounts": init_mounts,
         "securityContext": pod.container_security_context(),
     }

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmfleet import __version__
+
 
 class RenderError(ValueError):
     """The deployment cannot be rendered as asked; the message says what to change."""
@@ -24,8 +26,10 @@ class RenderSettings:
     engine_cache_storage_class: str | None = None
     engine_cache_size: str = "500Gi"
     image_pull_secrets: tuple[str, ...] = ()
-    # Where the engine image keeps TensorRT-LLM's quantize.py (to verify per image release).
-    quantize_script_path: str = "/app/tensorrt_llm/examples/quantization/quantize.py"
+    # The image the serving pods' init container copies the Triton model code from: the pinned
+    # releases' images do not ship it (no /app, catalog/releases/*.yaml), so the operator's image
+    # carries tensorrtllm_backend's all_models at each pinned tag (Containerfile).
+    model_code_image: str = f"llmfleet/operator:{__version__}"
     # Finished and failed build Jobs stay for the reconciler to read: no TTL; a small retry.
     engine_build_backoff_limit: int = 1
     termination_grace_period_seconds: int = 120
