@@ -5,6 +5,7 @@ serving pod (the real Triton, the image's LLM-API model with the emulated engine
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from conftest import wait_for
+from llmfleet_sandbox import hub
 
 pytestmark = pytest.mark.e2e
 NAMESPACE = "llmapi"
@@ -69,3 +71,43 @@ def test_the_service_streams_text_through_the_llmapi_model(sandbox, ready_deploy
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["requests"] >= 8 and summary["completed"] == summary["requests"]
     assert summary["output_tokens"] == 16 * summary["requests"]
+
+
+def test_a_checkpoint_on_a_claim_is_served_without_the_hub(sandbox, ready_deployment, tmp_path):
+    """pvc://<claim>/<path>: weights a team already has on a volume. The prepare Job copies them
+    into the engine cache (the sandbox hub is never asked) and the pod serves them."""
+    sandbox.apply([{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": "weights", "namespace": NAMESPACE},
+                    "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}}],
+                  namespace=NAMESPACE)
+
+    def bound():
+        claim = sandbox.kubectl_json("get", "pvc", "weights", "-n", NAMESPACE)
+        return claim if claim.get("status", {}).get("phase") == "Bound" else None
+    claim = wait_for(bound, 30, "the weights claim to be Bound")
+    volume = sandbox.kubectl_json("get", "pv", claim["spec"]["volumeName"])
+    on_host = sandbox.state_dir / "hostpath" / volume["spec"]["hostPath"]["path"].lstrip("/")
+    hub.download("meta-llama/Llama-3.1-8B-Instruct", on_host / "llama-8b")
+
+    local = copy.deepcopy(MANIFEST)
+    local["metadata"]["name"] = "local"
+    local["spec"]["model"]["source"] = "pvc://weights/llama-8b"
+    del local["spec"]["slo"]["quality"]  # only the source's own format: BF16
+    sandbox.apply([local], namespace=NAMESPACE)
+
+    def ready():
+        status = sandbox.kubectl_json("get", "llmdeployment", "local", "-n", NAMESPACE).get("status") or {}
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or [])
+    wait_for(ready, 180, "local Ready")
+    status = sandbox.kubectl_json("get", "llmdeployment", "local", "-n", NAMESPACE)["status"]
+    assert status["plan"]["quantization"] == "BF16"
+    (job,) = sandbox.kubectl_json("get", "jobs", "-n", NAMESPACE, "-l", "llmfleet.io/deployment=local")["items"]
+    env = {item["name"]: item["value"] for item in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["MODEL_SOURCE_DIR"] == "/model-source/llama-8b" and "CHECKPOINT_REPO_ID" not in env
+    service = sandbox.kubectl_json("get", "service", "local", "-n", NAMESPACE)
+    result = subprocess.run(
+        [sys.executable, "-m", "llmfleet", "load", "--target", f"{service['spec']['clusterIP']}:8001",
+         "--output-dir", str(tmp_path), "--quiet", "--schedule", "constant:2", "--duration-s", "3",
+         "--input-tokens", "fixed:64", "--output-tokens", "fixed:8"],
+        env=sandbox.env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr + result.stdout

@@ -230,7 +230,7 @@ def test_inline_mixture_of_experts_architecture():
     manifest = valid_manifest()
     manifest["spec"]["model"] = {
         "architecture": _architecture(numExperts=8, expertsPerToken=2),
-        "source": "s3://models/mixtral",
+        "source": "pvc://models/mixtral",
     }
     deployment = LLMDeployment.from_manifest(manifest)
     assert deployment.spec.model.name is None

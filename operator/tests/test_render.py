@@ -337,10 +337,10 @@ def test_bad_inputs_are_refused_with_a_reason():
     anonymous = LLMDeployment.from_manifest({**manifest(1), "metadata": {"name": "chat"}})
     with pytest.raises(RenderError, match="namespace, uid"):
         render(anonymous, chosen, "r", REAL, serving_replicas=0)
-    s3 = manifest(1)
-    s3["spec"]["model"]["source"] = "s3://bucket/llama"
-    with pytest.raises(RenderError, match="hf://"):
-        render(LLMDeployment.from_manifest(s3), chosen, "r", REAL, serving_replicas=0)
+    sourceless = manifest(1)
+    del sourceless["spec"]["model"]["source"]
+    with pytest.raises(RenderError, match=r"spec.model.source is required to serve: hf://<org>/<repo> .* or pvc://"):
+        render(LLMDeployment.from_manifest(sourceless), chosen, "r", REAL, serving_replicas=0)
 
 
 def test_render_is_a_pure_layer():

@@ -125,3 +125,22 @@ def test_pins_the_release_cannot_serve_are_refused(quantization, kv, words):
     chosen = plan(plan_request_from_spec(deployment.spec))
     assert not chosen.feasible
     assert any(words in line for line in chosen.rationale + tuple(r.reason for r in chosen.rejected))
+
+
+def test_a_checkpoint_on_a_claim_is_copied_into_the_cache_and_served_unquantised():
+    weights = manifest()
+    weights["spec"]["model"]["source"] = "pvc://weights/llama-8b"
+    deployment = LLMDeployment.from_manifest(weights)
+    chosen = plan(plan_request_from_spec(deployment.spec))
+    assert chosen.feasible and chosen.quantization == "BF16"
+    objects = {obj["kind"]: obj for obj in render(deployment, chosen, revision_hash(deployment.spec, chosen),
+                                                   RenderSettings(), serving_replicas=1)}
+    (container,) = objects["Job"]["spec"]["template"]["spec"]["containers"]
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert env["MODEL_SOURCE_DIR"] == "/model-source/llama-8b" and "CHECKPOINT_REPO_ID" not in env
+    assert 'cp -R "$MODEL_SOURCE_DIR/."' in container["command"][2] and "huggingface-cli" not in container["command"][2]
+    pinned = manifest(gpuType="H100-SXM-80GB", tensorParallelSize=1, quantization="FP8", kvCacheDtype="FP8", replicas=1)
+    pinned["spec"]["model"]["source"] = "pvc://weights/llama-8b"
+    refused = plan(plan_request_from_spec(LLMDeployment.from_manifest(pinned).spec))
+    assert any("only from a published checkpoint and there is none of pvc://weights/llama-8b" in reason
+               for reason in refused.rationale + tuple(r.reason for r in refused.rejected))

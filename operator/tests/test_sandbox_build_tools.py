@@ -400,3 +400,30 @@ def test_racing_builds_of_one_key_leave_the_first_complete_entry_untouched(image
             for path in entry.rglob("*") if path.is_file()} == published
     assert (entry / BUILD_COMPLETE_MARKER).is_file()
     assert sorted(path.name for path in cache.iterdir()) == [key]  # no work directory left
+
+
+def test_build_reads_weights_in_place_from_a_claim(image_bin, tmp_path):
+    """pvc://<claim>/<path>: the Job mounts the claim read-only and builds from it; the tokenizer
+    files come from the same directory; nothing is downloaded."""
+    deployment = LLMDeployment.from_manifest(deployment_manifest("pvc://weights/llama-3.1-70b"))
+    chosen = plan(plan_request_from_spec(deployment.spec))
+    objects = render(deployment, chosen, revision_hash(deployment.spec, chosen), RenderSettings(), serving_replicas=0)
+    (job,) = [obj for obj in objects if obj["kind"] == "Job"]
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert {"name": "model-source", "persistentVolumeClaim": {"claimName": "weights", "readOnly": True}} in pod["volumes"]
+    assert {"name": "model-source", "mountPath": "/model-source", "readOnly": True} in container["volumeMounts"]
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert env["MODEL_SOURCE_DIR"] == "/model-source/llama-3.1-70b" and "MODEL_REPO_ID" not in env
+
+    claim_dir = tmp_path / "claim" / "llama-3.1-70b"
+    hub.download("meta-llama/Llama-3.1-70B-Instruct", claim_dir)
+    job_env = {**build_job_env(container, image_bin, tmp_path / "engines", tmp_path), "MODEL_SOURCE_DIR": str(claim_dir)}
+    result = subprocess.run(["bash", "-c", container["command"][2]], env=job_env, cwd=READ_ONLY_WORKING_DIR,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "downloaded" not in result.stderr  # the hub stand-in was never asked
+    entry = tmp_path / "engines" / env["ENGINE_CACHE_KEY"]
+    assert (entry / BUILD_COMPLETE_MARKER).is_file() and (entry / ENGINE_SUBDIR / "config.json").is_file()
+    assert sorted(path.name for path in (entry / TOKENIZER_SUBDIR).iterdir()) == ["config.json", "tokenizer_config.json"]
+    assert (claim_dir / "model.safetensors").is_file()  # read in place, left as it was

@@ -46,6 +46,7 @@ from llmfleet.api.spec import (
     TensorParallelSize,
     WorkloadSpec,
     hub_repo_id,
+    volume_source,
 )
 from llmfleet.api.status import (
     MAX_CONDITIONS,
@@ -120,6 +121,7 @@ __all__ = [
     "VERSION",
     "WorkloadSpec",
     "hub_repo_id",
+    "volume_source",
     "find_condition",
     "set_condition",
 ]

@@ -4,6 +4,7 @@ Lengths are in tokens, latencies in milliseconds, rates per second. The planner 
 into a plan (GPU type, tensor parallelism, quantisation, KV dtype, replicas).
 """
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -13,6 +14,7 @@ from llmfleet.api.base import (
     MAX_URI_LENGTH,
     SECRET_KEY_PATTERN,
     URI_PATTERN,
+    URI_WITH_CREDENTIALS_PATTERN,
     ApiModel,
     CelRule,
     defaulted_model_field,
@@ -32,11 +34,28 @@ TensorParallelSize = Literal[TENSOR_PARALLEL_SIZES]  # type: ignore[valid-type]
 
 
 HUGGING_FACE_SCHEME = "hf://"
+VOLUME_SCHEME = "pvc://"
+# Where weights can come from: a Hugging Face hub repo, or a directory on a PersistentVolumeClaim
+# of the deployment's namespace.
+WEIGHTS_SOURCE_PATTERN = (r"^(hf://[A-Za-z0-9][-A-Za-z0-9_.]*/[-A-Za-z0-9_.]+"
+                          r"|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+)$")
+WEIGHTS_SOURCE_MESSAGE = (
+    "spec.model.source must be hf://<org>/<repo> (a Hugging Face hub repo) or pvc://<claim>/<path> "
+    "(a checkpoint directory on a PersistentVolumeClaim in the namespace)"
+)
 
 
 def hub_repo_id(uri: str | None) -> str | None:
     """The Hugging Face hub repo id of an hf://<org>/<repo> URI; None for any other URI or none."""
     return uri.removeprefix(HUGGING_FACE_SCHEME) if uri and uri.startswith(HUGGING_FACE_SCHEME) else None
+
+
+def volume_source(uri: str | None) -> tuple[str, str] | None:
+    """(claim, path in it) of a pvc://<claim>/<path> URI; None for any other URI or none."""
+    if not uri or not uri.startswith(VOLUME_SCHEME):
+        return None
+    claim, _, path = uri.removeprefix(VOLUME_SCHEME).partition("/")
+    return claim, path.strip("/")
 
 
 # Keys people reach for when they paste a hub token into a spec. They are declared in the
@@ -137,9 +156,10 @@ class ModelSpec(ApiModel):
         default=None,
         max_length=MAX_URI_LENGTH,
         pattern=URI_PATTERN,
-        description="URI of the weights (e.g. hf://meta-llama/Llama-3.1-8B-Instruct, "
-        "s3://bucket/path). Defaults to the catalog's source for a catalog model. Never embed "
-        "credentials: use secretRef.",
+        description="Where the weights come from: hf://<org>/<repo> (the Hugging Face hub, e.g. "
+        "hf://meta-llama/Llama-3.1-8B-Instruct) or pvc://<claim>/<path> (a Hugging Face "
+        "checkpoint directory on a PersistentVolumeClaim in the namespace). Required to serve. "
+        "Never embed credentials: use secretRef.",
     )
     tokenizer: str | None = Field(
         default=None,
@@ -176,6 +196,15 @@ class ModelSpec(ApiModel):
             holds=None,  # _reject_inline_credentials: the model has no such fields
         ),
         no_uri_credentials_rule("source", "source", "spec.model.source"),
+        # A URI with credentials gets only the rule above, which says what to do instead.
+        CelRule(
+            rule=f"!has(self.source) || self.source.matches('{URI_WITH_CREDENTIALS_PATTERN}') || "
+            f"self.source.matches('{WEIGHTS_SOURCE_PATTERN}')",
+            message=WEIGHTS_SOURCE_MESSAGE,
+            holds=lambda m: m.source is None or re.match(URI_WITH_CREDENTIALS_PATTERN, m.source) is not None
+            or re.match(WEIGHTS_SOURCE_PATTERN, m.source) is not None,
+            field_path=".source",
+        ),
     )
 
     @model_validator(mode="before")

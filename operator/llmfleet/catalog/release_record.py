@@ -100,12 +100,14 @@ class ReleaseSupport:
     missing_checkpoints: tuple[str, ...] = ()
     checkpoint_source: str = ""
 
-    def for_checkpoints(self, record: "ReleaseRecord", source_repo: str | None) -> "ReleaseSupport":
-        """This support narrowed to the formats `source_repo` can be served in (LLM-API runtime)."""
+    def for_checkpoints(self, record: "ReleaseRecord", source_repo: str | None, source: str | None) -> "ReleaseSupport":
+        """This support narrowed to the formats the weights can be served in (LLM-API runtime):
+        `source_repo` is the hub repo of `source`, None for a source elsewhere (no published
+        checkpoints there)."""
         missing = tuple(quantization for quantization in self.quantizations
                         if source_repo is None and quantization not in UNQUANTIZED
                         or source_repo is not None and record.checkpoint_repo(source_repo, quantization) is None)
-        return replace(self, missing_checkpoints=missing, checkpoint_source=source_repo or "a model without a source")
+        return replace(self, missing_checkpoints=missing, checkpoint_source=source_repo or source or "no source")
 
     def problem(self, gpu_type: str, quantization: str, kv_cache_dtype: str, release: str) -> str | None:
         if gpu_type not in self.gpu_types:

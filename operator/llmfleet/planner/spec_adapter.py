@@ -142,7 +142,7 @@ def _search_space_from_spec(spec: LLMDeploymentSpec, catalog: Catalog) -> Search
         max_batch_size=spec.engine.max_batch_size,
         max_num_tokens=spec.engine.max_num_tokens,
         release=release.release,
-        release_support=(release.support.for_checkpoints(release, hub_repo_id(spec.model.source))
+        release_support=(release.support.for_checkpoints(release, hub_repo_id(spec.model.source), spec.model.source)
                          if release.runtime == Runtime.LLMAPI.value else release.support),
     )
 

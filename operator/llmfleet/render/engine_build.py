@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmfleet.api import LLMDeployment, Runtime, hub_repo_id
-from llmfleet.api.spec import HUGGING_FACE_SCHEME
+from llmfleet.api import LLMDeployment, Runtime, hub_repo_id, volume_source
+from llmfleet.api.spec import HUGGING_FACE_SCHEME, WEIGHTS_SOURCE_MESSAGE
 from llmfleet.catalog import load_catalog
 from llmfleet.catalog.release_record import ReleaseRecord, UpstreamFile
 from llmfleet.planner.types import Plan
@@ -63,13 +63,24 @@ else
   exit 1
 fi
 """
-# The engine runtime: weights and tokenizer, quantize.py, trtllm-build. The timing cache goes
-# to the work directory because the working directory is read-only; the Llama repos'
-# `original/` (Meta-format weights) is not needed for a Hugging Face checkpoint.
-ENGINE_BUILD = f"""huggingface-cli download "$MODEL_REPO_ID" --exclude 'original/*' --local-dir "$work/weights"
-huggingface-cli download "$TOKENIZER_REPO_ID" --include '*.json' 'tokenizer.model' \\
+# How the weights arrive in "$weights", by source: downloaded from the hub (the Llama repos'
+# `original/`, Meta-format weights, is not needed for a Hugging Face checkpoint), or read in
+# place from the mounted claim.
+HUB_WEIGHTS = """huggingface-cli download "$MODEL_REPO_ID" --exclude 'original/*' --local-dir "$work/weights"
+weights="$work/weights"
+"""
+VOLUME_WEIGHTS = """weights="$MODEL_SOURCE_DIR"
+"""
+HUB_TOKENIZER = f"""huggingface-cli download "$TOKENIZER_REPO_ID" --include '*.json' 'tokenizer.model' \\
   --exclude '*.index.json' --local-dir "$work/{layout.TOKENIZER_SUBDIR}"
-python3 "$QUANTIZE_SCRIPT" --model_dir "$work/weights" --dtype "$DTYPE" --qformat "$QFORMAT" \\
+"""
+VOLUME_TOKENIZER = f"""mkdir -p "$work/{layout.TOKENIZER_SUBDIR}"
+find "$MODEL_SOURCE_DIR" -maxdepth 1 -type f \\( -name '*.json' ! -name '*.index.json' -o -name tokenizer.model \\) \\
+  -exec cp {{}} "$work/{layout.TOKENIZER_SUBDIR}/" \\;
+"""
+# The engine runtime: quantize.py and trtllm-build. The timing cache goes to the work directory
+# because the working directory is read-only.
+ENGINE_BUILD = f"""python3 "$QUANTIZE_SCRIPT" --model_dir "$weights" --dtype "$DTYPE" --qformat "$QFORMAT" \\
   ${{KV_CACHE_DTYPE:+--kv_cache_dtype "$KV_CACHE_DTYPE"}} \\
   --tp_size "$TP_SIZE" --pp_size "$PP_SIZE" --output_dir "$work/checkpoint"
 trtllm-build --checkpoint_dir "$work/checkpoint" --output_dir "$work/{layout.ENGINE_SUBDIR}" \\
@@ -78,31 +89,40 @@ trtllm-build --checkpoint_dir "$work/checkpoint" --output_dir "$work/{layout.ENG
   --gemm_plugin auto --output_timing_cache "$work/timing.cache"
 rm -rf "$work/weights" "$work/checkpoint" "$work/timing.cache"
 """
-# The LLM-API runtime: the checkpoint as published, loaded as is by the PyTorch backend.
-CHECKPOINT_FETCH = f"""huggingface-cli download "$CHECKPOINT_REPO_ID" --exclude 'original/*' \\
+# The LLM-API runtime: the checkpoint as published (or as on the claim), loaded as is by the
+# PyTorch backend.
+HUB_CHECKPOINT = f"""huggingface-cli download "$CHECKPOINT_REPO_ID" --exclude 'original/*' \\
   --local-dir "$work/{layout.CHECKPOINT_SUBDIR}"
 """
-BUILD_SCRIPT = PUBLISH_SCRIPT.format(marker=layout.BUILD_COMPLETE_MARKER, produce=ENGINE_BUILD)
-PREPARE_SCRIPT = PUBLISH_SCRIPT.format(marker=layout.BUILD_COMPLETE_MARKER, produce=CHECKPOINT_FETCH)
+VOLUME_CHECKPOINT = f"""mkdir -p "$work/{layout.CHECKPOINT_SUBDIR}"
+cp -R "$MODEL_SOURCE_DIR/." "$work/{layout.CHECKPOINT_SUBDIR}/"
+"""
+MODEL_SOURCE_VOLUME = "model-source"
+MODEL_SOURCE_PATH = "/model-source"
+
+
+def publish_script(produce: str) -> str:
+    return PUBLISH_SCRIPT.format(marker=layout.BUILD_COMPLETE_MARKER, produce=produce)
+
 
 
 def _hub_repo_id(uri: str, field: str) -> str:
     repo_id = hub_repo_id(uri)
     if repo_id is None:
-        raise RenderError(f"{field} {uri!r}: the engine build downloads from the Hugging Face hub "
-                          f"only; use an {HUGGING_FACE_SCHEME}<org>/<repo> URI")
+        raise RenderError(f"{field} {uri!r}: the tokenizer is downloaded from the Hugging Face hub; use an "
+                          f"{HUGGING_FACE_SCHEME}<org>/<repo> URI or a bare hub id")
     return repo_id
 
 
 def _weights_repo_id(deployment: LLMDeployment) -> str:
     source = deployment.spec.model.source
     if source is None:
-        raise RenderError("spec.model.source is required to build an engine: set it to the "
-                          "weights' hf://<org>/<repo> URI")
+        raise RenderError(f"spec.model.source is required to serve: {WEIGHTS_SOURCE_MESSAGE.split(' must be ')[1]}")
     return _hub_repo_id(source, "spec.model.source")
 
 
-def _tokenizer_repo_id(deployment: LLMDeployment, weights_repo_id: str) -> str:
+def _tokenizer_repo_id(deployment: LLMDeployment, weights_repo_id: str | None) -> str | None:
+    """The hub repo of the tokenizer; None: it is read from the weights on the claim."""
     tokenizer = deployment.spec.model.tokenizer
     if tokenizer is None:
         return weights_repo_id
@@ -139,15 +159,24 @@ def _upstream_code(release: ReleaseRecord, settings: RenderSettings) -> dict[str
     }
 
 
+def _source_env(deployment: LLMDeployment) -> dict[str, str]:
+    """Where the weights are for the script: the claim's directory, when the source is one."""
+    claim = volume_source(deployment.spec.model.source)
+    return {} if claim is None else {"MODEL_SOURCE_DIR": f"{MODEL_SOURCE_PATH}/{claim[1]}"}
+
+
 def _build_container(deployment: LLMDeployment, plan: Plan, key: str) -> dict[str, Any]:
     catalog = load_catalog()
     spec = deployment.spec
-    weights = _weights_repo_id(deployment)
+    on_volume = volume_source(spec.model.source) is not None
+    weights = None if on_volume else _weights_repo_id(deployment)
+    tokenizer = _tokenizer_repo_id(deployment, weights)
     env = {
         "ENGINE_CACHE_DIR": layout.ENGINE_CACHE_PATH,
         "ENGINE_CACHE_KEY": key,
-        "MODEL_REPO_ID": weights,
-        "TOKENIZER_REPO_ID": _tokenizer_repo_id(deployment, weights),
+        **({} if weights is None else {"MODEL_REPO_ID": weights}),
+        **_source_env(deployment),
+        **({} if tokenizer is None else {"TOKENIZER_REPO_ID": tokenizer}),
         "QUANTIZE_SCRIPT": f"{UPSTREAM_CODE_PATH}/{QUANTIZE_SCRIPT.rsplit('/', 1)[1]}",
         # Unquantised parts keep the precision the plan names (FP16 only when asked for).
         "DTYPE": "float16" if plan.quantization == "FP16" else "bfloat16",
@@ -161,17 +190,31 @@ def _build_container(deployment: LLMDeployment, plan: Plan, key: str) -> dict[st
         "MAX_NUM_TOKENS": str(spec.engine.max_num_tokens),
         **_token_env(deployment),
     }
-    return {"command": ["/bin/bash", "-c", BUILD_SCRIPT], "env": pod.writable_home_env() + _env(env)}
+    script = publish_script((VOLUME_WEIGHTS if on_volume else HUB_WEIGHTS)
+                            + (VOLUME_TOKENIZER if tokenizer is None else HUB_TOKENIZER) + ENGINE_BUILD)
+    return {"command": ["/bin/bash", "-c", script], "env": pod.writable_home_env() + _env(env)}
 
 
 def _prepare_container(deployment: LLMDeployment, plan: Plan, key: str, release: ReleaseRecord) -> dict[str, Any]:
+    on_volume = volume_source(deployment.spec.model.source) is not None
     env = {
         "ENGINE_CACHE_DIR": layout.ENGINE_CACHE_PATH,
         "ENGINE_CACHE_KEY": key,
-        "CHECKPOINT_REPO_ID": llmapi.checkpoint_repo_id(deployment.spec, plan, release),
+        **({} if on_volume else {"CHECKPOINT_REPO_ID": llmapi.checkpoint_repo_id(deployment.spec, plan, release)}),
+        **_source_env(deployment),
         **_token_env(deployment),
     }
-    return {"command": ["/bin/bash", "-c", PREPARE_SCRIPT], "env": pod.writable_home_env() + _env(env)}
+    script = publish_script(VOLUME_CHECKPOINT if on_volume else HUB_CHECKPOINT)
+    return {"command": ["/bin/bash", "-c", script], "env": pod.writable_home_env() + _env(env)}
+
+
+def _source_volume(deployment: LLMDeployment) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, mounts) for a pvc:// weights source, read-only; none for other sources."""
+    claim = volume_source(deployment.spec.model.source)
+    if claim is None:
+        return [], []
+    return ([{"name": MODEL_SOURCE_VOLUME, "persistentVolumeClaim": {"claimName": claim[0], "readOnly": True}}],
+            [{"name": MODEL_SOURCE_VOLUME, "mountPath": MODEL_SOURCE_PATH, "readOnly": True}])
 
 
 def _token_volume(deployment: LLMDeployment) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -194,6 +237,7 @@ def engine_build_job(deployment: LLMDeployment, plan: Plan, key: str, metadata: 
     builds = release.runtime == Runtime.ENGINE.value
     gpus = pod.gpus_per_replica(plan) if builds else 0
     token_volumes, token_mounts = _token_volume(deployment)
+    source_volumes, source_mounts = _source_volume(deployment)
     requests = ({"cpu": str(CPU_PER_GPU * gpus), "memory": f"{MEMORY_PER_GPU_GIB * gpus}Gi",
                  pod.GPU_RESOURCE: str(gpus)} if builds else
                 {"cpu": str(PREPARE_CPU), "memory": f"{PREPARE_MEMORY_GIB}Gi"})
@@ -202,7 +246,7 @@ def engine_build_job(deployment: LLMDeployment, plan: Plan, key: str, metadata: 
         "image": serving_image(deployment.spec),
         **(_build_container(deployment, plan, key) if builds else _prepare_container(deployment, plan, key, release)),
         "resources": {"requests": requests, **({"limits": {pod.GPU_RESOURCE: str(gpus)}} if builds else {})},
-        "volumeMounts": [pod.engine_cache_mount(read_only=False), pod.tmp_mount(), *token_mounts,
+        "volumeMounts": [pod.engine_cache_mount(read_only=False), pod.tmp_mount(), *token_mounts, *source_mounts,
                          *([{"name": UPSTREAM_CODE_VOLUME, "mountPath": UPSTREAM_CODE_PATH, "readOnly": True}]
                            if builds else [])],
         "securityContext": pod.container_security_context(),
@@ -223,7 +267,8 @@ def engine_build_job(deployment: LLMDeployment, plan: Plan, key: str, metadata: 
                     **({"initContainers": [_upstream_code(release, settings)]} if builds else {}),
                     "containers": [job_container],
                     "volumes": [pod.engine_cache_volume(settings, read_only=False), pod.tmp_volume(),
-                                *token_volumes, *([{"name": UPSTREAM_CODE_VOLUME, "emptyDir": {}}] if builds else [])],
+                                *token_volumes, *source_volumes,
+                                *([{"name": UPSTREAM_CODE_VOLUME, "emptyDir": {}}] if builds else [])],
                 },
             },
         },

@@ -48,8 +48,7 @@ def checkpoint_repo_id(spec: LLMDeploymentSpec, plan: Plan, release: ReleaseReco
     """The hub repo the prepare Job downloads for this plan."""
     source = hub_repo_id(spec.model.source)
     if source is None:
-        raise RenderError("spec.model.source must be the weights' hf://<org>/<repo> URI for the llmapi "
-                          "runtime, which downloads the checkpoint from the Hugging Face hub")
+        raise RenderError("spec.model.source is required to serve: hf://<org>/<repo> or pvc://<claim>/<path>")
     repo = release.checkpoint_repo(source, plan.quantization)
     if repo is None:
         raise RenderError(f"{release.release} has no published {plan.quantization} checkpoint of {source}; "
