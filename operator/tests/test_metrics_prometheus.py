@@ -8,18 +8,21 @@ sandbox (or real cluster) Prometheus attaches.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import threading
 import time
+from dataclasses import asdict
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from llmfleet.catalog.release_record import RUNTIME_RELEASES, load_release_record
+from llmfleet.catalog.release_record import RUNTIME_RELEASES, check_metric, load_release_record
 from llmfleet.metrics import PrometheusMetrics
+from llmfleet.metrics.prometheus import deployment_queries
 from llmfleet.render.identity import DEPLOYMENT_LABEL, REVISION_LABEL, fit_name
 from llmfleet_sandbox import prometheus as sandbox_prometheus
 from llmfleet_sandbox.config import Ports, SandboxConfig
@@ -289,3 +292,32 @@ def test_a_stopped_prometheus_is_an_error(prometheus, metrics):
     snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now())
     assert snapshot.error is not None
     assert snapshot.ttft_p99_ms is None and snapshot.waiting_requests is None
+
+
+def _queried_series(query: str) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
+    """(metric, fixed label values other than the selector's) of every series a PromQL query reads."""
+    series = set()
+    for name, matchers in re.findall(r"(nv_[a-z_]+)\{([^}]*)\}", query):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', matchers))
+        fixed = tuple(sorted((label, value) for label, value in labels.items()
+                             if label in ("request_type", "kv_cache_block_type")))
+        series.add((re.sub(r"_(bucket|count|sum)$", "", name), fixed))
+    return series
+
+
+@pytest.mark.parametrize("release, absent", [
+    # 24.12's backend has no waiting count: the adapter reads it as unknown, the policy falls back.
+    ("engine-24.12", {("nv_trt_llm_request_metrics", (("request_type", "waiting"),))}),
+    # The LLM-API model exports none of the engine's gauges: the queue is unobservable there.
+    ("llmapi-25.05", {("nv_trt_llm_request_metrics", (("request_type", "waiting"),)),
+                      ("nv_trt_llm_request_metrics", (("request_type", "active"),)),
+                      ("nv_trt_llm_request_metrics", (("request_type", "max"),)),
+                      ("nv_trt_llm_kv_cache_block_metrics", (("kv_cache_block_type", "used"),)),
+                      ("nv_trt_llm_kv_cache_block_metrics", (("kv_cache_block_type", "max"),))}),
+])
+def test_every_series_the_autoscaler_reads_is_exported_by_the_release_or_known_absent(release, absent):
+    record = load_release_record(release)
+    queries = asdict(deployment_queries("ns", "chat", 30))
+    series = set().union(*map(_queried_series, queries.values()))
+    missing = {(name, fixed) for name, fixed in series if check_metric(record, name, dict(fixed))}
+    assert missing == absent
