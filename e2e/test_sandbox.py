@@ -89,9 +89,13 @@ def triton_deployment_ready(sandbox):
     sandbox.kubectl("delete", "deployment", DEPLOYMENT, "--ignore-not-found", "--wait=true")
 
 
-def test_nodes_are_ready_gpu_nodes(sandbox):
-    nodes = sandbox.kubectl_json("get", "nodes")["items"]
-    assert len(nodes) == 2
+def test_nodes_are_ready_gpu_nodes_and_one_cpu_node(sandbox):
+    all_nodes = sandbox.kubectl_json("get", "nodes")["items"]
+    nodes = [node for node in all_nodes if node["metadata"]["name"].startswith("gpu-node-")]
+    (cpu_node,) = [node for node in all_nodes if node["metadata"]["name"] == "cpu-node-1"]
+    assert len(nodes) == 2 and len(all_nodes) == 3
+    assert not cpu_node["spec"].get("taints") and "nvidia.com/gpu" not in cpu_node["status"]["capacity"]
+    assert "nvidia.com/gpu.product" not in cpu_node["metadata"]["labels"]
     for node in nodes:
         assert node["status"]["capacity"]["nvidia.com/gpu"] == str(GPUS_PER_NODE)
         labels = node["metadata"]["labels"]

@@ -137,8 +137,12 @@ class NodeAgent:
 
     # -- nodes ----------------------------------------------------------------------------
 
+    def _is_gpu_node(self, node_name: str) -> bool:
+        return node_name in self.config.gpu_node_names()
+
     def node_manifest(self, node_name: str) -> dict:
-        gpu = gpus.gfd_labels(self.config.gpu_type, self.config.gpus_per_node)
+        gpu_node = self._is_gpu_node(node_name)
+        gpu = gpus.gfd_labels(self.config.gpu_type, self.config.gpus_per_node) if gpu_node else {}
         return {
             "apiVersion": "v1",
             "kind": "Node",
@@ -154,13 +158,14 @@ class NodeAgent:
             },
             "spec": {"podCIDR": str(self.node_pod_cidr(node_name)),
                      "podCIDRs": [str(self.node_pod_cidr(node_name))],
-                     "taints": [GPU_TAINT]},
+                     "taints": [GPU_TAINT] if gpu_node else []},
         }
 
-    def node_status(self) -> dict:
+    def node_status(self, node_name: str) -> dict:
         now = rfc3339()
-        capacity = {"cpu": NODE_CPU, "memory": NODE_MEMORY, "pods": NODE_MAX_PODS,
-                    "ephemeral-storage": "1Ti", "nvidia.com/gpu": str(self.config.gpus_per_node)}
+        capacity = {"cpu": NODE_CPU, "memory": NODE_MEMORY, "pods": NODE_MAX_PODS, "ephemeral-storage": "1Ti"}
+        if self._is_gpu_node(node_name):
+            capacity["nvidia.com/gpu"] = str(self.config.gpus_per_node)
         healthy = [("MemoryPressure", "False", "KubeletHasSufficientMemory"),
                    ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
                    ("PIDPressure", "False", "KubeletHasSufficientPID"),
@@ -192,9 +197,9 @@ class NodeAgent:
                 if error.status != 409:
                     raise
                 self.core.patch_node(node_name, manifest)
-            self.core.patch_node_status(node_name, self.node_status())
-            self.log(f"registered node {node_name} with {self.config.gpus_per_node} x "
-                     f"{self.config.gpu_type}")
+            self.core.patch_node_status(node_name, self.node_status(node_name))
+            self.log(f"registered node {node_name}" + (f" with {self.config.gpus_per_node} x {self.config.gpu_type}"
+                                                        if self._is_gpu_node(node_name) else " (no GPU)"))
 
     def renew_leases(self) -> None:
         for node_name in self.nodes:
@@ -223,7 +228,7 @@ class NodeAgent:
                 self.renew_leases()
                 if time.monotonic() - last_status >= NODE_STATUS_SECONDS:
                     for node_name in self.nodes:
-                        self.core.patch_node_status(node_name, self.node_status())
+                        self.core.patch_node_status(node_name, self.node_status(node_name))
                     last_status = time.monotonic()
             except Exception as error:  # noqa: BLE001 - keep beating through apiserver blips
                 self.log(f"heartbeat failed: {error!r}")

@@ -42,6 +42,9 @@ class Ports:
     pod_discovery: int = 19091
 
 
+CPU_NODE = "cpu-node-1"
+
+
 @dataclass(frozen=True)
 class SandboxConfig:
     state_dir: Path = field(default_factory=default_state_dir)
@@ -91,8 +94,13 @@ class SandboxConfig:
     def pod_discovery_url(self) -> str:
         return f"http://127.0.0.1:{self.ports.pod_discovery}/targets"
 
-    def node_names(self) -> list[str]:
+    def gpu_node_names(self) -> list[str]:
         return [f"gpu-node-{index}" for index in range(1, self.node_count + 1)]
+
+    def node_names(self) -> list[str]:
+        """The GPU nodes and one CPU node: as in a real cluster, work that needs no GPU (the
+        operator, checkpoint downloads) does not tolerate the GPU nodes' taint."""
+        return [*self.gpu_node_names(), CPU_NODE]
 
     def to_dict(self) -> dict:
         data = asdict(self)

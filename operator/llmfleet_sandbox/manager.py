@@ -108,7 +108,7 @@ def up(config: SandboxConfig) -> SandboxConfig:
         stop_everything(config, quiet=True)
         raise
     progress(f"up in {time.monotonic() - started:.1f} s: {config.node_count} nodes x "
-             f"{config.gpus_per_node} {config.gpu_type}")
+             f"{config.gpus_per_node} {config.gpu_type}, and a CPU node")
     return config
 
 
@@ -193,7 +193,7 @@ def _wait_for_nodes(config: SandboxConfig, bin_dir: Path, timeout_seconds: float
              "-o", "jsonpath={range .items[*]}{.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}"],
             capture_output=True, text=True)
         statuses = result.stdout.split()
-        if result.returncode == 0 and len(statuses) == config.node_count and set(statuses) == {"True"}:
+        if result.returncode == 0 and len(statuses) == len(config.node_names()) and set(statuses) == {"True"}:
             return
         time.sleep(0.3)
     raise SandboxError(f"nodes not Ready after {timeout_seconds:.0f} s; see {config.logs_dir}/node-agent.log")
@@ -283,13 +283,9 @@ and serves the LLMDeployment `chat` (Llama 3.1 70B on H100, emulated). Next:
 
 def operator_chart_values(config: SandboxConfig) -> list[str]:
     """The chart values this sandbox needs, as helm flags."""
-    from llmfleet_sandbox.agent import GPU_TAINT
-
-    # Pods reach the sandbox's Prometheus at the host's address (the bridge gateway). Every
-    # sandbox node is a tainted GPU node; a real cluster runs the operator on a CPU node.
-    toleration = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": GPU_TAINT["effect"]}
-    return ["--set", f"prometheus.url={config.prometheus_url}",
-            "--set-json", f"tolerations={json.dumps([toleration])}"]
+    # Pods reach the sandbox's Prometheus at the host's address (the bridge gateway). The
+    # operator needs no GPU: it runs on the CPU node, as on a real cluster, with no toleration.
+    return ["--set", f"prometheus.url={config.prometheus_url}"]
 
 
 def helm_environment(config: SandboxConfig) -> dict[str, str]:
