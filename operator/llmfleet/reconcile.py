@@ -81,19 +81,19 @@ def build_state(children: list[dict], revision: str) -> BuildState:
     job = next((c for c in children if c["kind"] == "Job"
                 and _labels(c).get(REVISION_LABEL) == revision), None)
     if job is None:
-        return BuildState(False, False, "BuildPending", "the engine build Job is being created")
+        return BuildState(False, False, "BuildPending", "the Job filling the engine cache is being created")
     status = job.get("status") or {}
     for condition in status.get("conditions") or []:
         if condition.get("status") != "True":
             continue
         if condition["type"] in ("Complete", "SuccessCriteriaMet"):
-            return BuildState(True, False, "EngineReady", f"engine built by Job {job['metadata']['name']}")
+            return BuildState(True, False, "EngineReady", f"engine cache entry ready (Job {job['metadata']['name']})")
         if condition["type"] in ("Failed", "FailureTarget"):
             reason = condition.get("reason") or "BackoffLimitExceeded"
             return BuildState(False, True, "BuildFailed",
-                              f"engine build Job {job['metadata']['name']} failed ({reason}): "
+                              f"Job {job['metadata']['name']} failed ({reason}): "
                               f"{condition.get('message') or 'see the Job pod logs'}")
-    return BuildState(False, False, "Building", f"engine build Job {job['metadata']['name']} is running")
+    return BuildState(False, False, "Building", f"Job {job['metadata']['name']} is filling the engine cache")
 
 
 def _serving_deployments(children: list[dict]) -> dict[str, dict]:

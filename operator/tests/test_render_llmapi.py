@@ -80,6 +80,7 @@ def test_prepare_job_fetches_the_published_checkpoint_without_a_gpu():
     assert "nvidia.com/gpu" not in container["resources"]["requests"] and "affinity" not in pod
     assert "trtllm-build" not in container["command"][2] and "huggingface-cli download" in container["command"][2]
     assert container["image"] == RECORD.image
+    assert objects["Job"]["metadata"]["name"].endswith("-prepare")
 
 
 def test_serving_pod_copies_the_llmapi_model_code_and_runs_the_rank_group():

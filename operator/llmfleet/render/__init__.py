@@ -30,8 +30,9 @@ MODEL_REPOSITORY_COMPONENT = "model-repository"
 SERVICE_COMPONENT = "service"
 
 
-def engine_build_job_name(name: str, revision: str) -> str:
-    return fit_name(name, revision, "engine-build")
+def engine_build_job_name(name: str, revision: str, runtime: str = Runtime.ENGINE.value) -> str:
+    """The Job filling the cache entry: it builds an engine, or (llmapi) prepares a checkpoint."""
+    return fit_name(name, revision, "engine-build" if runtime == Runtime.ENGINE.value else "prepare")
 
 
 def serving_deployment_name(name: str, revision: str) -> str:
@@ -66,7 +67,8 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
         "data": {config_map_key(path): content for path, content in files.items()},
     }
     job = engine_build.engine_build_job(
-        deployment, plan, key, child(engine_build_job_name(name, revision), engine_build.COMPONENT), settings,
+        deployment, plan, key, child(engine_build_job_name(name, revision, release.runtime), engine_build.COMPONENT),
+        settings,
         release)
     server = serving.serving_deployment(
         deployment, plan, child(serving_deployment_name(name, revision), serving.COMPONENT),
