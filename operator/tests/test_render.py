@@ -18,6 +18,7 @@ from llmfleet.planner import plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec
 from llmfleet.catalog.release_record import (
     check_build_command,
+    check_image_paths,
     check_model_code_paths,
     check_model_repository,
     check_mpirun_command,
@@ -246,6 +247,20 @@ def test_model_code_comes_from_the_operator_image_at_the_backend_tag():
     assert check_model_code_paths(RECORD, copied) == []
     # Nothing the serving or build containers run relies on a path the record says is absent.
     assert not any("/app/" in line for line in init["command"][2].splitlines())
+
+
+def test_no_triton_container_relies_on_a_path_the_image_lacks():
+    """Every absolute path a container of the pinned image names, in its command or environment,
+    that the record knows about must be recorded present (e.g. nothing under /app)."""
+    for tensor_parallel_size in (1, 2):
+        containers = [container for obj in rendered(tensor_parallel_size, REAL) if obj["kind"] in ("Job", "Deployment")
+                      for container in obj["spec"]["template"]["spec"]["containers"]]
+        assert {container["image"] for container in containers} == {RECORD.image}
+        texts = [" ".join(container["command"]) + " " + json.dumps(container.get("env", []))
+                 for container in containers]
+        paths = {path for text in texts for path in re.findall(r"(?<![\w$])/[\w./-]+", text)}
+        assert check_image_paths(RECORD, [path for path in paths if RECORD.image_path(path)]) == []
+        assert check_image_paths(RECORD, ["/app/scripts/launch_triton_server.py"])  # the check can fail
 
 
 def test_engine_build_commands_use_only_the_records_flags():

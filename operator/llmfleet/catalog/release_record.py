@@ -134,7 +134,6 @@ class ReleaseRecord:
     image_paths: tuple[ImagePath, ...]
     models: Mapping[str, ModelRecord]
     tritonserver_flags: frozenset[str]
-    launcher_flags: frozenset[str]
     mpirun_flags: frozenset[str]
     build_flags: frozenset[str]
     build_flags_complete: bool
@@ -217,7 +216,6 @@ def parse_record(raw: Mapping[str, Any]) -> ReleaseRecord:
                           for p in raw.get("image_paths") or ()),
         models={name: _model(name, model) for name, model in (raw.get("models") or {}).items()},
         tritonserver_flags=frozenset((raw.get("tritonserver") or {}).get("flags") or ()),
-        launcher_flags=frozenset((raw.get("launcher") or {}).get("flags") or ()),
         mpirun_flags=frozenset((raw.get("mpirun") or {}).get("flags") or ()),
         build_flags=frozenset(_flag_names([*(build.get("flags") or ()), *(build.get("plugin_flags") or ())])),
         build_flags_complete=bool(build.get("plugin_flags_established", True)),
@@ -522,12 +520,6 @@ def check_model_repository(record: ReleaseRecord, files: Mapping[str, str]) -> l
     return problems
 
 
-def check_image(record: ReleaseRecord, image: str) -> list[str]:
-    if image != record.image:
-        return [f"image {image!r} is not the pinned {record.image!r}"]
-    return []
-
-
 def check_image_paths(record: ReleaseRecord, paths: Iterable[str]) -> list[str]:
     problems = []
     for path in paths:
@@ -578,10 +570,6 @@ def check_quantize_command(record: ReleaseRecord, args: Iterable[str], *, qforma
 
 def check_tritonserver_command(record: ReleaseRecord, args: Iterable[str]) -> list[str]:
     return check_command_flags(record.tritonserver_flags, "tritonserver", args)
-
-
-def check_launcher_command(record: ReleaseRecord, args: Iterable[str]) -> list[str]:
-    return check_command_flags(record.launcher_flags, "launch_triton_server.py", args)
 
 
 def check_mpirun_command(record: ReleaseRecord, argv: list[str], tensorrt_llm_model: str) -> list[str]:
