@@ -152,6 +152,13 @@ def test_kv_sizing_allows_larger_steps_when_configured():
                max_scale_down_step=4).desired_replicas == 2
 
 
+def test_a_queue_growing_against_a_vanishing_served_rate_still_gives_a_bounded_step():
+    # Hypothesis found it: (served + growth) / served overflows to infinity.
+    result = run(fresh(ttft_p99_ms=None, waiting_requests=40.0, waiting_growth_per_second=1.0,
+                       requests_per_second=2.2250738585e-313), current=2)
+    assert result.desired_replicas == 2 + SPEC.max_scale_up_step
+
+
 def test_an_idle_fleet_scales_down_to_the_minimum():
     idle = fresh(ttft_p99_ms=None, requests_per_second=0.0, waiting_requests=0.0,
                  kv_cache_utilization=0.0)

@@ -18,6 +18,7 @@ from llmfleet.autoscale.state import AutoscalerState, Recommendation, in_force, 
 
 # Absorbs float error in replicas x factor, so that 10 x 1.1 is 11 replicas, not 12.
 _CEIL_SLACK = 1e-9
+_MAX_PROPOSED_REPLICAS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,9 @@ def _queue_growth_text(snapshot: MetricsSnapshot, queue_factor: float) -> str:
 
 def _scale_up(current: int, factor: float, why: str) -> _Proposal:
     """Replicas in proportion to the breach, and at least one more."""
-    return _Proposal(max(current + 1, math.ceil(current * factor - _CEIL_SLACK)), why)
+    # A near-zero served rate makes the queue factor explode (even to inf): bound the raw
+    # proposal; maxScaleUpStep and maxReplicas cut it down afterwards.
+    return _Proposal(max(current + 1, math.ceil(min(current * factor, _MAX_PROPOSED_REPLICAS) - _CEIL_SLACK)), why)
 
 
 def _scale_down(spec: AutoscalingSpec, snapshot: MetricsSnapshot, current: int,
