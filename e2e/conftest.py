@@ -73,6 +73,15 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.25):
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
 
+def wait_until_ready(sandbox: "Sandbox", name: str, namespace: str, timeout: float = 180) -> dict:
+    """Wait for an LLMDeployment's Ready condition; returns the object."""
+    def ready():
+        deployment = sandbox.kubectl_json("get", "llmdeployment", name, "-n", namespace)
+        conditions = (deployment.get("status") or {}).get("conditions") or []
+        return deployment if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) else None
+    return wait_for(ready, timeout, f"{namespace}/{name} Ready")
+
+
 def _environment(state_dir: Path) -> dict[str, str]:
     env = {**os.environ, "LLMFLEET_SANDBOX_DIR": str(state_dir)}
     exports = subprocess.run([*LLMFLEET, "sandbox", "env"], env=env, capture_output=True,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
+from conftest import wait_until_ready
 from llmfleet_sandbox.emulator.profile import engine_profile
 from llmfleet_sandbox.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
 
@@ -105,11 +105,7 @@ def sweep(engine: Engine, output_dir: Path, *flags: str) -> dict:
 def engine(sandbox, operator):
     sandbox.kubectl("create", "namespace", NAMESPACE)
     sandbox.apply([MANIFEST], namespace=NAMESPACE)
-
-    def ready():
-        status = sandbox.kubectl_json("get", "llmdeployment", NAME, "-n", NAMESPACE).get("status") or {}
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or [])
-    wait_for(ready, 180, f"{NAME} Ready")
+    wait_until_ready(sandbox, NAME, NAMESPACE)
     yield Engine(sandbox)
     sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import wait_for
+from conftest import wait_for, wait_until_ready
 from llmfleet_sandbox import hub
 
 pytestmark = pytest.mark.e2e
@@ -37,12 +37,7 @@ MANIFEST = {
 def ready_deployment(sandbox, operator):
     sandbox.kubectl("create", "namespace", NAMESPACE)
     sandbox.apply([MANIFEST], namespace=NAMESPACE)
-
-    def ready():
-        status = sandbox.kubectl_json("get", "llmdeployment", NAME, "-n", NAMESPACE).get("status") or {}
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or [])
-    wait_for(ready, 180, f"{NAME} Ready")
-    yield sandbox.kubectl_json("get", "llmdeployment", NAME, "-n", NAMESPACE)
+    yield wait_until_ready(sandbox, NAME, NAMESPACE)
     sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
 
 
@@ -94,12 +89,7 @@ def test_a_checkpoint_on_a_claim_is_served_without_the_hub(sandbox, ready_deploy
     local["spec"]["model"]["source"] = "pvc://weights/llama-8b"
     del local["spec"]["slo"]["quality"]  # only the source's own format: BF16
     sandbox.apply([local], namespace=NAMESPACE)
-
-    def ready():
-        status = sandbox.kubectl_json("get", "llmdeployment", "local", "-n", NAMESPACE).get("status") or {}
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or [])
-    wait_for(ready, 180, "local Ready")
-    status = sandbox.kubectl_json("get", "llmdeployment", "local", "-n", NAMESPACE)["status"]
+    status = wait_until_ready(sandbox, "local", NAMESPACE)["status"]
     assert status["plan"]["quantization"] == "BF16"
     (job,) = sandbox.kubectl_json("get", "jobs", "-n", NAMESPACE, "-l", "llmfleet.io/deployment=local")["items"]
     env = {item["name"]: item["value"] for item in job["spec"]["template"]["spec"]["containers"][0]["env"]}

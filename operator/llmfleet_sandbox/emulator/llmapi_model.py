@@ -25,6 +25,7 @@ from llmfleet.catalog.release_record import RUNTIME_RELEASES, check_model_yaml, 
 from llmfleet_sandbox.emulator.checkpoint import engine_config_from_checkpoint
 from llmfleet_sandbox.emulator.engine import EmulatedEngine
 from llmfleet_sandbox.emulator.engine_config import EngineConfigError
+from llmfleet_sandbox.emulator.model import SenderSink
 from llmfleet_sandbox.emulator.profile import GPU_PRODUCT_VARIABLE, ProfileError, gpu_for_product, profile_for_engine
 from llmfleet_sandbox.emulator.tokenizer import TokenizerError, WordTokenizer
 from llmfleet_sandbox.emulator.triton_metrics import TritonMetrics, release_metrics
@@ -35,11 +36,12 @@ DEFAULT_CONFIG_FILE = "model.yaml"
 BACKEND = "pytorch"
 
 
-class _TextStream:
+class _TextStream(SenderSink):
     """A `TokenSink` answering with the decoded text so far (one response per token when streaming)."""
 
     def __init__(self, sender, tokenizer: WordTokenizer, streaming: bool):
-        self._sender, self._tokenizer, self._streaming = sender, tokenizer, streaming
+        super().__init__(sender)
+        self._tokenizer, self._streaming = tokenizer, streaming
         self._token_ids: list[int] = []
 
     def send(self, token_id: int, final: bool) -> None:
@@ -49,13 +51,6 @@ class _TextStream:
             self._sender.send(pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor("text_output", np.array([text], dtype=np.object_))]),
                 flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0)
-
-    def abort(self, message: str) -> None:
-        self._sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)),
-                          flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-
-    def close(self) -> None:
-        self._sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def is_cancelled(self) -> bool:
         return False  # the pinned release's model never acts on a cancelled request

@@ -36,11 +36,28 @@ SUPPORTED_PARAMETERS = {"max_beam_width": "1", "batch_scheduler_policy": "guaran
                         "enable_chunked_context": "true"}
 
 
-class _TritonStream:
+class SenderSink:
+    """The part of a `TokenSink` every Triton model shares: ending a stream over its sender."""
+
+    def __init__(self, sender):
+        self._sender = sender
+
+    def abort(self, message: str) -> None:
+        self._sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)),
+                          flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+    def close(self) -> None:
+        self._sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+    def is_cancelled(self) -> bool:
+        return self._sender.is_cancelled()
+
+
+class _TritonStream(SenderSink):
     """A `TokenSink` over one request's response sender."""
 
     def __init__(self, sender, streaming: bool, batched_shape: bool, prefix_ids: list[int]):
-        self._sender = sender
+        super().__init__(sender)
         self._streaming = streaming
         self._batched_shape = batched_shape
         # Non-streaming responses repeat the prompt first unless exclude_input_in_output.
@@ -54,16 +71,6 @@ class _TritonStream:
         self._token_ids.append(token_id)
         if final:
             self._sender.send(self._response(self._token_ids), flags=flags)
-
-    def abort(self, message: str) -> None:
-        self._sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)),
-                          flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-
-    def close(self) -> None:
-        self._sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-
-    def is_cancelled(self) -> bool:
-        return self._sender.is_cancelled()
 
     def _response(self, token_ids: list[int]):
         output_ids = np.array([token_ids], dtype=np.int32)  # [beam 1, tokens]
