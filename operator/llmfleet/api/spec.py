@@ -39,10 +39,10 @@ VOLUME_SCHEME = "pvc://"
 # of the deployment's namespace.
 WEIGHTS_SOURCE_PATTERN = (r"^(hf://[A-Za-z0-9][-A-Za-z0-9_.]*/[-A-Za-z0-9_.]+"
                           r"|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+)$")
-WEIGHTS_SOURCE_MESSAGE = (
-    "spec.model.source must be hf://<org>/<repo> (a Hugging Face hub repo) or pvc://<claim>/<path> "
-    "(a checkpoint directory on a PersistentVolumeClaim in the namespace)"
-)
+WEIGHTS_SOURCES = ("hf://<org>/<repo> (a Hugging Face hub repo) or pvc://<claim>/<path> (a checkpoint "
+                   "directory on a PersistentVolumeClaim in the namespace)")
+WEIGHTS_SOURCE_MESSAGE = f"spec.model.source must be {WEIGHTS_SOURCES}"
+SOURCE_REQUIRED_MESSAGE = f"spec.model.source is required to serve: {WEIGHTS_SOURCES}"
 
 
 def hub_repo_id(uri: str | None) -> str | None:

@@ -281,8 +281,9 @@ def release_for(runtime: str, image: str | None) -> ReleaseRecord:
                        "use one of these tags, or omit spec.engine.image")
 
 
+@functools.lru_cache(maxsize=None)
 def release_names() -> tuple[str, ...]:
-    """Every pinned release with a record, by name."""
+    """Every pinned release with a record, by name (read once: every reconcile resolves one)."""
     return tuple(sorted(entry.name.removesuffix(".yaml")
                         for entry in resources.files(__package__).joinpath(RELEASES_DIR).iterdir()
                         if entry.name.endswith(".yaml")))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmfleet.api import LLMDeployment, Runtime, hub_repo_id, volume_source
-from llmfleet.api.spec import HUGGING_FACE_SCHEME, WEIGHTS_SOURCE_MESSAGE
+from llmfleet.api.spec import HUGGING_FACE_SCHEME, SOURCE_REQUIRED_MESSAGE
 from llmfleet.catalog import load_catalog
 from llmfleet.catalog.release_record import ReleaseRecord, UpstreamFile
 from llmfleet.planner.types import Plan
@@ -117,7 +117,7 @@ def _hub_repo_id(uri: str, field: str) -> str:
 def _weights_repo_id(deployment: LLMDeployment) -> str:
     source = deployment.spec.model.source
     if source is None:
-        raise RenderError(f"spec.model.source is required to serve: {WEIGHTS_SOURCE_MESSAGE.split(' must be ')[1]}")
+        raise RenderError(SOURCE_REQUIRED_MESSAGE)
     return _hub_repo_id(source, "spec.model.source")
 
 

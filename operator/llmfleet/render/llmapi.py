@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from llmfleet.api import LLMDeploymentSpec, hub_repo_id
+from llmfleet.api.spec import SOURCE_REQUIRED_MESSAGE
 from llmfleet.catalog import load_catalog
 from llmfleet.catalog.release_record import ReleaseRecord
 from llmfleet.planner.types import Plan
@@ -48,7 +49,7 @@ def checkpoint_repo_id(spec: LLMDeploymentSpec, plan: Plan, release: ReleaseReco
     """The hub repo the prepare Job downloads for this plan."""
     source = hub_repo_id(spec.model.source)
     if source is None:
-        raise RenderError("spec.model.source is required to serve: hf://<org>/<repo> or pvc://<claim>/<path>")
+        raise RenderError(SOURCE_REQUIRED_MESSAGE)
     repo = release.checkpoint_repo(source, plan.quantization)
     if repo is None:
         raise RenderError(f"{release.release} has no published {plan.quantization} checkpoint of {source}; "
