@@ -52,6 +52,13 @@ class Sandbox:
     def kubectl_json(self, *args: str) -> dict:
         return json.loads(self.kubectl(*args, "-o", "json"))
 
+    def container_log(self, pod: dict, container: str) -> str:
+        """What a container of `pod` wrote, from the node's log file ('' before it starts)."""
+        metadata = pod["metadata"]
+        directory = f"{metadata['namespace']}_{metadata['name']}_{metadata['uid'][:8]}"
+        path = self.state_dir / "pods" / directory / "logs" / f"{container}.log"
+        return path.read_text() if path.exists() else ""
+
     def apply(self, manifests: list[dict] | str, namespace: str = "default") -> None:
         text = manifests if isinstance(manifests, str) else yaml.safe_dump_all(manifests)
         self.kubectl("apply", "-n", namespace, "-f", "-", input_text=text)
@@ -80,6 +87,26 @@ def wait_until_ready(sandbox: "Sandbox", name: str, namespace: str, timeout: flo
         conditions = (deployment.get("status") or {}).get("conditions") or []
         return deployment if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) else None
     return wait_for(ready, timeout, f"{namespace}/{name} Ready")
+
+
+def service_target(sandbox: "Sandbox", name: str, namespace: str, timeout: float = 30) -> str:
+    """The Service's gRPC address once a request through it reaches a ready model. Ready pods
+    come first; the service proxy learns their endpoints a moment later, as kube-proxy does."""
+    from llmfleet.loadgen.transport import TargetUnavailable, check_endpoints
+
+    cluster_ip = sandbox.kubectl_json("get", "service", name, "-n", namespace)["spec"]["clusterIP"]
+    target = f"{cluster_ip}:8001"
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            check_endpoints([target], None, timeout_s=5.0)
+            return target
+        except TargetUnavailable as error:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{namespace}/{name} does not serve through {target} after "
+                                     f"{timeout:.0f} s: {error}") from None
+        time.sleep(1.0)
 
 
 def _environment(state_dir: Path) -> dict[str, str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
+from conftest import service_target, wait_for
 from operator_fixtures import small_batch_70b
 
 pytestmark = pytest.mark.e2e
@@ -85,8 +85,7 @@ def _deploy_ready(sandbox, name: str, min_replicas: int = 1) -> str:
     sandbox.apply([scaler(name, min_replicas)], namespace=NAMESPACE)
     wait_for(lambda: any(c["type"] == "Ready" and c["status"] == "True"
                          for c in _status(sandbox, name).get("conditions") or []), 180, f"{name} Ready")
-    service = sandbox.kubectl_json("get", "service", name, "-n", NAMESPACE)
-    return f"{service['spec']['clusterIP']}:8001"
+    return service_target(sandbox, name, NAMESPACE)
 
 
 def _load(sandbox, target: str, schedule: str, duration_s: int, output_dir: Path) -> subprocess.Popen:
@@ -116,10 +115,10 @@ def test_scales_up_on_a_breach_recovers_and_scales_down_without_cutting_requests
     stdout, stderr = load.communicate(timeout=total_s + 180)
     watcher.stop.set()
     thread.join()
-    summary = json.loads((tmp_path / "summary.json").read_text())
 
     # No request failed or was cut off, including while replicas were removed.
     assert load.returncode == 0, f"{stderr}\n{stdout}"
+    summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["errors"] == 0 and summary["truncated"] == 0
     changes = watcher.replica_changes()
     peak = max(sample.replicas or 0 for sample in watcher.samples)

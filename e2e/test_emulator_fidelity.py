@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_until_ready
+from conftest import service_target, wait_until_ready
 from llmfleet_sandbox.emulator.profile import engine_profile
 from llmfleet_sandbox.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
 
@@ -57,8 +57,7 @@ class Engine:
 
     def __init__(self, sandbox):
         self.sandbox = sandbox
-        service = sandbox.kubectl_json("get", "service", NAME, "-n", NAMESPACE)
-        self.target = f"{service['spec']['clusterIP']}:8001"
+        self.target = service_target(sandbox, NAME, NAMESPACE)
         pods = sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "-l", f"llmfleet.io/deployment={NAME}")
         serving = [pod for pod in pods["items"] if pod["status"].get("podIP")
                    and pod["metadata"]["labels"].get("app.kubernetes.io/component") == "server"]

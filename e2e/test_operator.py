@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from conftest import wait_for
+from conftest import service_target, wait_for
 from operator_fixtures import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
@@ -119,8 +119,7 @@ def test_apply_plans_creates_children_and_serves(sandbox, operator):
     obj = wait_for(ready, 120, f"Ready=True\n{operator.log_tail()}")
     assert obj["status"]["readyReplicas"] == obj["status"]["replicas"] == 1
     assert _condition(obj, "EngineBuilt")["status"] == "True"
-    cluster_ip = sandbox.kubectl_json("get", "service", "chat", "-n", NAMESPACE)["spec"]["clusterIP"]
-    tokens = _stream_tokens(f"{cluster_ip}:8001", "tell me about the sandbox", max_tokens=8)
+    tokens = _stream_tokens(service_target(sandbox, "chat", NAMESPACE), "tell me about the sandbox", max_tokens=8)
     assert len(tokens) == 8
 
 

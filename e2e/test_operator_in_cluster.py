@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import wait_for
+from conftest import service_target, wait_for
 from llmfleet_sandbox.manager import configured, operator_chart_values
 from operator_fixtures import IN_CLUSTER_NAMESPACE, REPO_ROOT, small_batch_70b
 
@@ -119,9 +119,8 @@ def test_helm_installed_operator_reconciles_and_autoscales(sandbox, release, tmp
 
     # Load beyond one replica: the in-cluster operator reads the breach from Prometheus and
     # scales up to two ready replicas.
-    service = sandbox.kubectl_json("get", "service", NAME, "-n", WATCHED_NAMESPACE)
     load = subprocess.Popen(
-        [sys.executable, "-m", "llmfleet", "load", "--target", f"{service['spec']['clusterIP']}:8001",
+        [sys.executable, "-m", "llmfleet", "load", "--target", service_target(sandbox, NAME, WATCHED_NAMESPACE),
          "--schedule", "constant:6", "--duration-s", str(LOAD_SECONDS), "--input-tokens", "lognormal:128:256",
          "--output-tokens", "fixed:32", "--output-dir", str(tmp_path / "load"), "--quiet"],
         env=sandbox.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -52,13 +52,6 @@ def _pod(sandbox, name: str) -> dict:
     return sandbox.kubectl_json("get", "pod", "-n", NAMESPACE, name)
 
 
-def _log(sandbox, pod: dict, container: str) -> str:
-    metadata = pod["metadata"]
-    directory = f"{metadata['namespace']}_{metadata['name']}_{metadata['uid'][:8]}"
-    path = sandbox.state_dir / "pods" / directory / "logs" / f"{container}.log"
-    return path.read_text() if path.exists() else ""
-
-
 def _terminated(sandbox, name: str) -> dict | None:
     statuses = _pod(sandbox, name).get("status", {}).get("containerStatuses") or []
     return statuses[0]["state"].get("terminated") if statuses else None
@@ -136,7 +129,7 @@ def test_triton_started_by_a_shell_serves_a_model_from_a_config_map(sandbox, nam
         pod = wait_for(ready_pod, 90, "the Triton pod to be Ready")
     except AssertionError:
         pods = sandbox.kubectl_json("get", "pods", "-n", namespace, "-l", "app=identity")["items"]
-        logs = "\n".join(_log(sandbox, p, "triton")[-3000:] for p in pods)
+        logs = "\n".join(sandbox.container_log(p, "triton")[-3000:] for p in pods)
         raise AssertionError(f"Triton pod not Ready: {[p.get('status') for p in pods]}\n{logs}") from None
     cluster_ip = sandbox.kubectl_json("get", "service", "-n", namespace, "identity")["spec"]["clusterIP"]
     wait_for(lambda: _http(f"http://{cluster_ip}:8000/v2/health/ready")[0] == 200, 15,
@@ -162,7 +155,7 @@ def test_service_account_token_at_its_real_path_reaches_the_apiserver(sandbox, n
                                     "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
     sandbox.apply([pod], namespace=namespace)
     terminated = wait_for(lambda: _terminated(sandbox, "in-cluster-client"), 60, "the client to finish")
-    log = _log(sandbox, _pod(sandbox, "in-cluster-client"), "main")
+    log = sandbox.container_log(_pod(sandbox, "in-cluster-client"), "main")
     assert terminated["exitCode"] == 0, log
     report = json.loads(log.strip().splitlines()[-1])
     node = _pod(sandbox, "in-cluster-client")["spec"]["nodeName"]
