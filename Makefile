@@ -23,6 +23,7 @@ setup: apt-packages python-env controlplane
 apt-packages:
 	@missing=""; \
 	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
+	test -x /usr/bin/aws || missing="$$missing awscli"; \
 	command -v nsenter >/dev/null || missing="$$missing util-linux"; \
 	command -v ip >/dev/null || missing="$$missing iproute2"; \
 	if [ -n "$$missing" ]; then \

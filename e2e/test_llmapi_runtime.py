@@ -13,8 +13,10 @@ import sys
 import pytest
 import yaml
 
-from conftest import wait_for, wait_until_ready
-from llmfleet_sandbox import hub
+from conftest import service_target, wait_for, wait_until_ready
+from llmfleet.catalog.client_record import load_client_record
+from llmfleet_sandbox import hub, objectstore
+from llmfleet_sandbox.manager import configured
 
 pytestmark = pytest.mark.e2e
 NAMESPACE = "llmapi"
@@ -56,9 +58,8 @@ def test_fp8_is_served_from_the_published_checkpoint_without_an_engine_build(san
 
 
 def test_the_service_streams_text_through_the_llmapi_model(sandbox, ready_deployment, tmp_path):
-    service = sandbox.kubectl_json("get", "service", NAME, "-n", NAMESPACE)
     result = subprocess.run(
-        [sys.executable, "-m", "llmfleet", "load", "--target", f"{service['spec']['clusterIP']}:8001",
+        [sys.executable, "-m", "llmfleet", "load", "--target", service_target(sandbox, NAME, NAMESPACE),
          "--output-dir", str(tmp_path), "--quiet", "--seed", "5", "--schedule", "constant:2", "--duration-s", "5",
          "--input-tokens", "fixed:128", "--output-tokens", "fixed:16"],
         env=sandbox.env, capture_output=True, text=True, timeout=120)
@@ -94,10 +95,48 @@ def test_a_checkpoint_on_a_claim_is_served_without_the_hub(sandbox, ready_deploy
     (job,) = sandbox.kubectl_json("get", "jobs", "-n", NAMESPACE, "-l", "llmfleet.io/deployment=local")["items"]
     env = {item["name"]: item["value"] for item in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["MODEL_SOURCE_DIR"] == "/model-source/llama-8b" and "CHECKPOINT_REPO_ID" not in env
-    service = sandbox.kubectl_json("get", "service", "local", "-n", NAMESPACE)
     result = subprocess.run(
-        [sys.executable, "-m", "llmfleet", "load", "--target", f"{service['spec']['clusterIP']}:8001",
+        [sys.executable, "-m", "llmfleet", "load", "--target", service_target(sandbox, "local", NAMESPACE),
          "--output-dir", str(tmp_path), "--quiet", "--schedule", "constant:2", "--duration-s", "3",
          "--input-tokens", "fixed:64", "--output-tokens", "fixed:8"],
         env=sandbox.env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr + result.stdout
+
+
+def test_a_checkpoint_in_an_object_store_is_downloaded_with_the_secrets_credentials(sandbox, ready_deployment,
+                                                                                     tmp_path):
+    """s3://<bucket>/<prefix>: the Job's init container (the AWS CLI image) syncs the prefix from
+    the sandbox's S3 server, which accepts only requests signed with its user's key: the one in
+    the Secret that secretRef names. The copy is then served like a checkpoint on a claim."""
+    config = configured(sandbox.state_dir)
+    hub.download("meta-llama/Llama-3.1-8B-Instruct", tmp_path / "llama-8b")
+    objectstore.aws(config, "s3", "mb", "s3://models")
+    objectstore.aws(config, "s3", "sync", str(tmp_path / "llama-8b"), "s3://models/llama-8b", "--only-show-errors")
+    sandbox.kubectl("create", "secret", "generic", "s3-credentials", "-n", NAMESPACE,
+                    f"--from-file=credentials={config.object_store_credentials_file}")
+
+    stored = copy.deepcopy(MANIFEST)
+    stored["metadata"]["name"] = "stored"
+    stored["spec"]["model"].update(source="s3://models/llama-8b", secretRef={"name": "s3-credentials", "key": "credentials"},
+                                   objectStore={"endpointUrl": config.object_store_url})
+    del stored["spec"]["slo"]["quality"]  # only the source's own format: BF16
+    sandbox.apply([stored], namespace=NAMESPACE)
+    status = wait_until_ready(sandbox, "stored", NAMESPACE)["status"]
+    assert status["plan"]["quantization"] == "BF16"
+    (job,) = sandbox.kubectl_json("get", "jobs", "-n", NAMESPACE, "-l", "llmfleet.io/deployment=stored")["items"]
+    (download,) = job["spec"]["template"]["spec"]["initContainers"]
+    assert download["image"] == load_client_record().image
+    (pod,) = sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "-l", f"job-name={job['metadata']['name']}")["items"]
+    assert "downloaded s3://models/llama-8b" in sandbox.container_log(pod, "download")
+    result = subprocess.run(
+        [sys.executable, "-m", "llmfleet", "load", "--target", service_target(sandbox, "stored", NAMESPACE),
+         "--output-dir", str(tmp_path / "load"), "--quiet", "--schedule", "constant:2", "--duration-s", "3",
+         "--input-tokens", "fixed:64", "--output-tokens", "fixed:8"],
+        env=sandbox.env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr + result.stdout
+
+    # The store refuses a key it does not know: the same download with a wrong Secret fails.
+    wrong = tmp_path / "wrong-credentials"
+    wrong.write_text("[default]\naws_access_key_id = AKIAWRONG\naws_secret_access_key = wrong\n")
+    with pytest.raises(objectstore.ObjectStoreError, match="InvalidAccessKeyId"):
+        objectstore.aws(config, "s3", "ls", "s3://models/llama-8b/", credentials_file=wrong)

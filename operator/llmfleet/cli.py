@@ -323,6 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model-code-image", default=RenderSettings.model_code_image, metavar="IMAGE",
                      help="image holding tensorrtllm_backend's all_models at each pinned tag, copied into the "
                           "serving pods' model repository (default %(default)s, the operator's own image)")
+    run.add_argument("--object-store-client-image", default=RenderSettings.object_store_client_image,
+                     metavar="IMAGE", help="AWS CLI image that downloads s3:// model sources in the build and "
+                                           "prepare Jobs (default %(default)s; a mirror must keep the tag)")
     run.add_argument("--prometheus-url", default=os.environ.get("LLMFLEET_PROMETHEUS_URL"),
                      metavar="URL", help="Prometheus for autoscaling (default: "
                                          "$LLMFLEET_PROMETHEUS_URL; without it autoscaling holds)")
@@ -415,7 +418,8 @@ def _run_operator(args) -> int:
 
     settings = OperatorSettings(render=RenderSettings(
         engine_cache_claim_name=args.engine_cache_claim, engine_cache_storage_class=args.engine_cache_storage_class,
-        engine_cache_size=args.engine_cache_size, model_code_image=args.model_code_image))
+        engine_cache_size=args.engine_cache_size, model_code_image=args.model_code_image,
+        object_store_client_image=args.object_store_client_image))
     kopf.configure(verbose=args.verbose)
     kopf.run(standalone=True, clusterwide=not args.namespace, namespaces=args.namespace,
              liveness_endpoint=args.liveness,

@@ -40,6 +40,7 @@ class Ports:
     scheduler: int = 10259
     prometheus: int = 19090
     pod_discovery: int = 19091
+    object_store: int = 19000
 
 
 CPU_NODE = "cpu-node-1"
@@ -89,6 +90,16 @@ class SandboxConfig:
     @property
     def prometheus_url(self) -> str:
         return f"http://{self.prometheus_ip}:{self.ports.prometheus}"
+
+    @property
+    def object_store_url(self) -> str:
+        """The S3 endpoint, on the bridge's gateway: the host and pods reach it there."""
+        return f"http://{BRIDGE_GATEWAY_IP}:{self.ports.object_store}"
+
+    @property
+    def object_store_credentials_file(self) -> Path:
+        """An AWS shared credentials file ([default]) for the object store's one user."""
+        return self.state_dir / "object-store" / "credentials"
 
     @property
     def pod_discovery_url(self) -> str:

@@ -16,12 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmfleet.catalog.release_record import load_release_record, release_for_image, release_names
-from llmfleet_sandbox import trtllm_image
+from llmfleet_sandbox import objectstore, trtllm_image
 
 TRITON_IMAGE_PATTERNS = ("nvcr.io/nvidia/tritonserver:*",)
 PYTHON_IMAGE_PATTERNS = ("python:*",)
 OPERATOR_IMAGE_PATTERNS = ("llmfleet/operator:*",)
 SHELL_IMAGE_PATTERNS = ("busybox:*",)
+# The AWS CLI v2 image (its entrypoint) runs Debian's AWS CLI v2, installed by `make`.
+AWS_CLI_IMAGE_PATTERNS = ("amazon/aws-cli:*",)
+AWS_CLI_ENTRYPOINT = "/usr/local/bin/aws"
 # The PATH of a Debian-based image; the image's own directories go before it.
 DEFAULT_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 # This environment's bin directory: its python/python3 and the `llmfleet` entry point.
@@ -58,7 +61,8 @@ class Image:
 
 
 def known_image_patterns() -> tuple[str, ...]:
-    return TRITON_IMAGE_PATTERNS + PYTHON_IMAGE_PATTERNS + OPERATOR_IMAGE_PATTERNS + SHELL_IMAGE_PATTERNS
+    return (TRITON_IMAGE_PATTERNS + PYTHON_IMAGE_PATTERNS + OPERATOR_IMAGE_PATTERNS + SHELL_IMAGE_PATTERNS
+            + AWS_CLI_IMAGE_PATTERNS)
 
 
 def _matches(image: str, patterns: tuple[str, ...]) -> bool:
@@ -83,6 +87,11 @@ def resolve(image: str, state_dir: Path) -> Image:
                      ("llmfleet",), ("run",))
     if _matches(image, SHELL_IMAGE_PATTERNS):
         return Image({}, (ENVIRONMENT_BIN,), {}, cmd=("sh",))
+    if _matches(image, AWS_CLI_IMAGE_PATTERNS):
+        if not Path(objectstore.AWS_CLI).exists():
+            raise ImageNotRunnable(f'image "{image}" needs the AWS CLI at {objectstore.AWS_CLI}: '
+                                   "apt-get install awscli (`make` does this)")
+        return Image({AWS_CLI_ENTRYPOINT: Path(objectstore.AWS_CLI)}, (), {}, (AWS_CLI_ENTRYPOINT,))
     raise ImageNotRunnable(
         f'image "{image}" has no local filesystem in the sandbox; runnable images: '
         + ", ".join(known_image_patterns())

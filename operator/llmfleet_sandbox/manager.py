@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from llmfleet_sandbox import certs, controlplane, network, prometheus
+from llmfleet_sandbox import certs, controlplane, network, objectstore, prometheus
 from llmfleet_sandbox.config import (
     BRIDGE_GATEWAY_IP,
     CLUSTER_DOMAIN,
@@ -23,7 +23,7 @@ from llmfleet_sandbox.processes import ProcessTable
 
 # Start order; `down` stops in reverse so pods end before the apiserver does.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-              "node-agent", "service-proxy", "pod-discovery", "volume-provisioner", "prometheus")
+              "node-agent", "service-proxy", "pod-discovery", "volume-provisioner", "prometheus", "object-store")
 NODE_AGENT_STOP_SECONDS = 60
 DEMO_MANIFEST = controlplane.REPO_ROOT / "examples" / "sandbox-chat.yaml"
 # `demo` installs the operator as a user would: this chart, this release, this namespace.
@@ -132,10 +132,16 @@ def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
             table.start(name, [sys.executable, "-m", *module_args], env=env)
     if "prometheus" in wanted:
         table.start("prometheus", prometheus.argv(config))
+    if "object-store" in wanted:
+        table.start("object-store", objectstore.argv(config, objectstore.ensure_environment()),
+                    env=objectstore.server_env())
     _wait_for_nodes(config, bin_dir, timeout_seconds=60)
     provisioner.wait_for_storage_class(
         [str(bin_dir / "kubectl"), "--kubeconfig", str(config.admin_kubeconfig)], timeout_seconds=30)
     controlplane.wait_for_http_ok(f"{config.prometheus_url}/-/ready", 60, "prometheus")
+    if "object-store" in wanted:
+        controlplane.wait_for_http_ok(f"{config.object_store_url}/moto-api/", 60, "object-store")
+        objectstore.provision(config)
 
 
 def ports_in_use(config: SandboxConfig) -> list[str]:
@@ -143,6 +149,7 @@ def ports_in_use(config: SandboxConfig) -> list[str]:
     wanted = [("127.0.0.1", ports.etcd_client), ("127.0.0.1", ports.etcd_peer),
               ("127.0.0.1", ports.controller_manager), ("127.0.0.1", ports.scheduler),
               (config.prometheus_ip, ports.prometheus), ("127.0.0.1", ports.pod_discovery),
+              (BRIDGE_GATEWAY_IP, ports.object_store),
               (BRIDGE_GATEWAY_IP, ports.apiserver)]
     busy = []
     for host, port in wanted:
@@ -239,6 +246,8 @@ def status(config: SandboxConfig) -> tuple[bool, str]:
             f"{'apiserver':24} {config.apiserver_url}",
             f"{'kubeconfig':24} {config.admin_kubeconfig}",
             f"{'prometheus':24} {config.prometheus_url}",
+            f"{'object store (S3)':24} {config.object_store_url}, credentials "
+            f"{config.object_store_credentials_file}",
             f"{'services':24} http://<clusterIP>:<port> from the host and from pods",
             f"{'pod logs':24} {config.pods_dir}/<namespace>_<pod>_<uid8>/logs/<container>.log",
             f"{'state':24} {config.state_dir}",

@@ -354,7 +354,7 @@ def test_bad_inputs_are_refused_with_a_reason():
         render(anonymous, chosen, "r", REAL, serving_replicas=0)
     sourceless = manifest(1)
     del sourceless["spec"]["model"]["source"]
-    with pytest.raises(RenderError, match=r"spec.model.source is required to serve: hf://<org>/<repo> .* or pvc://"):
+    with pytest.raises(RenderError, match=r"spec.model.source is required to serve: hf://<org>/<repo> .*, pvc://.* or s3://"):
         render(LLMDeployment.from_manifest(sourceless), chosen, "r", REAL, serving_replicas=0)
 
 

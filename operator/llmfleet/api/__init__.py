@@ -34,6 +34,7 @@ from llmfleet.api.spec import (
     LLMDeploymentSpec,
     ModelArchitecture,
     ModelSpec,
+    ObjectStoreOptions,
     PauseStep,
     PlanOverrides,
     QualityBudget,
@@ -46,6 +47,7 @@ from llmfleet.api.spec import (
     TensorParallelSize,
     WorkloadSpec,
     hub_repo_id,
+    in_object_store,
     volume_source,
 )
 from llmfleet.api.status import (
@@ -97,6 +99,7 @@ __all__ = [
     "MAX_REVISIONS",
     "ModelArchitecture",
     "ModelSpec",
+    "ObjectStoreOptions",
     "PLURAL",
     "PauseStep",
     "PlanOverrides",
@@ -121,6 +124,7 @@ __all__ = [
     "VERSION",
     "WorkloadSpec",
     "hub_repo_id",
+    "in_object_store",
     "volume_source",
     "find_condition",
     "set_condition",

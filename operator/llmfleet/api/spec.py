@@ -35,12 +35,16 @@ TensorParallelSize = Literal[TENSOR_PARALLEL_SIZES]  # type: ignore[valid-type]
 
 HUGGING_FACE_SCHEME = "hf://"
 VOLUME_SCHEME = "pvc://"
-# Where weights can come from: a Hugging Face hub repo, or a directory on a PersistentVolumeClaim
-# of the deployment's namespace.
+OBJECT_STORE_SCHEME = "s3://"
+# Where weights can come from: a Hugging Face hub repo, a directory on a PersistentVolumeClaim
+# of the deployment's namespace, or a prefix in an S3 bucket (AWS or any S3-compatible store;
+# bucket names follow S3's rules: 3-63 lower-case letters, digits, dots and hyphens).
 WEIGHTS_SOURCE_PATTERN = (r"^(hf://[A-Za-z0-9][-A-Za-z0-9_.]*/[-A-Za-z0-9_.]+"
-                          r"|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+)$")
-WEIGHTS_SOURCES = ("hf://<org>/<repo> (a Hugging Face hub repo) or pvc://<claim>/<path> (a checkpoint "
-                   "directory on a PersistentVolumeClaim in the namespace)")
+                          r"|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+"
+                          r"|s3://[a-z0-9][-a-z0-9.]{1,61}[a-z0-9](/.*)?)$")
+WEIGHTS_SOURCES = ("hf://<org>/<repo> (a Hugging Face hub repo), pvc://<claim>/<path> (a checkpoint "
+                   "directory on a PersistentVolumeClaim in the namespace) or s3://<bucket>/<prefix> (a "
+                   "checkpoint directory in an S3-compatible object store)")
 WEIGHTS_SOURCE_MESSAGE = f"spec.model.source must be {WEIGHTS_SOURCES}"
 SOURCE_REQUIRED_MESSAGE = f"spec.model.source is required to serve: {WEIGHTS_SOURCES}"
 
@@ -56,6 +60,14 @@ def volume_source(uri: str | None) -> tuple[str, str] | None:
         return None
     claim, _, path = uri.removeprefix(VOLUME_SCHEME).partition("/")
     return claim, path.strip("/")
+
+
+HTTP_ENDPOINT_PATTERN = r"^https?://[^/]+(/.*)?$"
+
+
+def in_object_store(uri: str | None) -> bool:
+    """Whether the weights are under an s3://<bucket>/<prefix> URI."""
+    return bool(uri) and uri.startswith(OBJECT_STORE_SCHEME)
 
 
 # Keys people reach for when they paste a hub token into a spec. They are declared in the
@@ -80,6 +92,38 @@ class SecretKeyReference(ApiModel):
         max_length=253,
         pattern=SECRET_KEY_PATTERN,
         description="Key within the Secret whose value is the token.",
+    )
+
+
+class ObjectStoreOptions(ApiModel):
+    """How to reach the object store of an s3:// source (AWS S3 needs none of this but a region)."""
+
+    endpoint_url: str | None = Field(
+        default=None,
+        max_length=MAX_URI_LENGTH,
+        pattern=URI_PATTERN,
+        description="The S3 API endpoint of an S3-compatible store (MinIO, Ceph, a cloud's S3 "
+        "gateway), e.g. http://minio.storage.svc:9000. Unset: AWS S3.",
+    )
+    region: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=r"^[a-z0-9][-a-z0-9]*$",
+        description="The bucket's region, e.g. eu-west-1. Unset: the download client's default "
+        "(the credentials file's profile, then us-east-1).",
+    )
+
+    cel_rules = (
+        no_uri_credentials_rule("endpointUrl", "endpoint_url", "spec.model.objectStore.endpointUrl"),
+        CelRule(
+            rule=f"!has(self.endpointUrl) || self.endpointUrl.matches('{URI_WITH_CREDENTIALS_PATTERN}') || "
+            f"self.endpointUrl.matches('{HTTP_ENDPOINT_PATTERN}')",
+            message="spec.model.objectStore.endpointUrl must be an http:// or https:// URL of the S3 API, "
+            "e.g. http://minio.storage.svc:9000",
+            holds=lambda m: m.endpoint_url is None or re.match(URI_WITH_CREDENTIALS_PATTERN, m.endpoint_url)
+            is not None or re.match(HTTP_ENDPOINT_PATTERN, m.endpoint_url) is not None,
+            field_path=".endpointUrl",
+        ),
     )
 
 
@@ -170,8 +214,15 @@ class ModelSpec(ApiModel):
     )
     secret_ref: SecretKeyReference | None = Field(
         default=None,
-        description="Secret key holding the registry/hub token used to download the weights "
-        "and tokenizer. Tokens are only ever referenced (and mounted as files), never inline.",
+        description="Secret key holding the credential used to download the weights and "
+        "tokenizer, mounted as a file and never inline: for hf:// the hub token; for s3:// an "
+        "AWS shared credentials file ([default] with aws_access_key_id and "
+        "aws_secret_access_key). Unset with s3://, the client's own chain applies (workload "
+        "identity, instance role).",
+    )
+    object_store: ObjectStoreOptions | None = Field(
+        default=None,
+        description="Endpoint and region of an s3:// source; only with an s3:// source.",
     )
 
     schema_only_properties = {
@@ -204,6 +255,13 @@ class ModelSpec(ApiModel):
             holds=lambda m: m.source is None or re.match(URI_WITH_CREDENTIALS_PATTERN, m.source) is not None
             or re.match(WEIGHTS_SOURCE_PATTERN, m.source) is not None,
             field_path=".source",
+        ),
+        CelRule(
+            rule=f"!has(self.objectStore) || has(self.source) && self.source.startsWith('{OBJECT_STORE_SCHEME}')",
+            message=f"spec.model.objectStore applies only to an {OBJECT_STORE_SCHEME}<bucket>/<prefix> source; "
+            "remove it or change spec.model.source",
+            holds=lambda m: m.object_store is None or in_object_store(m.source),
+            field_path=".objectStore",
         ),
     )
 

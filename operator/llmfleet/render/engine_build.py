@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmfleet.api import LLMDeployment, Runtime, hub_repo_id, volume_source
+from llmfleet.api import LLMDeployment, Runtime, hub_repo_id, in_object_store, volume_source
 from llmfleet.api.spec import HUGGING_FACE_SCHEME, SOURCE_REQUIRED_MESSAGE
 from llmfleet.catalog import load_catalog
+from llmfleet.catalog.client_record import load_client_record
 from llmfleet.catalog.release_record import ReleaseRecord, UpstreamFile
 from llmfleet.planner.types import Plan
 from llmfleet.render import layout, llmapi, pod
@@ -99,6 +100,19 @@ cp -R "$MODEL_SOURCE_DIR/." "$work/{layout.CHECKPOINT_SUBDIR}/"
 """
 MODEL_SOURCE_VOLUME = "model-source"
 MODEL_SOURCE_PATH = "/model-source"
+DOWNLOAD_CONTAINER = "download"
+# Runs in the object-store client's image before the Job's main container: an s3:// source is
+# synced into the model-source emptyDir, then read like a checkpoint on a claim. Skipped when
+# the cache entry is complete, where the main container does nothing either.
+OBJECT_STORE_DOWNLOAD = f"""set -eu
+if [ -f "$ENGINE_CACHE_DIR/$ENGINE_CACHE_KEY/{layout.BUILD_COMPLETE_MARKER}" ]; then
+  echo "$ENGINE_CACHE_KEY is already in the cache; nothing to download"
+  exit 0
+fi
+aws s3 sync "$MODEL_SOURCE_URI" "$MODEL_SOURCE_DIR" --exclude 'original/*' --only-show-errors \\
+  ${{S3_ENDPOINT_URL:+--endpoint-url "$S3_ENDPOINT_URL"}}
+echo "downloaded $MODEL_SOURCE_URI"
+"""
 
 
 def publish_script(produce: str) -> str:
@@ -135,7 +149,10 @@ def _env(pairs: dict[str, str]) -> list[dict[str, str]]:
 
 
 def _token_env(deployment: LLMDeployment) -> dict[str, str]:
-    if deployment.spec.model.secret_ref is None:
+    """For the main container: the hub token's file (an s3:// source's credentials go to the
+    download container instead)."""
+    model = deployment.spec.model
+    if model.secret_ref is None or in_object_store(model.source):
         return {}
     # huggingface_hub reads the token from this file; the token never enters the spec.
     return {"HF_TOKEN_PATH": f"{layout.MODEL_TOKEN_PATH}/{layout.MODEL_TOKEN_FILE}"}
@@ -159,16 +176,54 @@ def _upstream_code(release: ReleaseRecord, settings: RenderSettings) -> dict[str
     }
 
 
+def _has_local_source(deployment: LLMDeployment) -> bool:
+    """Whether the main container reads the weights from the model-source volume (a claim, or
+    the download of an s3:// source) rather than the hub."""
+    source = deployment.spec.model.source
+    return volume_source(source) is not None or in_object_store(source)
+
+
 def _source_env(deployment: LLMDeployment) -> dict[str, str]:
-    """Where the weights are for the script: the claim's directory, when the source is one."""
-    claim = volume_source(deployment.spec.model.source)
+    """Where the weights are for the script: the claim's directory, or the downloaded prefix."""
+    source = deployment.spec.model.source
+    if in_object_store(source):
+        return {"MODEL_SOURCE_DIR": MODEL_SOURCE_PATH}
+    claim = volume_source(source)
     return {} if claim is None else {"MODEL_SOURCE_DIR": f"{MODEL_SOURCE_PATH}/{claim[1]}"}
+
+
+def _download_container(deployment: LLMDeployment, key: str, settings: RenderSettings) -> dict[str, Any]:
+    """Init container: sync an s3:// source into the model-source volume with the AWS CLI,
+    authenticated by the credentials file from secretRef (else the client's default chain)."""
+    model = deployment.spec.model
+    options = model.object_store
+    env = {
+        "ENGINE_CACHE_DIR": layout.ENGINE_CACHE_PATH,
+        "ENGINE_CACHE_KEY": key,
+        "MODEL_SOURCE_URI": model.source,
+        "MODEL_SOURCE_DIR": MODEL_SOURCE_PATH,
+        **({"S3_ENDPOINT_URL": options.endpoint_url} if options and options.endpoint_url else {}),
+        **({"AWS_DEFAULT_REGION": options.region} if options and options.region else {}),
+        **({"AWS_SHARED_CREDENTIALS_FILE": f"{layout.MODEL_TOKEN_PATH}/{layout.OBJECT_STORE_CREDENTIALS_FILE}"}
+           if model.secret_ref else {}),
+    }
+    token_mounts = _token_volume(deployment)[1]
+    return {
+        "name": DOWNLOAD_CONTAINER,
+        "image": settings.object_store_client_image,
+        "command": [load_client_record().shell, "-c", OBJECT_STORE_DOWNLOAD],
+        "env": pod.writable_home_env() + _env(env),
+        "resources": {"requests": {"cpu": str(PREPARE_CPU), "memory": f"{PREPARE_MEMORY_GIB}Gi"}},
+        "volumeMounts": [pod.engine_cache_mount(read_only=True), pod.tmp_mount(), *token_mounts,
+                         {"name": MODEL_SOURCE_VOLUME, "mountPath": MODEL_SOURCE_PATH}],
+        "securityContext": pod.container_security_context(),
+    }
 
 
 def _build_container(deployment: LLMDeployment, plan: Plan, key: str) -> dict[str, Any]:
     catalog = load_catalog()
     spec = deployment.spec
-    on_volume = volume_source(spec.model.source) is not None
+    on_volume = _has_local_source(deployment)
     weights = None if on_volume else _weights_repo_id(deployment)
     tokenizer = _tokenizer_repo_id(deployment, weights)
     env = {
@@ -196,7 +251,7 @@ def _build_container(deployment: LLMDeployment, plan: Plan, key: str) -> dict[st
 
 
 def _prepare_container(deployment: LLMDeployment, plan: Plan, key: str, release: ReleaseRecord) -> dict[str, Any]:
-    on_volume = volume_source(deployment.spec.model.source) is not None
+    on_volume = _has_local_source(deployment)
     env = {
         "ENGINE_CACHE_DIR": layout.ENGINE_CACHE_PATH,
         "ENGINE_CACHE_KEY": key,
@@ -209,12 +264,17 @@ def _prepare_container(deployment: LLMDeployment, plan: Plan, key: str, release:
 
 
 def _source_volume(deployment: LLMDeployment) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(volumes, mounts) for a pvc:// weights source, read-only; none for other sources."""
-    claim = volume_source(deployment.spec.model.source)
-    if claim is None:
+    """(volumes, main container's read-only mounts) for the weights: a pvc:// source's claim, or
+    the emptyDir an s3:// source is downloaded into; none for the hub."""
+    source = deployment.spec.model.source
+    claim = volume_source(source)
+    if claim is not None:
+        volume = {"name": MODEL_SOURCE_VOLUME, "persistentVolumeClaim": {"claimName": claim[0], "readOnly": True}}
+    elif in_object_store(source):
+        volume = {"name": MODEL_SOURCE_VOLUME, "emptyDir": {}}
+    else:
         return [], []
-    return ([{"name": MODEL_SOURCE_VOLUME, "persistentVolumeClaim": {"claimName": claim[0], "readOnly": True}}],
-            [{"name": MODEL_SOURCE_VOLUME, "mountPath": MODEL_SOURCE_PATH, "readOnly": True}])
+    return [volume], [{"name": MODEL_SOURCE_VOLUME, "mountPath": MODEL_SOURCE_PATH, "readOnly": True}]
 
 
 def _token_volume(deployment: LLMDeployment) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -222,9 +282,11 @@ def _token_volume(deployment: LLMDeployment) -> tuple[list[dict[str, Any]], list
     ref = deployment.spec.model.secret_ref
     if ref is None:
         return [], []
+    file = (layout.OBJECT_STORE_CREDENTIALS_FILE if in_object_store(deployment.spec.model.source)
+            else layout.MODEL_TOKEN_FILE)
     volume = {"name": TOKEN_VOLUME, "secret": {
         "secretName": ref.name,
-        "items": [{"key": ref.key, "path": layout.MODEL_TOKEN_FILE}],
+        "items": [{"key": ref.key, "path": file}],
         "defaultMode": 0o440,
     }}
     return [volume], [{"name": TOKEN_VOLUME, "mountPath": layout.MODEL_TOKEN_PATH, "readOnly": True}]
@@ -236,8 +298,11 @@ def engine_build_job(deployment: LLMDeployment, plan: Plan, key: str, metadata: 
     or a checkpoint download on CPU (llmapi runtime: the PyTorch backend needs no build)."""
     builds = release.runtime == Runtime.ENGINE.value
     gpus = pod.gpus_per_replica(plan) if builds else 0
+    downloads = in_object_store(deployment.spec.model.source)
     token_volumes, token_mounts = _token_volume(deployment)
     source_volumes, source_mounts = _source_volume(deployment)
+    init_containers = ([_upstream_code(release, settings)] if builds else []) + (
+        [_download_container(deployment, key, settings)] if downloads else [])
     requests = ({"cpu": str(CPU_PER_GPU * gpus), "memory": f"{MEMORY_PER_GPU_GIB * gpus}Gi",
                  pod.GPU_RESOURCE: str(gpus)} if builds else
                 {"cpu": str(PREPARE_CPU), "memory": f"{PREPARE_MEMORY_GIB}Gi"})
@@ -246,7 +311,8 @@ def engine_build_job(deployment: LLMDeployment, plan: Plan, key: str, metadata: 
         "image": serving_image(deployment.spec),
         **(_build_container(deployment, plan, key) if builds else _prepare_container(deployment, plan, key, release)),
         "resources": {"requests": requests, **({"limits": {pod.GPU_RESOURCE: str(gpus)}} if builds else {})},
-        "volumeMounts": [pod.engine_cache_mount(read_only=False), pod.tmp_mount(), *token_mounts, *source_mounts,
+        "volumeMounts": [pod.engine_cache_mount(read_only=False), pod.tmp_mount(),
+                         *([] if downloads else token_mounts), *source_mounts,
                          *([{"name": UPSTREAM_CODE_VOLUME, "mountPath": UPSTREAM_CODE_PATH, "readOnly": True}]
                            if builds else [])],
         "securityContext": pod.container_security_context(),
@@ -264,7 +330,7 @@ def engine_build_job(deployment: LLMDeployment, plan: Plan, key: str, metadata: 
                     "securityContext": pod.pod_security_context(),
                     **(pod.gpu_scheduling(plan) if builds else {}),
                     **pod.image_pull_secrets(settings),
-                    **({"initContainers": [_upstream_code(release, settings)]} if builds else {}),
+                    **({"initContainers": init_containers} if init_containers else {}),
                     "containers": [job_container],
                     "volumes": [pod.engine_cache_volume(settings, read_only=False), pod.tmp_volume(),
                                 *token_volumes, *source_volumes,

@@ -108,9 +108,12 @@ def _engine_build_inputs(spec: LLMDeploymentSpec, plan: Plan) -> dict[str, Any]:
     require_feasible(plan)
     # The resolved image: omitting spec.engine.image or naming the pinned one is one engine.
     engine = {**spec.engine.model_dump(mode="json"), "image": serving_image(spec)}
+    # Weights and tokenizer identity; the token reference does not change the engine. The
+    # object store's endpoint counts only when set, so that its addition to the API left every
+    # existing key (and engine) as it was.
+    unset_later_fields = {"object_store"} if spec.model.object_store is None else set()
     return {
-        # Weights and tokenizer identity; the token reference does not change the engine.
-        "model": spec.model.model_dump(mode="json", exclude={"secret_ref"}),
+        "model": spec.model.model_dump(mode="json", exclude={"secret_ref"} | unset_later_fields),
         # Image (TensorRT-LLM version), engine revision and trtllm-build limits.
         "engine": engine,
         # Engines are compiled for one GPU architecture.

@@ -13,6 +13,8 @@ TMP_PATH = "/tmp"
 SHM_PATH = "/dev/shm"
 MODEL_TOKEN_PATH = "/var/run/secrets/llmfleet/model-token"
 MODEL_TOKEN_FILE = "token"
+# The file name an s3:// source's credentials Secret key is mounted as (an AWS credentials file).
+OBJECT_STORE_CREDENTIALS_FILE = "credentials"
 
 # Layout of one engine cache entry, <cache>/<engine cache key>/: the build writes `engine/`,
 # `tokenizer/` and the marker into a work directory and publishes it with one rename, so an

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmfleet import __version__
+from llmfleet.catalog.client_record import load_client_record
 
 
 class RenderError(ValueError):
@@ -30,6 +31,9 @@ class RenderSettings:
     # releases' images do not ship it (no /app, catalog/releases/*.yaml), so the operator's image
     # carries tensorrtllm_backend's all_models at each pinned tag (Containerfile).
     model_code_image: str = f"llmfleet/operator:{__version__}"
+    # The client that downloads an s3:// source (a mirror of it may be named instead; the
+    # record, catalog/clients/*.yaml, is checked by tag).
+    object_store_client_image: str = load_client_record().image
     # Finished and failed build Jobs stay for the reconciler to read: no TTL; a small retry.
     engine_build_backoff_limit: int = 1
     termination_grace_period_seconds: int = 120
