@@ -143,6 +143,30 @@ def test_slo_update_makes_a_new_revision(sandbox, operator):
     assert deployments[0]["metadata"]["labels"]["llmfleet.io/revision"] == status["currentRevision"]
 
 
+def _apiserver_requests(sandbox, verb: str, resource: str, subresource: str = "") -> float:
+    """How many `verb` requests on `resource` the apiserver has served (its own counter)."""
+    total = 0.0
+    for line in sandbox.kubectl("get", "--raw", "/metrics").splitlines():
+        if line.startswith("apiserver_request_total{") and f'verb="{verb}"' in line \
+                and f'resource="{resource}"' in line and f'subresource="{subresource}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_a_settled_deployment_is_neither_listed_nor_rewritten_on_timer_ticks(sandbox, operator):
+    """Children come from the operator's watch-fed indexes, and a status equal to the stored one
+    is not patched: over several 5 s ticks the apiserver counts no LIST of a child kind and no
+    status PATCH. (Nothing else lists PodDisruptionBudgets here; only the operator writes the
+    LLMDeployment status.)"""
+    wait_for(lambda: (_condition(_get(sandbox, "chat"), "Ready") or {}).get("status") == "True", 120, "Ready")
+    time.sleep(6)  # the pass that follows the last child change
+    lists = _apiserver_requests(sandbox, "LIST", "poddisruptionbudgets")
+    patches = _apiserver_requests(sandbox, "PATCH", "llmdeployments", "status")
+    time.sleep(22)
+    assert _apiserver_requests(sandbox, "LIST", "poddisruptionbudgets") == lists
+    assert _apiserver_requests(sandbox, "PATCH", "llmdeployments", "status") == patches, operator.log_tail()
+
+
 def test_operator_restart_creates_no_duplicates(sandbox, operator):
     before = sorted((c["kind"], c["metadata"]["name"], c["metadata"]["uid"]) for c in _children(sandbox, "chat"))
     operator.stop(signal.SIGKILL)

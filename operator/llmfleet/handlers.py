@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import datetime
 import logging
 import threading
@@ -10,7 +11,7 @@ from collections import defaultdict
 import kopf
 
 from llmfleet.api import GROUP, KIND, PLURAL, VERSION
-from llmfleet.k8s import KubeGateway, load_api_client
+from llmfleet.k8s import CHILD_KINDS, KubeGateway, load_api_client
 from llmfleet.metrics import PrometheusMetrics
 from llmfleet.reconcile import OperatorSettings, reconcile
 from llmfleet.render.identity import MANAGED_BY_LABEL
@@ -42,16 +43,40 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
         log.warning("no Prometheus URL: autoscaling deployments hold their replicas")
 
 
-def _run(body, memo) -> None:
-    with _object_locks[body["metadata"]["uid"]]:
-        reconcile(dict(body), memo.gateway, memo.operator_settings, utc_now(), memo.metrics)
+def _controller(body) -> dict | None:
+    """The ownerReference of the LLMDeployment that controls a child, if any."""
+    return next((ref for ref in body["metadata"].get("ownerReferences") or []
+                 if ref.get("kind") == KIND and ref.get("controller")), None)
+
+
+def _child_by_owner(body, **_) -> dict:
+    return {_controller(body)["uid"]: copy.deepcopy(dict(body))}
+
+
+# Children come from one watch stream per kind, indexed by their LLMDeployment's uid: a pass
+# reads them from memory instead of listing five kinds on every tick.
+for _child in CHILD_KINDS:
+    kopf.index(*([_child.group] if _child.group else []), _child.version, _child.plural,
+               id=f"children_{_child.plural}", labels={MANAGED_BY_LABEL: "llmfleet"},
+               when=lambda body, **_: _controller(body) is not None)(_child_by_owner)
+
+
+def _children(uid: str, indexes: dict) -> list[dict]:
+    return [child for kind in CHILD_KINDS for child in indexes[f"children_{kind.plural}"].get(uid, ())]
+
+
+def _run(body, memo, indexes: dict) -> None:
+    uid = body["metadata"]["uid"]
+    with _object_locks[uid]:
+        reconcile(dict(body), memo.gateway, memo.operator_settings, utc_now(), memo.metrics,
+                  children=_children(uid, indexes))
 
 
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE)
 @kopf.on.resume(*RESOURCE)
-def on_change(body, memo, **_) -> None:
-    _run(body, memo)
+def on_change(body, memo, **kwargs) -> None:
+    _run(body, memo, kwargs)
 
 
 def _timer_interval() -> float:
@@ -59,27 +84,21 @@ def _timer_interval() -> float:
 
 
 @kopf.timer(*RESOURCE, interval=_timer_interval(), idle=0)
-def on_timer(body, memo, **_) -> None:
-    _run(body, memo)
-
-
-def _owner_name(body) -> str | None:
-    owner = next((ref for ref in body["metadata"].get("ownerReferences") or []
-                  if ref.get("kind") == KIND and ref.get("controller")), None)
-    return owner["name"] if owner else None
+def on_timer(body, memo, **kwargs) -> None:
+    _run(body, memo, kwargs)
 
 
 # A build Job finishing or a serving Deployment becoming ready is a reason to
 # reconcile the owner now rather than at the next timer tick.
 @kopf.on.event("batch", "v1", "jobs", labels={MANAGED_BY_LABEL: "llmfleet"})
 @kopf.on.event("apps", "v1", "deployments", labels={MANAGED_BY_LABEL: "llmfleet"})
-def on_child_event(body, event, memo, **_) -> None:
-    owner_name = _owner_name(body)
-    if event["type"] not in ("MODIFIED", "DELETED") or owner_name is None:
+def on_child_event(body, event, memo, **kwargs) -> None:
+    controller = _controller(body)
+    if event["type"] not in ("MODIFIED", "DELETED") or controller is None:
         return
-    owner = memo.gateway.get_llm_deployment(body["metadata"]["namespace"], owner_name)
+    owner = memo.gateway.get_llm_deployment(body["metadata"]["namespace"], controller["name"])
     if owner is not None and not owner["metadata"].get("deletionTimestamp"):
-        _run(owner, memo)
+        _run(owner, memo, kwargs)
 
 
 @kopf.on.delete(*RESOURCE, optional=True)

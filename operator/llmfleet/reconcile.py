@@ -1,31 +1,46 @@
-"""One level-based pipeline for every LLMDeployment event and timer tick:
-observe -> plan -> render -> server-side apply -> prune -> one status patch -> events.
+"""One level-based pipeline for every LLMDeployment event and timer tick, in named steps:
 
-`decide` is pure: from the stored object, its children and the time it returns
-what to apply, what to delete, the status and the events. `reconcile` does the
-I/O around it through the k8s gateway.
+    context -> validate -> plan -> build -> scale -> render -> roll out and prune
+            -> conditions -> status (diffed with the stored one) -> events
+
+`decide` is pure: from the stored object, its children and the time it returns what to apply,
+what to delete, the new status, whether it differs from the stored one, and the events.
+`reconcile` does the I/O around it through the k8s gateway and patches status only on change.
+Every error a user can cause (a spec the models reject, a spec render refuses) ends as a
+condition, never as an exception Kopf would retry forever.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
+
+from pydantic import ValidationError
 
 from llmfleet.api import (
     ConditionStatus,
     ConditionType,
     InvalidSpecError,
     LLMDeployment,
+    LLMDeploymentSpec,
+    Reason,
     find_condition,
     set_condition,
 )
 from llmfleet.api.conditions import Condition
-from llmfleet.api.status import AutoscalerStatus, ReplicaRecommendation
+from llmfleet.api.status import AutoscalerStatus, LLMDeploymentStatus, ReplicaRecommendation
 from llmfleet.autoscale import AutoscalerState, MetricsSnapshot, Recommendation, display_round
 from llmfleet.autoscale import decide as autoscale
 from llmfleet.planner import plan as make_plan
-from llmfleet.planner.spec_adapter import plan_request_from_spec, plan_status_from_plan, serving_release
-from llmfleet.render import RenderSettings, engine_build, render, revision_hash, serving
+from llmfleet.planner.spec_adapter import (
+    plan_from_status,
+    plan_request_from_spec,
+    plan_status_from_plan,
+    serving_release,
+)
+from llmfleet.planner.types import Plan
+from llmfleet.render import RenderError, RenderSettings, engine_build, render, revision_hash, serving
 from llmfleet.render.identity import COMPONENT_LABEL, REVISION_LABEL, selector_labels
 from llmfleet.render.pod import engine_cache_claim
 
@@ -34,6 +49,8 @@ BUILD_COMPONENT = engine_build.COMPONENT
 TRUE, FALSE = ConditionStatus.TRUE, ConditionStatus.FALSE
 # Conditions whose True status is bad news, for the event type on transitions.
 BAD_WHEN_TRUE = {ConditionType.DEGRADED.value}
+# Any new value asks for a new plan without a spec change (e.g. after a catalog update).
+REPLAN_ANNOTATION = "llmfleet.io/replan"
 
 
 @dataclass(frozen=True)
@@ -42,6 +59,9 @@ class OperatorSettings:
     timer_interval_seconds: float = 5.0
     # The window of the p99 TTFT query: a few scrapes, short enough to react within ~20 s.
     metrics_window_seconds: int = 30
+    # How long added replicas may take to become ready (engine load, warm-up) before missing
+    # ones count as Degraded rather than as a scale-up in progress.
+    replica_start_grace_seconds: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +78,8 @@ class Outcome:
     apply: list[dict] = field(default_factory=list)
     delete: list[dict] = field(default_factory=list)
     status: dict = field(default_factory=dict)
+    # False: the status equals the stored one and is not written.
+    status_changed: bool = True
     events: list[Event] = field(default_factory=list)
 
 
@@ -69,45 +91,299 @@ class BuildState:
     message: str
 
 
-def _key(obj: dict) -> tuple[str, str]:
-    return obj["kind"], obj["metadata"]["name"]
+@dataclass(frozen=True)
+class Context:
+    """What one pass reads, built once: the stored object and status, the children, the time."""
+
+    body: dict
+    children: tuple[dict, ...]
+    settings: OperatorSettings
+    now: datetime
+    snapshot: MetricsSnapshot | None = None
+
+    @property
+    def name(self) -> str:
+        return self.body["metadata"]["name"]
+
+    @property
+    def namespace(self) -> str:
+        return self.body["metadata"]["namespace"]
+
+    @property
+    def generation(self) -> int | None:
+        return self.body["metadata"].get("generation")
+
+    @property
+    def raw_status(self) -> dict:
+        return self.body.get("status") or {}
+
+    @cached_property
+    def stored(self) -> LLMDeploymentStatus:
+        """The stored status; empty when it no longer parses (written by an older operator)."""
+        try:
+            return LLMDeploymentStatus.model_validate(self.raw_status)
+        except ValidationError:
+            return LLMDeploymentStatus()
+
+    @cached_property
+    def conditions_before(self) -> list[Condition]:
+        return list(self.stored.conditions or [])
+
+    @property
+    def replan_request(self) -> str | None:
+        return (self.body["metadata"].get("annotations") or {}).get(REPLAN_ANNOTATION)
+
+    def condition(self, conditions: list[Condition], kind: ConditionType, status: ConditionStatus,
+                  reason: str, message: str) -> list[Condition]:
+        return set_condition(conditions, kind, status, reason, message, self.now, self.generation)
 
 
 def _labels(obj: dict) -> dict[str, str]:
     return obj["metadata"].get("labels") or {}
 
 
-def build_state(children: list[dict], revision: str) -> BuildState:
-    job = next((c for c in children if c["kind"] == "Job"
-                and _labels(c).get(REVISION_LABEL) == revision), None)
-    if job is None:
-        return BuildState(False, False, "BuildPending", "the Job filling the engine cache is being created")
-    status = job.get("status") or {}
-    for condition in status.get("conditions") or []:
-        if condition.get("status") != "True":
-            continue
-        if condition["type"] in ("Complete", "SuccessCriteriaMet"):
-            return BuildState(True, False, "EngineReady", f"engine cache entry ready (Job {job['metadata']['name']})")
-        if condition["type"] in ("Failed", "FailureTarget"):
-            reason = condition.get("reason") or "BackoffLimitExceeded"
-            return BuildState(False, True, "BuildFailed",
-                              f"Job {job['metadata']['name']} failed ({reason}): "
-                              f"{condition.get('message') or 'see the Job pod logs'}")
-    return BuildState(False, False, "Building", f"Job {job['metadata']['name']} is filling the engine cache")
-
-
-def _serving_deployments(children: list[dict]) -> dict[str, dict]:
-    return {_labels(c).get(REVISION_LABEL): c for c in children
-            if c["kind"] == "Deployment" and _labels(c).get(COMPONENT_LABEL) == SERVER_COMPONENT}
+def _key(obj: dict) -> tuple[str, str]:
+    return obj["kind"], obj["metadata"]["name"]
 
 
 def _ready_replicas(deployment: dict | None) -> int:
     return ((deployment or {}).get("status") or {}).get("readyReplicas") or 0
 
 
-def _conditions(body: dict) -> list[Condition]:
-    raw = (body.get("status") or {}).get("conditions") or []
-    return [Condition.model_validate(c) for c in raw]
+# --- validate -------------------------------------------------------------------------------------
+
+def _validate(ctx: Context) -> LLMDeployment:
+    """The typed object; InvalidSpecError names every field the models reject."""
+    return LLMDeployment.from_manifest(ctx.body)
+
+
+# --- plan -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PlanChoice:
+    plan: Plan | None  # None: no allowed configuration meets the spec
+    status: dict  # status.plan
+
+
+def _plan(ctx: Context, spec: LLMDeploymentSpec) -> PlanChoice:
+    """The stored plan while the spec is unchanged and no re-plan is asked for, so an operator
+    upgrade with new calibration neither re-plans nor rebuilds what serves; else a new plan."""
+    stored = ctx.stored
+    if (stored.plan is not None and stored.observed_generation == ctx.generation
+            and stored.replan_request == ctx.replan_request):
+        reused = plan_from_status(stored.plan)
+        if reused is not None or not stored.plan.gpu_type:
+            return PlanChoice(reused, stored.plan.model_dump(mode="json", by_alias=True, exclude_none=True))
+    fresh = make_plan(plan_request_from_spec(spec))
+    return PlanChoice(fresh if fresh.feasible else None,
+                      plan_status_from_plan(fresh).model_dump(mode="json", by_alias=True, exclude_none=True))
+
+
+# --- build ----------------------------------------------------------------------------------------
+
+def build_state(children: tuple[dict, ...] | list[dict], revision: str) -> BuildState:
+    job = next((c for c in children if c["kind"] == "Job"
+                and _labels(c).get(REVISION_LABEL) == revision), None)
+    if job is None:
+        return BuildState(False, False, Reason.BUILD_PENDING, "the Job filling the engine cache is being created")
+    status = job.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition["type"] in ("Complete", "SuccessCriteriaMet"):
+            return BuildState(True, False, Reason.ENGINE_READY,
+                              f"engine cache entry ready (Job {job['metadata']['name']})")
+        if condition["type"] in ("Failed", "FailureTarget"):
+            reason = condition.get("reason") or "BackoffLimitExceeded"
+            return BuildState(False, True, Reason.BUILD_FAILED,
+                              f"Job {job['metadata']['name']} failed ({reason}): "
+                              f"{condition.get('message') or 'see the Job pod logs'}")
+    return BuildState(False, False, Reason.BUILDING, f"Job {job['metadata']['name']} is filling the engine cache")
+
+
+# --- scale ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Scaling:
+    desired_replicas: int
+    # The replicas before this pass: stored, or the plan's on the first pass.
+    previous_replicas: int
+    autoscaler: dict | None = None
+    decision: object | None = None  # autoscale.Decision when the autoscaler decided
+
+
+def _autoscaler_state(stored: AutoscalerStatus | None) -> AutoscalerState:
+    if stored is None:
+        return AutoscalerState()
+    return AutoscalerState(
+        last_scale_time=stored.last_scale_time, warming_since=stored.warming_since,
+        recommendations=tuple(Recommendation(r.time, r.replicas) for r in stored.recommendations or ()))
+
+
+def _autoscaler_status(decision, stored: AutoscalerStatus | None, now: datetime) -> dict:
+    state = decision.state
+    unchanged = (stored is not None and stored.last_decision == decision.decision
+                 and stored.desired_replicas == decision.desired_replicas)
+    status = AutoscalerStatus(
+        desired_replicas=decision.desired_replicas, last_decision=decision.decision,
+        last_decision_time=stored.last_decision_time if unchanged else now, reason=decision.reason[:1024],
+        inputs=decision.inputs, last_scale_time=state.last_scale_time, warming_since=state.warming_since,
+        recommendations=[ReplicaRecommendation(time=r.time, replicas=r.replicas)
+                         for r in state.recommendations] or None)
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _scale(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, build: BuildState, ready: int) -> Scaling:
+    stored_replicas = ctx.stored.replicas
+    previous = stored_replicas if stored_replicas is not None else plan.replicas
+    if not spec.autoscaling.enabled:
+        return Scaling(plan.replicas, previous)
+    scaling = spec.autoscaling
+    current = min(max(previous, scaling.min_replicas), scaling.max_replicas)
+    decision = autoscale(scaling, spec.slo.ttft_p99_ms,
+                         ctx.snapshot or MetricsSnapshot(error="no Prometheus URL configured"),
+                         _autoscaler_state(ctx.stored.autoscaler), current, ready if build.finished else current,
+                         ctx.now)
+    return Scaling(decision.desired_replicas, previous,
+                   _autoscaler_status(decision, ctx.stored.autoscaler, ctx.now), decision)
+
+
+# --- roll out and prune ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Rollout:
+    revision: str
+    stable_revision: str | None
+    serving: dict[str, dict]  # revision -> its serving Deployment
+    ready: int  # ready replicas of the current revision
+    ready_anywhere: int  # ready replicas of every revision that still serves
+    delete: list[dict]
+
+    @property
+    def rolled_out(self) -> bool:
+        return self.stable_revision == self.revision
+
+
+def _serving_deployments(children) -> dict[str, dict]:
+    return {_labels(c).get(REVISION_LABEL): c for c in children
+            if c["kind"] == "Deployment" and _labels(c).get(COMPONENT_LABEL) == SERVER_COMPONENT}
+
+
+def _roll_out(ctx: Context, revision: str, build: BuildState, desired: int, manifests: list[dict]) -> Rollout:
+    """A new revision surges beside the stable one; once all its replicas are ready it becomes
+    stable and older revisions go. A revision that completed once stays stable when replicas
+    are later lost or added (that is Degraded or a scale-up, not a rollout)."""
+    serving = _serving_deployments(ctx.children)
+    ready = _ready_replicas(serving.get(revision))
+    stable = ctx.stored.stable_revision
+    if stable != revision and build.finished and revision in serving and ready >= desired:
+        stable = revision
+    rolled_out = stable == revision
+    wanted = {_key(m) for m in manifests}
+    delete = []
+    for child in ctx.children:
+        if _key(child) in wanted:
+            continue
+        child_revision = _labels(child).get(REVISION_LABEL)
+        keep_serving = (child_revision is not None and child_revision != revision and not rolled_out
+                        and child_revision in serving and _labels(child).get(COMPONENT_LABEL) != BUILD_COMPONENT)
+        if not keep_serving:
+            delete.append(child)
+    ready_anywhere = sum(_ready_replicas(d) for rev, d in serving.items() if rev == revision or not rolled_out)
+    return Rollout(revision, stable, serving, ready, ready_anywhere, delete)
+
+
+# --- conditions -----------------------------------------------------------------------------------
+
+def _scaling_up(ctx: Context, rollout: Rollout, scaling: Scaling) -> bool:
+    """Replicas were added (this pass, or within the start grace of an earlier ScalingUp) and
+    are not all ready yet."""
+    if not rollout.rolled_out or rollout.ready >= scaling.desired_replicas:
+        return False
+    if scaling.desired_replicas > scaling.previous_replicas:
+        return True
+    previous = find_condition(ctx.conditions_before, ConditionType.PROGRESSING)
+    return (previous is not None and previous.status == TRUE and previous.reason == Reason.SCALING_UP
+            and (ctx.now - previous.last_transition_time).total_seconds() < ctx.settings.replica_start_grace_seconds)
+
+
+def _conditions(ctx: Context, plan_status: dict, build: BuildState, rollout: Rollout, scaling: Scaling) -> list[Condition]:
+    """Every condition of a plannable spec, from the pass's facts and the reason constants."""
+    desired, ready = scaling.desired_replicas, rollout.ready
+    counts = f"{ready}/{desired} replicas ready"
+    scaling_up = _scaling_up(ctx, rollout, scaling)
+    after = ctx.condition(ctx.conditions_before, ConditionType.PLANNED, TRUE, Reason.PLAN_FOUND,
+                          f"{plan_status.get('summary', '')} x{desired}: " + (plan_status.get("rationale") or [""])[0])
+    after = ctx.condition(after, ConditionType.ENGINE_BUILT, TRUE if build.finished else FALSE, build.reason,
+                          build.message)
+    after = ctx.condition(after, ConditionType.WORKLOAD_AVAILABLE, TRUE if rollout.ready_anywhere else FALSE,
+                          Reason.REPLICAS_READY if rollout.ready_anywhere else Reason.NO_READY_REPLICAS,
+                          f"{rollout.ready_anywhere} replica(s) ready to serve")
+    revision = f"revision {rollout.revision}: "
+    if build.failed:
+        progressing = (FALSE, Reason.BUILD_FAILED, revision + build.message)
+    elif not build.finished:
+        progressing = (TRUE, Reason.BUILDING, revision + build.message)
+    elif not rollout.rolled_out:
+        progressing = (TRUE, Reason.ROLLING_OUT, revision + counts)
+    elif scaling_up:
+        progressing = (TRUE, Reason.SCALING_UP, revision + counts)
+    else:
+        progressing = (FALSE, Reason.ROLLED_OUT, revision + counts)
+    after = ctx.condition(after, ConditionType.PROGRESSING, *progressing)
+    if build.failed:
+        degraded = (TRUE, Reason.BUILD_FAILED, build.message)
+    elif rollout.rolled_out and ready < desired and not scaling_up:
+        degraded = (TRUE, Reason.BELOW_DESIRED_REPLICAS, counts)
+    else:
+        degraded = (FALSE, Reason.AS_PLANNED, counts)
+    after = ctx.condition(after, ConditionType.DEGRADED, *degraded)
+    if rollout.rolled_out and ready >= min(desired, 1):
+        ready_condition = (TRUE, Reason.SERVING, f"revision {rollout.revision} serves with {counts}")
+    elif not build.finished:
+        ready_condition = (FALSE, build.reason, build.message)
+    else:
+        ready_condition = (FALSE, Reason.REPLICAS_NOT_READY, counts)
+    after = ctx.condition(after, ConditionType.READY, *ready_condition)
+    if scaling.decision is not None:
+        decision = scaling.decision
+        after = ctx.condition(after, ConditionType.AUTOSCALING_ACTIVE, TRUE, Reason.AUTOSCALER_DECIDING,
+                              decision.reason)
+        after = ctx.condition(after, ConditionType.METRICS_AVAILABLE, TRUE if decision.metrics_available else FALSE,
+                              decision.metrics_reason, decision.metrics_message)
+    return after
+
+
+def _blocked_conditions(ctx: Context, reason: str, message: str) -> list[Condition]:
+    """Planned and Ready False for a spec the operator cannot act on; what serves stays."""
+    after = ctx.condition(ctx.conditions_before, ConditionType.PLANNED, FALSE, reason, message)
+    return ctx.condition(after, ConditionType.READY, FALSE, reason, message)
+
+
+# --- status and events ----------------------------------------------------------------------------
+
+def _dump_conditions(conditions: list[Condition]) -> list[dict]:
+    return [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in conditions]
+
+
+def _merge_patched(stored: dict, patch: dict) -> dict:
+    """`stored` after a JSON merge patch (RFC 7386): None removes, mappings merge, the rest replaces."""
+    merged = dict(stored)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge_patched(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _normalised(status: dict) -> dict:
+    try:
+        return LLMDeploymentStatus.model_validate(status).model_dump(mode="json", by_alias=True, exclude_none=True)
+    except ValidationError:
+        return {"unparsable": status}
 
 
 def _transition_events(before: list[Condition], after: list[Condition]) -> list[Event]:
@@ -121,184 +397,99 @@ def _transition_events(before: list[Condition], after: list[Condition]) -> list[
     return events
 
 
-def _dump_conditions(conditions: list[Condition]) -> list[dict]:
-    return [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in conditions]
+def _outcome(ctx: Context, status: dict, conditions: list[Condition], *, events: list[Event] = (),
+             **changes) -> Outcome:
+    """The pass's result: the status with its conditions, diffed with the stored one."""
+    status = {**status, "observedGeneration": ctx.generation, "replanRequest": ctx.replan_request,
+              "conditions": _dump_conditions(conditions)}
+    changed = _normalised(_merge_patched(ctx.raw_status, status)) != _normalised(ctx.raw_status)
+    return Outcome(status=status, status_changed=changed,
+                   events=[*events, *_transition_events(ctx.conditions_before, conditions)], **changes)
 
 
-def _autoscaler_state(body: dict) -> AutoscalerState:
-    raw = (body.get("status") or {}).get("autoscaler")
-    if not raw:
-        return AutoscalerState()
-    stored = AutoscalerStatus.model_validate(raw)
-    return AutoscalerState(
-        last_scale_time=stored.last_scale_time, warming_since=stored.warming_since,
-        recommendations=tuple(Recommendation(r.time, r.replicas) for r in stored.recommendations or ()))
+def decide_invalid(ctx: Context, reason: str, message: str, plan_status: dict | None = None) -> Outcome:
+    """A spec the models reject or render refuses: say so, keep whatever already serves."""
+    status = {"plan": plan_status} if plan_status is not None else {}
+    return _outcome(ctx, status, _blocked_conditions(ctx, reason, message))
 
 
-def _autoscaler_status(decision, now: datetime) -> dict:
-    state = decision.state
-    status = AutoscalerStatus(
-        desired_replicas=decision.desired_replicas, last_decision=decision.decision,
-        last_decision_time=now, reason=decision.reason[:1024], inputs=decision.inputs,
-        last_scale_time=state.last_scale_time, warming_since=state.warming_since,
-        recommendations=[ReplicaRecommendation(time=r.time, replicas=r.replicas)
-                         for r in state.recommendations] or None)
-    return status.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-def decide_invalid(body: dict, error: InvalidSpecError, now: datetime) -> Outcome:
-    """A stored object the models reject (e.g. written before a CRD upgrade)."""
-    generation = body["metadata"].get("generation")
-    message = "; ".join(f"{path}: {text}" for path, text in error.problems)
-    before = _conditions(body)
-    after = set_condition(before, ConditionType.PLANNED, FALSE, "InvalidSpec", message, now, generation)
-    after = set_condition(after, ConditionType.READY, FALSE, "InvalidSpec", message, now, generation)
-    return Outcome(status={"observedGeneration": generation, "conditions": _dump_conditions(after)},
-                   events=_transition_events(before, after))
-
-
-def decide(body: dict, children: list[dict], settings: OperatorSettings, now: datetime,
+def decide(body: dict, children, settings: OperatorSettings, now: datetime,
            snapshot: MetricsSnapshot | None = None) -> Outcome:
     """`snapshot` is the deployment's metrics when autoscaling is enabled (None: no
     Prometheus configured, which the autoscaler treats like an outage: hold)."""
-    deployment = LLMDeployment.from_manifest(body)
-    metadata = body["metadata"]
-    name, generation = metadata["name"], metadata.get("generation")
+    ctx = Context(body, tuple(children), settings, now, snapshot)
+    try:
+        deployment = _validate(ctx)
+    except InvalidSpecError as error:
+        return decide_invalid(ctx, Reason.INVALID_SPEC, "; ".join(f"{path}: {text}" for path, text in error.problems))
     spec = deployment.spec
-    plan = make_plan(plan_request_from_spec(spec))
-    plan_status = plan_status_from_plan(plan).model_dump(mode="json", by_alias=True, exclude_none=True)
-    before = _conditions(body)
-
-    def condition(conditions, kind, status, reason, message):
-        return set_condition(conditions, kind, status, reason, message, now, generation)
-
-    if not plan.feasible:
+    choice = _plan(ctx, spec)
+    if choice.plan is None:
         # Keep whatever already serves; create nothing new for an unmeetable spec.
-        closest = (plan_status.get("rejected") or [None])[0]
+        closest = (choice.status.get("rejected") or [None])[0]
         message = "no allowed configuration meets the spec" + (
             f"; closest: {closest['option']}: {closest['reason']}" if closest else "")
-        after = condition(before, ConditionType.PLANNED, FALSE, "PlanInfeasible", message)
-        after = condition(after, ConditionType.READY, FALSE, "PlanInfeasible", message)
-        return Outcome(status={"observedGeneration": generation, "plan": plan_status,
-                               "conditions": _dump_conditions(after)},
-                       events=_transition_events(before, after))
-
+        return decide_invalid(ctx, Reason.PLAN_INFEASIBLE, message, choice.status)
+    plan = choice.plan
     revision = revision_hash(spec, plan)
-    build = build_state(children, revision)
-    serving = _serving_deployments(children)
-    ready = _ready_replicas(serving.get(revision))
-    desired_replicas = plan.replicas
-    autoscaler_status = None
-    events: list[Event] = []
-    if spec.autoscaling.enabled:
-        scaling = spec.autoscaling
-        stored_replicas = (body.get("status") or {}).get("replicas")
-        current = stored_replicas if stored_replicas is not None else plan.replicas
-        current = min(max(current, scaling.min_replicas), scaling.max_replicas)
-        decision = autoscale(scaling, spec.slo.ttft_p99_ms,
-                             snapshot or MetricsSnapshot(error="no Prometheus URL configured"),
-                             _autoscaler_state(body), current, ready if build.finished else current, now)
-        desired_replicas = decision.desired_replicas
-        autoscaler_status = _autoscaler_status(decision, now)
-        if desired_replicas != current:
-            events.append(Event("Normal", decision.decision.value, decision.reason))
-    serving_replicas = desired_replicas if build.finished else 0
-    manifests = render(deployment, plan, revision, settings.render, serving_replicas=serving_replicas)
-    rolled_out = build.finished and ready >= desired_replicas
-
-    # Older revisions keep serving until the new one is fully ready; then they go.
-    wanted = {_key(m) for m in manifests}
-    delete = []
-    for child in children:
-        if _key(child) in wanted:
-            continue
-        child_revision = _labels(child).get(REVISION_LABEL)
-        keep_serving = (child_revision is not None and child_revision != revision and not rolled_out
-                        and child_revision in serving and _labels(child).get(COMPONENT_LABEL) != BUILD_COMPONENT)
-        if not keep_serving:
-            delete.append(child)
-    ready_anywhere = sum(_ready_replicas(d) for rev, d in serving.items()
-                         if rev == revision or not rolled_out)
-
-    after = condition(before, ConditionType.PLANNED, TRUE, "PlanFound",
-                      f"{plan_status.get('summary', '')} x{desired_replicas}: "
-                      + (plan_status.get("rationale") or [""])[0])
-    if build.failed:
-        after = condition(after, ConditionType.ENGINE_BUILT, FALSE, build.reason, build.message)
-    else:
-        after = condition(after, ConditionType.ENGINE_BUILT, TRUE if build.finished else FALSE,
-                          build.reason, build.message)
-    after = condition(after, ConditionType.WORKLOAD_AVAILABLE, TRUE if ready_anywhere else FALSE,
-                      "ReplicasReady" if ready_anywhere else "NoReadyReplicas",
-                      f"{ready_anywhere} replica(s) ready to serve")
-    progressing = not rolled_out and not build.failed
-    after = condition(after, ConditionType.PROGRESSING, TRUE if progressing else FALSE,
-                      ("Building" if not build.finished else "RollingOut") if progressing
-                      else ("BuildFailed" if build.failed else "RolledOut"),
-                      f"revision {revision}: " + (build.message if not build.finished else
-                                                  f"{ready}/{desired_replicas} replicas ready"))
-    degraded = build.failed or (build.finished and 0 < ready < desired_replicas and rolled_out)
-    after = condition(after, ConditionType.DEGRADED, TRUE if degraded else FALSE,
-                      build.reason if build.failed else ("BelowDesiredReplicas" if degraded else "AsPlanned"),
-                      build.message if build.failed else f"{ready}/{desired_replicas} replicas ready")
-    after = condition(after, ConditionType.READY, TRUE if rolled_out else FALSE,
-                      "Serving" if rolled_out else (build.reason if not build.finished else "ReplicasNotReady"),
-                      f"revision {revision} serves with {ready}/{desired_replicas} replicas ready"
-                      if rolled_out else (build.message if not build.finished
-                                          else f"{ready}/{desired_replicas} replicas ready"))
-    if autoscaler_status is not None:
-        after = condition(after, ConditionType.AUTOSCALING_ACTIVE, TRUE, decision.decision.value,
-                          decision.reason)
-        after = condition(after, ConditionType.METRICS_AVAILABLE,
-                          TRUE if decision.metrics_available else FALSE,
-                          decision.metrics_reason, decision.metrics_message)
-
-    selector = ",".join(f"{k}={v}" for k, v in sorted(selector_labels(name).items()))
-    revisions = [{"name": rev, "planSummary": plan_status.get("summary") if rev == revision else None,
+    build = build_state(ctx.children, revision)
+    scaling = _scale(ctx, spec, plan, build, _ready_replicas(_serving_deployments(ctx.children).get(revision)))
+    try:
+        manifests = render(deployment, plan, revision, settings.render,
+                           serving_replicas=scaling.desired_replicas if build.finished else 0)
+    except RenderError as error:
+        return decide_invalid(ctx, Reason.RENDER_FAILED, str(error), choice.status)
+    rollout = _roll_out(ctx, revision, build, scaling.desired_replicas, manifests)
+    conditions = _conditions(ctx, choice.status, build, rollout, scaling)
+    revisions = [{"name": rev, "planSummary": choice.status.get("summary") if rev == revision else None,
                   "engineRevision": spec.engine.revision if rev == revision else None,
                   "replicas": (d.get("spec") or {}).get("replicas", 0), "readyReplicas": _ready_replicas(d)}
-                 for rev, d in sorted(serving.items(), key=lambda item: item[0] != revision)
-                 if rev is not None and (rev == revision or not rolled_out)]
+                 for rev, d in sorted(rollout.serving.items(), key=lambda item: item[0] != revision)
+                 if rev is not None and (rev == revision or not rollout.rolled_out)]
     status = {
-        "observedGeneration": generation,
-        "plan": plan_status,
-        "replicas": desired_replicas,
-        "readyReplicas": ready,
-        "selector": selector,
+        "plan": choice.status,
+        "replicas": scaling.desired_replicas,
+        "readyReplicas": rollout.ready,
+        "selector": ",".join(f"{k}={v}" for k, v in sorted(selector_labels(ctx.name).items())),
         "currentRevision": revision,
+        "stableRevision": rollout.stable_revision,
         "revisions": [{k: v for k, v in r.items() if v is not None} for r in revisions] or None,
-        "conditions": _dump_conditions(after),
-        "autoscaler": autoscaler_status,
+        "autoscaler": scaling.autoscaler,
         "ttftP99Ms": display_round(snapshot.ttft_p99_ms, 1) if snapshot is not None else None,
     }
-    return Outcome(ensure=[engine_cache_claim(metadata["namespace"], settings.render)],
-                   apply=manifests, delete=delete, status=status,
-                   events=events + _transition_events(before, after))
+    scale_events = ([Event("Normal", scaling.decision.decision.value, scaling.decision.reason)]
+                    if scaling.decision is not None and scaling.desired_replicas != scaling.previous_replicas else [])
+    return _outcome(ctx, status, conditions, events=scale_events,
+                    ensure=[engine_cache_claim(ctx.namespace, settings.render)], apply=manifests,
+                    delete=rollout.delete)
 
 
-def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metrics=None) -> Outcome:
+def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metrics=None,
+              children: list[dict] = ()) -> Outcome:
     """Bring the cluster to the state `decide` wants for this LLMDeployment.
 
+    `children` are the objects it owns (from the operator's indexes).
     `metrics` (a llmfleet.metrics.PrometheusMetrics, or None) is read only when the
     deployment autoscales."""
     metadata = body["metadata"]
     namespace, name = metadata["namespace"], metadata["name"]
-    autoscaling = ((body.get("spec") or {}).get("autoscaling") or {}).get("enabled")
-    try:
-        snapshot = None
-        if autoscaling and metrics is not None:
+    snapshot = None
+    if ((body.get("spec") or {}).get("autoscaling") or {}).get("enabled") and metrics is not None:
+        try:
             release = serving_release(LLMDeployment.from_manifest(body).spec)
+        except InvalidSpecError:
+            release = None  # decide says why
+        if release is not None:
             snapshot = metrics.snapshot(namespace, name, settings.metrics_window_seconds, now, release.metrics)
-        outcome = decide(body, kube.list_children(namespace, name), settings, now, snapshot)
-    except InvalidSpecError as error:
-        outcome = decide_invalid(body, error, now)
+    outcome = decide(body, children, settings, now, snapshot)
     for manifest in outcome.ensure:
         kube.ensure(manifest)
     for manifest in outcome.apply:
         kube.apply(manifest)
     for child in outcome.delete:
         kube.delete(child)
-    kube.patch_status(namespace, name, outcome.status)
+    if outcome.status_changed:
+        kube.patch_status(namespace, name, outcome.status)
     for event in outcome.events:
         kube.emit_event(body, event.type, event.reason, event.message)
     return outcome

@@ -6,8 +6,7 @@ from __future__ import annotations
 import copy
 from datetime import datetime, timedelta, timezone
 
-from llmfleet.api import InvalidSpecError
-from llmfleet.reconcile import OperatorSettings, decide, decide_invalid
+from llmfleet.reconcile import OperatorSettings, decide
 from llmfleet.render import RenderSettings
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
@@ -132,11 +131,79 @@ def test_infeasible_spec_creates_nothing_and_says_why():
 
 
 def test_invalid_stored_object_gets_a_condition_naming_the_field():
-    error = InvalidSpecError([("spec.slo.ttftP99Ms", "must be positive")])
-    outcome = decide_invalid(body(), error, NOW)
+    stored = body()
+    stored["spec"]["slo"]["ttftP99Ms"] = -5  # written before a CRD upgrade tightened the schema
+    outcome = decide(stored, [], SETTINGS, NOW)
     planned = condition(outcome, "Planned")
     assert planned["reason"] == "InvalidSpec" and "spec.slo.ttftP99Ms" in planned["message"]
-    assert outcome.apply == []
+    assert condition(outcome, "Ready")["reason"] == "InvalidSpec"
+    assert outcome.apply == [] and outcome.delete == []
+
+
+def test_a_spec_render_refuses_becomes_a_condition_not_an_exception():
+    refused = body()
+    refused["spec"]["engine"] = {"runtime": "engine"}
+    refused["spec"]["model"]["tokenizer"] = "s3://tokenizers/llama"  # its build reads tokenizers from the hub
+    outcome = decide(refused, [], SETTINGS, NOW)
+    ready = condition(outcome, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "RenderFailed")
+    assert "spec.model.tokenizer" in ready["message"]
+    assert outcome.apply == [] and outcome.delete == []
+    assert ("Warning", "RenderFailed") in [(e.type, e.reason) for e in outcome.events]
+
+
+def rolled_out(replicas_ready: int | None = None, manifest=body):
+    """A deployment whose revision rolled out: its last status and children."""
+    first = decide(manifest(), [], SETTINGS, NOW)
+    built = finished_job(by_kind(first.apply, "Job"))
+    second = decide(manifest(status=first.status), [built], SETTINGS, NOW)
+    desired = second.status["replicas"]
+    serving = ready_deployment(by_kind(second.apply, "Deployment"), desired)
+    third = decide(manifest(status=second.status), [built, serving], SETTINGS, NOW)
+    assert condition(third, "Ready")["status"] == "True"
+    return third.status, built, serving
+
+
+def test_replicas_lost_after_the_rollout_are_degraded_and_still_serving():
+    manifest = body()
+    manifest["spec"]["plan"] = {"replicas": 3}
+    status, built, serving = rolled_out(manifest=lambda status=None: {**manifest, **({"status": status} if status else {})})
+    down = ready_deployment(serving, 1)
+    outcome = decide({**manifest, "status": status}, [built, down], SETTINGS, NOW + timedelta(seconds=30))
+    degraded = condition(outcome, "Degraded")
+    assert (degraded["status"], degraded["reason"], degraded["message"]) == (
+        "True", "BelowDesiredReplicas", "1/3 replicas ready")
+    assert condition(outcome, "Ready")["status"] == "True"  # one replica still serves
+    assert condition(outcome, "Progressing")["reason"] == "RolledOut"
+    assert ("Warning", "BelowDesiredReplicas") in [(e.type, e.reason) for e in outcome.events]
+
+
+def test_status_is_written_only_when_it_changes():
+    status, built, serving = rolled_out()
+    again = decide(body(status=status), [built, serving], SETTINGS, NOW + timedelta(seconds=5))
+    assert not again.status_changed and again.events == []
+    fewer = decide(body(status=status), [built, ready_deployment(serving, 0)], SETTINGS, NOW + timedelta(seconds=10))
+    assert fewer.status_changed
+
+
+def test_the_stored_plan_is_kept_until_the_spec_changes_or_a_replan_is_asked_for():
+    status, built, serving = rolled_out()
+    # As if an operator upgrade's calibration now preferred another configuration.
+    assert status["plan"]["quantization"] == "FP8"
+    stored = {**status, "plan": {**status["plan"], "quantization": "BF16", "kvCacheDtype": "BF16",
+                                 "summary": "H100x1 BF16"}}
+    kept = decide(body(status=stored), [built, serving], SETTINGS, NOW)
+    assert kept.status["plan"]["quantization"] == "BF16"
+    assert kept.status["currentRevision"] != status["currentRevision"]  # the stored plan is what renders
+    edited = body(status=stored)
+    edited["metadata"]["generation"] += 1
+    assert decide(edited, [built, serving], SETTINGS, NOW).status["plan"] == status["plan"]
+    asked = body(status=stored)
+    asked["metadata"]["annotations"] = {"llmfleet.io/replan": "2026-12-02"}
+    replanned = decide(asked, [built, serving], SETTINGS, NOW)
+    assert replanned.status["plan"] == status["plan"] and replanned.status["replanRequest"] == "2026-12-02"
+    asked["status"] = replanned.status
+    assert decide(asked, [built, serving], SETTINGS, NOW).status["plan"] == status["plan"]
 
 
 def autoscaling_body(status: dict | None = None) -> dict:
@@ -161,6 +228,32 @@ def test_autoscaler_scales_up_on_a_ttft_breach_and_records_why():
     assert outcome.status["autoscaler"]["inputs"]["observedTtftP99Ms"] == 3000.0
     assert condition(outcome, "MetricsAvailable")["status"] == "True"
     assert ("Normal", "ScaleUp") in [(e.type, e.reason) for e in outcome.events]
+
+
+def test_one_scale_up_is_one_event_and_the_deployment_stays_ready():
+    from llmfleet.autoscale import MetricsSnapshot
+
+    status, built, serving = rolled_out(manifest=autoscaling_body)
+    breach = MetricsSnapshot(ttft_p99_ms=3000.0, waiting_requests=4.0, requests_per_second=2.0,
+                             kv_cache_utilization=0.5, sample_time=NOW)
+    up = decide(autoscaling_body(status=status), [built, serving], SETTINGS, NOW, breach)
+    assert up.status["replicas"] > 1
+    reasons = [e.reason for e in up.events]
+    assert reasons.count("ScaleUp") == 1 and "ScalingUp" in reasons
+    assert not {"RollingOut", "ReplicasNotReady"} & set(reasons) and {e.type for e in up.events} == {"Normal"}
+    assert condition(up, "Ready")["status"] == "True"
+    assert condition(up, "Degraded")["status"] == "False"
+    # The added replicas start within the grace: still scaling up, not degraded.
+    later = NOW + timedelta(seconds=120)
+    hold = MetricsSnapshot(ttft_p99_ms=3000.0, waiting_requests=4.0, requests_per_second=2.0,
+                           kv_cache_utilization=0.5, sample_time=later)
+    starting = decide(autoscaling_body(status=up.status), [built, serving], SETTINGS, later, hold)
+    assert condition(starting, "Progressing")["reason"] == "ScalingUp"
+    assert condition(starting, "Degraded")["status"] == "False"
+    # Past the grace they count as missing.
+    late = NOW + timedelta(seconds=SETTINGS.replica_start_grace_seconds + 60)
+    stuck = decide(autoscaling_body(status=starting.status), [built, serving], SETTINGS, late, None)
+    assert condition(stuck, "Degraded")["reason"] == "BelowDesiredReplicas"
 
 
 def test_autoscaler_holds_without_metrics_and_says_so():

@@ -5,7 +5,7 @@ from these models by `python -m llmfleet.api.crdgen`.
 """
 
 from llmfleet.api.base import CelRule, KubeTime
-from llmfleet.api.conditions import Condition, ConditionType, find_condition, set_condition
+from llmfleet.api.conditions import Condition, ConditionType, Reason, find_condition, set_condition
 from llmfleet.api.enums import (
     TENSOR_PARALLEL_SIZES,
     CatalogModel,
@@ -83,6 +83,7 @@ __all__ = [
     "Condition",
     "ConditionStatus",
     "ConditionType",
+    "Reason",
     "EngineSpec",
     "GROUP",
     "GpuType",

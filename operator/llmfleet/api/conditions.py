@@ -23,6 +23,37 @@ class ConditionType(str, Enum):
     ENGINE_BUILT = "EngineBuilt"  # the engine for the current revision exists
 
 
+class Reason:
+    """Every condition reason the operator writes, in one place (CamelCase, for machines)."""
+
+    # Planned
+    PLAN_FOUND = "PlanFound"
+    PLAN_INFEASIBLE = "PlanInfeasible"
+    # Planned and Ready, for a spec the operator cannot act on
+    INVALID_SPEC = "InvalidSpec"
+    RENDER_FAILED = "RenderFailed"
+    # EngineBuilt (and Progressing/Ready/Degraded while building)
+    BUILD_PENDING = "BuildPending"
+    BUILDING = "Building"
+    ENGINE_READY = "EngineReady"
+    BUILD_FAILED = "BuildFailed"
+    # WorkloadAvailable
+    REPLICAS_READY = "ReplicasReady"
+    NO_READY_REPLICAS = "NoReadyReplicas"
+    # Progressing
+    ROLLING_OUT = "RollingOut"
+    SCALING_UP = "ScalingUp"
+    ROLLED_OUT = "RolledOut"
+    # Degraded
+    AS_PLANNED = "AsPlanned"
+    BELOW_DESIRED_REPLICAS = "BelowDesiredReplicas"
+    # Ready
+    SERVING = "Serving"
+    REPLICAS_NOT_READY = "ReplicasNotReady"
+    # AutoscalingActive
+    AUTOSCALER_DECIDING = "AutoscalerDeciding"
+
+
 class Condition(ApiModel):
     """The metav1.Condition shape."""
 

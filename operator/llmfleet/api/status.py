@@ -161,7 +161,7 @@ class AutoscalerStatus(ApiModel):
         default=None, description="ScaleUp, ScaleDown or Hold."
     )
     last_decision_time: KubeTime | None = Field(
-        default=None, description="When the last decision was made."
+        default=None, description="When the decision or the replicas it wants last changed."
     )
     reason: str | None = Field(
         default=None, max_length=1024, description="Why, in words (e.g. holding: no metrics)."
@@ -247,7 +247,16 @@ class LLMDeploymentStatus(ApiModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     current_revision: str | None = Field(
-        default=None, max_length=63, description="Revision that serves when no canary runs."
+        default=None, max_length=63, description="Revision the spec asks for (being rolled out "
+        "when it differs from stableRevision)."
+    )
+    stable_revision: str | None = Field(
+        default=None, max_length=63, description="Last revision whose rollout completed (all its "
+        "replicas were ready); it keeps serving while a newer one rolls out."
+    )
+    replan_request: str | None = Field(
+        default=None, max_length=256, description="The llmfleet.io/replan annotation value the plan "
+        "was made for; a new value asks for a new plan without a spec change."
     )
     autoscaler: AutoscalerStatus | None = Field(default=None, description="Autoscaler state.")
     canary: CanaryStatus | None = Field(default=None, description="Canary rollout state.")

@@ -14,7 +14,6 @@ from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
 from llmfleet.api import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 FIELD_MANAGER = "llmfleet"
-DEPLOYMENT_LABEL = "llmfleet.io/deployment"
 EVENT_SOURCE = "llmfleet-operator"
 
 log = logging.getLogger(__name__)
@@ -24,15 +23,24 @@ log = logging.getLogger(__name__)
 class ChildKind:
     api_version: str
     kind: str
+    plural: str
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
 
 
-# Every kind the renderer may create; prune lists exactly these.
+# Every kind the renderer may create: the operator watches (indexes) and prunes exactly these.
 CHILD_KINDS = (
-    ChildKind("v1", "ConfigMap"),
-    ChildKind("batch/v1", "Job"),
-    ChildKind("apps/v1", "Deployment"),
-    ChildKind("v1", "Service"),
-    ChildKind("policy/v1", "PodDisruptionBudget"),
+    ChildKind("v1", "ConfigMap", "configmaps"),
+    ChildKind("batch/v1", "Job", "jobs"),
+    ChildKind("apps/v1", "Deployment", "deployments"),
+    ChildKind("v1", "Service", "services"),
+    ChildKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
 )
 
 
@@ -88,19 +96,6 @@ class KubeGateway:
         except ConflictError:
             pass  # it exists
         self._ensured.add(key)
-
-    def list_children(self, namespace: str, deployment_name: str) -> list[dict]:
-        selector = f"{DEPLOYMENT_LABEL}={deployment_name}"
-        children = []
-        for child_kind in CHILD_KINDS:
-            resource = self._resource(child_kind.api_version, child_kind.kind)
-            listing = resource.get(namespace=namespace, label_selector=selector)
-            for item in listing.items:
-                child = item.to_dict()
-                child.setdefault("apiVersion", child_kind.api_version)
-                child.setdefault("kind", child_kind.kind)
-                children.append(child)
-        return children
 
     def delete(self, child: dict) -> None:
         resource = self._resource(child["apiVersion"], child["kind"])

@@ -239,3 +239,15 @@ def plan_status_from_plan(plan: Plan) -> PlanStatus:
         rationale=rationale,
         rejected=rejected[:MAX_REJECTED_OPTIONS] or None,
     )
+
+
+def plan_from_status(stored: PlanStatus) -> Plan | None:
+    """The feasible plan a stored `status.plan` describes, to render it again without
+    re-planning; None when it holds no configuration (infeasible, or written by nothing)."""
+    if stored.gpu_type is None or stored.tensor_parallel_size is None or stored.quantization is None \
+            or stored.kv_cache_dtype is None or stored.replicas is None:
+        return None
+    return Plan(feasible=True, gpu_type=stored.gpu_type.value, tensor_parallel_size=stored.tensor_parallel_size,
+                quantization=stored.quantization.value, kv_cache_dtype=stored.kv_cache_dtype.value,
+                replicas=stored.replicas, predicted=None, rationale=tuple(stored.rationale or ()),
+                pipeline_parallel_size=stored.pipeline_parallel_size or 1)
