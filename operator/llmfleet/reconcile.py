@@ -29,7 +29,7 @@ from llmfleet.api import (
     set_condition,
 )
 from llmfleet.api.conditions import Condition
-from llmfleet.api.status import AutoscalerStatus, LLMDeploymentStatus, ReplicaRecommendation
+from llmfleet.api.status import AutoscalerStatus, CanaryPhase, CanaryStatus, LLMDeploymentStatus, ReplicaRecommendation
 from llmfleet.autoscale import AutoscalerState, MetricsSnapshot, Recommendation, display_round
 from llmfleet.autoscale import decide as autoscale
 from llmfleet.planner import plan as make_plan
@@ -42,7 +42,8 @@ from llmfleet.planner.spec_adapter import (
 from llmfleet.planner.types import Plan
 from llmfleet.render import RenderError, RenderSettings, engine_build, render, revision_hash, serving
 from llmfleet.render.identity import COMPONENT_LABEL, REVISION_LABEL, selector_labels
-from llmfleet.render.pod import engine_cache_claim
+from llmfleet.render.pod import GPU_RESOURCE, engine_cache_claim
+from llmfleet.rollout import CanaryState, Command, Observed, Split, advance, supersede
 
 SERVER_COMPONENT = serving.COMPONENT
 BUILD_COMPONENT = engine_build.COMPONENT
@@ -51,6 +52,8 @@ TRUE, FALSE = ConditionStatus.TRUE, ConditionStatus.FALSE
 BAD_WHEN_TRUE = {ConditionType.DEGRADED.value}
 # Any new value asks for a new plan without a spec change (e.g. after a catalog update).
 REPLAN_ANNOTATION = "llmfleet.io/replan"
+# `<verb>/<id>` (promote, abort, pause, resume, retry), written by `llmfleet rollout`.
+ROLLOUT_COMMAND_ANNOTATION = "llmfleet.io/rollout-command"
 
 
 @dataclass(frozen=True)
@@ -269,14 +272,19 @@ def _serving_deployments(children) -> dict[str, dict]:
             if c["kind"] == "Deployment" and _labels(c).get(COMPONENT_LABEL) == SERVER_COMPONENT}
 
 
-def _roll_out(ctx: Context, revision: str, build: BuildState, desired: int, manifests: list[dict]) -> Rollout:
-    """A new revision surges beside the stable one; once all its replicas are ready it becomes
-    stable and older revisions go. A revision that completed once stays stable when replicas
-    are later lost or added (that is Degraded or a scale-up, not a rollout)."""
+def _roll_out(ctx: Context, revision: str, build: BuildState, desired: int, manifests: list[dict],
+              canary: "CanaryStep") -> Rollout:
+    """Without canary steps a new revision surges beside the stable one and becomes stable once
+    all its replicas are ready; with them, once the canary is promoted. Then the older
+    revisions go. A revision that completed once stays stable when replicas are later lost or
+    added (that is Degraded or a scale-up, not a rollout)."""
     serving = _serving_deployments(ctx.children)
     ready = _ready_replicas(serving.get(revision))
     stable = ctx.stored.stable_revision
-    if stable != revision and build.finished and revision in serving and ready >= desired:
+    if canary.split is not None:
+        if canary.state.phase == CanaryPhase.PROMOTED:
+            stable = revision
+    elif stable != revision and build.finished and revision in serving and ready >= desired:
         stable = revision
     rolled_out = stable == revision
     wanted = {_key(m) for m in manifests}
@@ -285,12 +293,79 @@ def _roll_out(ctx: Context, revision: str, build: BuildState, desired: int, mani
         if _key(child) in wanted:
             continue
         child_revision = _labels(child).get(REVISION_LABEL)
-        keep_serving = (child_revision is not None and child_revision != revision and not rolled_out
-                        and child_revision in serving and _labels(child).get(COMPONENT_LABEL) != BUILD_COMPONENT)
+        # Until the new revision is stable only the stable one keeps serving (every older one
+        # while no stable revision is recorded, as for objects of an older operator).
+        keep_serving = (not rolled_out and child_revision in serving and child_revision != revision
+                        and (child_revision == stable or ctx.stored.stable_revision is None)
+                        and _labels(child).get(COMPONENT_LABEL) != BUILD_COMPONENT)
         if not keep_serving:
             delete.append(child)
     ready_anywhere = sum(_ready_replicas(d) for rev, d in serving.items() if rev == revision or not rolled_out)
     return Rollout(revision, stable, serving, ready, ready_anywhere, delete)
+
+
+# --- canary ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CanaryStep:
+    state: CanaryState | None  # the rollout to record (the last one, also when none runs now)
+    split: Split | None = None  # replicas per revision while a canary runs
+    events: tuple[Event, ...] = ()
+
+
+def _canary_state(stored: CanaryStatus | None) -> CanaryState | None:
+    if stored is None or stored.phase is None or not stored.stable_revision or not stored.canary_revision:
+        return None
+    return CanaryState(stored.phase, stored.stable_revision, stored.canary_revision, stored.step_index or 0,
+                       stored.canary_replicas or 0, stored.step_started_time, stored.message or "",
+                       tuple(stored.failed_revisions or ()), stored.last_command)
+
+
+def _canary_status(state: CanaryState | None, split: Split | None) -> dict | None:
+    if state is None:
+        return None
+    return CanaryStatus(
+        phase=state.phase, stable_revision=state.stable_revision, canary_revision=state.canary_revision,
+        step_index=state.step_index, canary_replicas=split.canary_replicas if split else 0,
+        weight_percent=split.weight_percent if split else 0, step_started_time=state.step_started,
+        message=state.message[:1024] or None, failed_revisions=list(state.failed_revisions) or None,
+        last_command=state.last_command,
+    ).model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _canary_runs(ctx: Context, spec: LLMDeploymentSpec, revision: str) -> bool:
+    """A canary rolls `revision` out: steps are set and another revision serves as stable."""
+    stable = ctx.stored.stable_revision
+    return bool(spec.rollout and spec.rollout.steps) and stable is not None and stable != revision \
+        and stable in _serving_deployments(ctx.children)
+
+
+def _gpus_per_replica(deployment: dict) -> int:
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    return sum(int((c.get("resources") or {}).get("limits", {}).get(GPU_RESOURCE, 0)) for c in containers)
+
+
+def _canary(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, revision: str, build: BuildState,
+            desired: int) -> CanaryStep:
+    stored = _canary_state(ctx.stored.canary)
+    if not _canary_runs(ctx, spec, revision):
+        if stored is not None and stored.active:
+            # The spec went back to the stable revision, or dropped its steps: the canary ends.
+            message = f"canary {stored.canary_revision} ended: the spec now asks for revision {revision}"
+            return CanaryStep(supersede(stored, ctx.now, message), None, (Event("Normal", "CanarySuperseded", message),))
+        return CanaryStep(stored)
+    serving = _serving_deployments(ctx.children)
+    stable = ctx.stored.stable_revision
+    canary_gpus = plan.tensor_parallel_size * plan.pipeline_parallel_size
+    budget = spec.resources.gpu_budget if spec.resources else None
+    room = desired if budget is None else (budget - desired * _gpus_per_replica(serving[stable])) // canary_gpus
+    observed = Observed(revision, stable, build.finished, build.failed, _ready_replicas(serving.get(revision)),
+                        desired, max(0, room), ctx.now,
+                        Command.parse((ctx.body["metadata"].get("annotations") or {}).get(ROLLOUT_COMMAND_ANNOTATION)))
+    decision = advance(stored, tuple(spec.rollout.steps), observed)
+    events = tuple(Event("Warning" if reason == Reason.CANARY_ROLLED_BACK else "Normal", reason, message)
+                   for reason, message in decision.events)
+    return CanaryStep(decision.state, decision.split, events)
 
 
 # --- conditions -----------------------------------------------------------------------------------
@@ -307,7 +382,26 @@ def _scaling_up(ctx: Context, rollout: Rollout, scaling: Scaling) -> bool:
             and (ctx.now - previous.last_transition_time).total_seconds() < ctx.settings.replica_start_grace_seconds)
 
 
-def _conditions(ctx: Context, plan_status: dict, build: BuildState, rollout: Rollout, scaling: Scaling) -> list[Condition]:
+def _canary_conditions(rollout: Rollout, canary: CanaryStep) -> tuple[tuple, tuple, tuple]:
+    """Progressing, Degraded and Ready while a canary runs or was rolled back: the stable
+    revision serves throughout."""
+    state, stable = canary.state, rollout.stable_revision
+    stable_ready = _ready_replicas(rollout.serving.get(stable))
+    where = (f"canary {state.canary_revision} {state.phase.value}, {canary.split.weight_percent}% of replicas: "
+             f"{state.message}")
+    if state.phase == CanaryPhase.ROLLED_BACK:
+        progressing = (FALSE, Reason.CANARY_ROLLED_BACK, state.message)
+        degraded = (TRUE, Reason.CANARY_ROLLED_BACK, state.message)
+    else:
+        progressing = (TRUE, Reason.ROLLING_OUT, where)
+        degraded = (FALSE, Reason.AS_PLANNED, where)
+    ready = ((TRUE, Reason.SERVING, f"stable revision {stable} serves with {stable_ready} replica(s) ready; {where}")
+             if stable_ready else (FALSE, Reason.REPLICAS_NOT_READY, f"stable revision {stable}: no replica ready"))
+    return progressing, degraded, ready
+
+
+def _conditions(ctx: Context, plan_status: dict, build: BuildState, rollout: Rollout, scaling: Scaling,
+                canary: CanaryStep) -> list[Condition]:
     """Every condition of a plannable spec, from the pass's facts and the reason constants."""
     desired, ready = scaling.desired_replicas, rollout.ready
     counts = f"{ready}/{desired} replicas ready"
@@ -330,6 +424,12 @@ def _conditions(ctx: Context, plan_status: dict, build: BuildState, rollout: Rol
         progressing = (TRUE, Reason.SCALING_UP, revision + counts)
     else:
         progressing = (FALSE, Reason.ROLLED_OUT, revision + counts)
+    if canary.split is not None and not rollout.rolled_out:
+        progressing, degraded, ready_condition = _canary_conditions(rollout, canary)
+        after = ctx.condition(after, ConditionType.PROGRESSING, *progressing)
+        after = ctx.condition(after, ConditionType.DEGRADED, *degraded)
+        after = ctx.condition(after, ConditionType.READY, *ready_condition)
+        return _autoscaling_conditions(ctx, after, scaling)
     after = ctx.condition(after, ConditionType.PROGRESSING, *progressing)
     if build.failed:
         degraded = (TRUE, Reason.BUILD_FAILED, build.message)
@@ -345,13 +445,17 @@ def _conditions(ctx: Context, plan_status: dict, build: BuildState, rollout: Rol
     else:
         ready_condition = (FALSE, Reason.REPLICAS_NOT_READY, counts)
     after = ctx.condition(after, ConditionType.READY, *ready_condition)
-    if scaling.decision is not None:
-        decision = scaling.decision
-        after = ctx.condition(after, ConditionType.AUTOSCALING_ACTIVE, TRUE, Reason.AUTOSCALER_DECIDING,
-                              decision.reason)
-        after = ctx.condition(after, ConditionType.METRICS_AVAILABLE, TRUE if decision.metrics_available else FALSE,
-                              decision.metrics_reason, decision.metrics_message)
-    return after
+    return _autoscaling_conditions(ctx, after, scaling)
+
+
+def _autoscaling_conditions(ctx: Context, after: list[Condition], scaling: Scaling) -> list[Condition]:
+    if scaling.decision is None:
+        return after
+    decision = scaling.decision
+    after = ctx.condition(after, ConditionType.AUTOSCALING_ACTIVE, TRUE, Reason.AUTOSCALER_DECIDING,
+                          decision.reason)
+    return ctx.condition(after, ConditionType.METRICS_AVAILABLE, TRUE if decision.metrics_available else FALSE,
+                         decision.metrics_reason, decision.metrics_message)
 
 
 def _blocked_conditions(ctx: Context, reason: str, message: str) -> list[Condition]:
@@ -433,14 +537,18 @@ def decide(body: dict, children, settings: OperatorSettings, now: datetime,
     plan = choice.plan
     revision = revision_hash(spec, plan)
     build = build_state(ctx.children, revision)
-    scaling = _scale(ctx, spec, plan, build, _ready_replicas(_serving_deployments(ctx.children).get(revision)))
+    # While a canary runs the autoscaler sizes the stable revision, which takes most traffic.
+    sized = ctx.stored.stable_revision if _canary_runs(ctx, spec, revision) else revision
+    scaling = _scale(ctx, spec, plan, build, _ready_replicas(_serving_deployments(ctx.children).get(sized)))
+    canary = _canary(ctx, spec, plan, revision, build, scaling.desired_replicas)
+    serving_replicas = (canary.split.canary_replicas if canary.split is not None
+                        else scaling.desired_replicas if build.finished else 0)
     try:
-        manifests = render(deployment, plan, revision, settings.render,
-                           serving_replicas=scaling.desired_replicas if build.finished else 0)
+        manifests = render(deployment, plan, revision, settings.render, serving_replicas=serving_replicas)
     except RenderError as error:
         return decide_invalid(ctx, Reason.RENDER_FAILED, str(error), choice.status)
-    rollout = _roll_out(ctx, revision, build, scaling.desired_replicas, manifests)
-    conditions = _conditions(ctx, choice.status, build, rollout, scaling)
+    rollout = _roll_out(ctx, revision, build, scaling.desired_replicas, manifests, canary)
+    conditions = _conditions(ctx, choice.status, build, rollout, scaling, canary)
     revisions = [{"name": rev, "planSummary": choice.status.get("summary") if rev == revision else None,
                   "engineRevision": spec.engine.revision if rev == revision else None,
                   "replicas": (d.get("spec") or {}).get("replicas", 0), "readyReplicas": _ready_replicas(d)}
@@ -455,11 +563,12 @@ def decide(body: dict, children, settings: OperatorSettings, now: datetime,
         "stableRevision": rollout.stable_revision,
         "revisions": [{k: v for k, v in r.items() if v is not None} for r in revisions] or None,
         "autoscaler": scaling.autoscaler,
+        "canary": _canary_status(canary.state, canary.split),
         "ttftP99Ms": display_round(snapshot.ttft_p99_ms, 1) if snapshot is not None else None,
     }
     scale_events = ([Event("Normal", scaling.decision.decision.value, scaling.decision.reason)]
                     if scaling.decision is not None and scaling.desired_replicas != scaling.previous_replicas else [])
-    return _outcome(ctx, status, conditions, events=scale_events,
+    return _outcome(ctx, status, conditions, events=[*scale_events, *canary.events],
                     ensure=[engine_cache_claim(ctx.namespace, settings.render)], apply=manifests,
                     delete=rollout.delete)
 

@@ -44,6 +44,8 @@ class Reason:
     ROLLING_OUT = "RollingOut"
     SCALING_UP = "ScalingUp"
     ROLLED_OUT = "RolledOut"
+    # Progressing (False) and Degraded (True) after a canary was rolled back
+    CANARY_ROLLED_BACK = "CanaryRolledBack"
     # Degraded
     AS_PLANNED = "AsPlanned"
     BELOW_DESIRED_REPLICAS = "BelowDesiredReplicas"

@@ -58,6 +58,10 @@ PRINTER_COLUMNS = [
     {"name": "Status", "type": "string",
      "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
      "description": "Status of the Ready condition."},
+    {"name": "Rollout", "type": "string", "jsonPath": ".status.canary.phase",
+     "description": "Phase of the last canary rollout."},
+    {"name": "Canary-%", "type": "integer", "jsonPath": ".status.canary.weightPercent",
+     "description": "The canary's share of serving replicas, in percent."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]  # fmt: skip
 

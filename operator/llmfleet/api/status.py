@@ -186,19 +186,22 @@ class AutoscalerStatus(ApiModel):
 class CanaryPhase(str, Enum):
     """Where a canary rollout is."""
 
-    PROGRESSING = "Progressing"
-    PAUSED = "Paused"
-    ANALYZING = "Analyzing"
-    PROMOTED = "Promoted"
-    ABORTED = "Aborted"
+    PREPARING = "Preparing"  # the new revision's build/prepare Job runs; no pods, no traffic
+    WARMING = "Warming"  # its first replicas start; no step has run
+    PROGRESSING = "Progressing"  # walking spec.rollout.steps
+    PAUSED = "Paused"  # held by a pause step without duration, or by hand
+    PROMOTING = "Promoting"  # scaling the new revision to all replicas before stable goes
+    PROMOTED = "Promoted"  # the new revision is stable
+    ROLLED_BACK = "RolledBack"  # the canary was scaled to zero; stable untouched
+    SUPERSEDED = "Superseded"  # the spec moved on (to a newer revision, or back to stable)
 
 
 class CanaryStatus(ApiModel):
-    """State of the current canary rollout."""
+    """State of the last canary rollout: everything needed to continue after a restart."""
 
     phase: CanaryPhase | None = Field(default=None, description="Rollout phase.")
     stable_revision: str | None = Field(
-        default=None, max_length=63, description="Revision serving most traffic."
+        default=None, max_length=63, description="Revision that served before the canary."
     )
     canary_revision: str | None = Field(
         default=None, max_length=63, description="Revision being rolled out."
@@ -206,14 +209,27 @@ class CanaryStatus(ApiModel):
     step_index: int | None = Field(
         default=None, ge=0, description="Index into spec.rollout.steps of the current step."
     )
+    canary_replicas: int | None = Field(
+        default=None, ge=0, description="Replicas of the canary revision at this step."
+    )
     weight_percent: int | None = Field(
-        default=None, ge=0, le=100, description="Traffic share of the canary, in percent."
+        default=None, ge=0, le=100,
+        description="Canary's share of the serving replicas, in percent: the traffic share the "
+        "Service's per-connection balancing gives it (precision 100 / replicas)."
     )
     step_started_time: KubeTime | None = Field(
-        default=None, description="When the current step began."
+        default=None, description="When the current step (or phase) began."
     )
     message: str | None = Field(
-        default=None, max_length=1024, description="Progress or abort reason, in words."
+        default=None, max_length=1024, description="Progress or the reason for the phase, in words."
+    )
+    failed_revisions: list[Annotated[str, Field(max_length=63)]] | None = Field(
+        default=None, max_length=16,
+        description="Revisions that were rolled back; not tried again until `llmfleet rollout retry`."
+    )
+    last_command: str | None = Field(
+        default=None, max_length=128,
+        description="The llmfleet.io/rollout-command annotation value handled last."
     )
 
 

@@ -112,6 +112,11 @@ class KubeGateway:
 
     # -- the LLMDeployment itself ---------------------------------------------------------
 
+    def annotate_llm_deployment(self, namespace: str, name: str, key: str, value: str) -> None:
+        """Set one annotation (a merge patch: the spec and other annotations stay)."""
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"annotations": {key: value}}})
+
     def get_llm_deployment(self, namespace: str, name: str) -> dict | None:
         try:
             return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)

@@ -1,0 +1,119 @@
+"""Canary rollouts in the sandbox, through the real apiserver, Triton and the service proxy: a
+good canary walks its steps and is promoted without a failed request under load; an aborted one
+is scaled to zero while the stable revision's pods serve on, never restarted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from conftest import LLMFLEET, service_target, wait_for, wait_until_ready
+
+pytestmark = pytest.mark.e2e
+NAMESPACE = "rollout"
+
+
+def manifest(name: str, engine_revision: str, steps: list[dict]) -> dict:
+    return {
+        "apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "model": {"name": "llama-3.1-8b", "source": "hf://meta-llama/Llama-3.1-8B-Instruct"},
+            "engine": {"revision": engine_revision},
+            "slo": {"ttftP99Ms": 2000, "tpotP99Ms": 100},
+            "workload": {"inputTokensMean": 128, "inputTokensP99": 256, "outputTokensMean": 16,
+                         "outputTokensP99": 32, "peakRequestsPerSecond": 1},
+            "resources": {"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 4},
+            "plan": {"replicas": 1},
+            "rollout": {"steps": steps},
+        },
+    }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def rollout_namespace(sandbox, operator):
+    sandbox.kubectl("create", "namespace", NAMESPACE)
+    yield NAMESPACE
+    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+
+
+def _status(sandbox, name: str) -> dict:
+    return sandbox.kubectl_json("get", "llmdeployment", name, "-n", NAMESPACE).get("status") or {}
+
+
+def _serving(sandbox, name: str, kind: str = "deployments") -> list[dict]:
+    return sandbox.kubectl_json("get", kind, "-n", NAMESPACE, "-l",
+                                f"llmfleet.io/deployment={name},app.kubernetes.io/component=server")["items"]
+
+
+def _watch_phases(sandbox, name: str, until: str, timeout: float) -> list[str]:
+    phases: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        phase = (_status(sandbox, name).get("canary") or {}).get("phase")
+        if phase and (not phases or phases[-1] != phase):
+            phases.append(phase)
+        if phase == until:
+            return phases
+        time.sleep(0.5)
+    raise AssertionError(f"no {until} within {timeout:.0f} s; phases seen: {phases}")
+
+
+def test_a_good_canary_walks_its_steps_and_is_promoted_without_a_failed_request(sandbox, tmp_path):
+    steps = [{"setWeight": 50}, {"pause": {"durationSeconds": 10}}]
+    sandbox.apply([manifest("good", "v1", steps)], namespace=NAMESPACE)
+    stable = wait_until_ready(sandbox, "good", NAMESPACE)["status"]["currentRevision"]
+    load = subprocess.Popen(
+        [*LLMFLEET, "load", "--target", service_target(sandbox, "good", NAMESPACE), "--schedule", "constant:2",
+         "--duration-s", "100", "--input-tokens", "fixed:128", "--output-tokens", "fixed:16",
+         "--output-dir", str(tmp_path), "--quiet"], env=sandbox.env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        sandbox.kubectl("patch", "llmdeployment", "good", "-n", NAMESPACE, "--type=merge",
+                        "-p", '{"spec": {"engine": {"revision": "v2"}}}')
+        phases = _watch_phases(sandbox, "good", "Promoted", 240)
+    finally:
+        stdout, stderr = load.communicate(timeout=300)
+    assert phases[0] == "Preparing" and "Progressing" in phases and phases[-1] == "Promoted", phases
+    status = _status(sandbox, "good")
+    assert status["stableRevision"] == status["currentRevision"] != stable
+    wait_for(lambda: [d["metadata"]["labels"]["llmfleet.io/revision"] for d in _serving(sandbox, "good")]
+             == [status["currentRevision"]], 60, "the old revision's Deployment to go")
+    assert load.returncode == 0, stderr + stdout
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["errors"] == 0 and summary["truncated"] == 0 and summary["completed"] == summary["requests"]
+
+
+def test_an_aborted_canary_goes_to_zero_and_stable_pods_serve_on_untouched(sandbox):
+    steps = [{"setWeight": 50}, {"pause": {"durationSeconds": 0}}]
+    sandbox.apply([manifest("held", "v1", steps)], namespace=NAMESPACE)
+    stable = wait_until_ready(sandbox, "held", NAMESPACE)["status"]["currentRevision"]
+    pods_before = sorted((p["metadata"]["uid"], p["status"]["containerStatuses"][0]["restartCount"])
+                         for p in _serving(sandbox, "held", "pods"))
+    sandbox.kubectl("patch", "llmdeployment", "held", "-n", NAMESPACE, "--type=merge",
+                    "-p", '{"spec": {"engine": {"revision": "v2"}}}')
+    _watch_phases(sandbox, "held", "Paused", 240)
+    assert _status(sandbox, "held")["canary"]["weightPercent"] == 50
+
+    aborted = subprocess.run([*LLMFLEET, "rollout", "abort", "held", "-n", NAMESPACE], env=sandbox.env,
+                             capture_output=True, text=True, timeout=60)
+    assert aborted.returncode == 0, aborted.stderr
+    _watch_phases(sandbox, "held", "RolledBack", 60)
+    status = _status(sandbox, "held")
+    assert status["stableRevision"] == stable and stable in status["canary"]["message"]
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Ready"]["status"] == "True"
+    assert (conditions["Degraded"]["status"], conditions["Degraded"]["reason"]) == ("True", "CanaryRolledBack")
+    canary = status["currentRevision"]
+    wait_for(lambda: all(d["spec"]["replicas"] == 0 for d in _serving(sandbox, "held")
+                         if d["metadata"]["labels"]["llmfleet.io/revision"] == canary), 30, "canary at zero")
+    pods_after = sorted((p["metadata"]["uid"], p["status"]["containerStatuses"][0]["restartCount"])
+                        for p in _serving(sandbox, "held", "pods")
+                        if p["metadata"]["labels"]["llmfleet.io/revision"] == stable)
+    assert pods_after == pods_before, "the stable revision's pods were never replaced or restarted"
+    shown = subprocess.run([*LLMFLEET, "rollout", "status", "held", "-n", NAMESPACE], env=sandbox.env,
+                           capture_output=True, text=True, timeout=60)
+    assert "RolledBack" in shown.stdout and canary in shown.stdout

@@ -1,0 +1,262 @@
+"""Canary rollouts as a state machine whose whole state lives in status.canary.
+
+One call of `advance` per reconcile pass: from the stored state, the spec's steps, what the
+cluster shows (build done, ready replicas) and the time, it returns the next state and how many
+replicas each revision gets. Nothing else is remembered, so an operator restarted in any phase
+continues where it was: no step repeated, no timer reset.
+
+Traffic follows replicas. Both revisions sit behind the one Service, which balances connections
+over ready pods, so the canary's share is canary / (stable + canary) replicas. Stable keeps all
+its replicas until the promotion: the canary is added on top (it must fit the GPU budget, which
+caps it), so a rollback never has to bring stable capacity back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from llmfleet.api import CanaryPhase, RolloutStep
+
+TERMINAL = {CanaryPhase.PROMOTED, CanaryPhase.ROLLED_BACK, CanaryPhase.SUPERSEDED}
+COMMANDS = ("promote", "abort", "pause", "resume", "retry")
+
+
+@dataclass(frozen=True)
+class Command:
+    """A manual command: the llmfleet.io/rollout-command annotation, `<verb>/<id>`; each new
+    value is carried out once."""
+
+    verb: str
+    raw: str
+
+    @staticmethod
+    def parse(raw: str | None) -> "Command | None":
+        if not raw:
+            return None
+        verb = raw.split("/", 1)[0]
+        return Command(verb, raw) if verb in COMMANDS else None
+
+
+@dataclass(frozen=True)
+class CanaryState:
+    phase: CanaryPhase
+    stable_revision: str
+    canary_revision: str
+    step_index: int = 0
+    canary_replicas: int = 0
+    step_started: datetime | None = None
+    message: str = ""
+    failed_revisions: tuple[str, ...] = ()
+    last_command: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.phase not in TERMINAL
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What one pass sees of the rollout."""
+
+    target_revision: str  # the revision the spec asks for
+    stable_revision: str  # the revision that serves
+    built: bool  # the target's build/prepare Job succeeded
+    build_failed: bool
+    canary_ready: int  # ready replicas of the target revision
+    stable_replicas: int  # the serving replicas (the plan's or the autoscaler's)
+    max_canary_replicas: int  # what the GPU budget leaves beside stable
+    now: datetime
+    command: Command | None = None
+
+
+@dataclass(frozen=True)
+class Split:
+    """Replicas per revision for this pass."""
+
+    stable_replicas: int
+    canary_replicas: int
+
+    @property
+    def weight_percent(self) -> int:
+        total = self.stable_replicas + self.canary_replicas
+        return round(100 * self.canary_replicas / total) if total else 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    state: CanaryState
+    split: Split
+    events: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (reason, message)
+
+
+def canary_replicas_for(weight_percent: int, stable_replicas: int) -> int:
+    """Canary replicas beside `stable_replicas` for a traffic share of `weight_percent`: the
+    nearest share a whole number of replicas gives, at least one."""
+    if weight_percent >= 100:
+        return stable_replicas
+    return max(1, round(stable_replicas * weight_percent / (100 - weight_percent)))
+
+
+def _first_weight(steps: tuple[RolloutStep, ...]) -> int:
+    return next((step.set_weight for step in steps if step.set_weight is not None), 0)
+
+
+def _replicas(weight_percent: int, observed: Observed) -> int:
+    return min(canary_replicas_for(weight_percent, observed.stable_replicas), observed.max_canary_replicas)
+
+
+def _start(observed: Observed, failed: tuple[str, ...], last_command: str | None, message: str) -> CanaryState:
+    return CanaryState(CanaryPhase.PREPARING, observed.stable_revision, observed.target_revision,
+                       step_started=observed.now, message=message, failed_revisions=failed,
+                       last_command=last_command)
+
+
+def _enter(state: CanaryState, phase: CanaryPhase, observed: Observed, message: str, **changes) -> CanaryState:
+    return replace(state, phase=phase, step_started=observed.now, message=message, **changes)
+
+
+def advance(state: CanaryState | None, steps: tuple[RolloutStep, ...], observed: Observed) -> Decision:
+    """The next state and split for a target revision that differs from the stable one."""
+    events: list[tuple[str, str]] = []
+    failed = state.failed_revisions if state else ()
+    last_command = state.last_command if state else None
+    command = observed.command if observed.command and observed.command.raw != last_command else None
+    if command is not None:
+        last_command = command.raw
+    if state is None or state.canary_revision != observed.target_revision or state.stable_revision != \
+            observed.stable_revision:
+        if state is not None and state.active:
+            events.append(("CanarySuperseded", f"canary {state.canary_revision} superseded by "
+                                               f"{observed.target_revision}"))
+        retry = command is not None and command.verb == "retry"
+        if observed.target_revision in failed and not retry:
+            state = CanaryState(CanaryPhase.ROLLED_BACK, observed.stable_revision, observed.target_revision,
+                                step_started=observed.now, failed_revisions=failed, last_command=last_command,
+                                message=f"revision {observed.target_revision} was rolled back before; "
+                                        "`llmfleet rollout retry` tries it again")
+            return Decision(state, Split(observed.stable_replicas, 0), tuple(events))
+        state = _start(observed, tuple(r for r in failed if r != observed.target_revision), last_command,
+                       f"preparing revision {observed.target_revision}")
+        events.append(("CanaryStarted", state.message))
+        command = None
+    state = replace(state, last_command=last_command)
+    if command is not None:
+        state, more = _apply_command(state, command, steps, observed)
+        events += more
+    state, more = _progress(state, steps, observed)
+    events += more
+    return Decision(state, _split(state, observed), tuple(events))
+
+
+def _apply_command(state: CanaryState, command: Command, steps, observed: Observed):
+    if command.verb == "retry" and state.phase == CanaryPhase.ROLLED_BACK:
+        failed = tuple(r for r in state.failed_revisions if r != state.canary_revision)
+        state = _start(observed, failed, state.last_command, f"retrying revision {state.canary_revision}")
+        return state, [("CanaryStarted", state.message)]
+    if not state.active:
+        return state, []
+    if command.verb == "abort":
+        return _roll_back(state, observed, "aborted by hand")
+    if command.verb == "promote" and state.phase != CanaryPhase.PREPARING:
+        return (_enter(state, CanaryPhase.PROMOTING, observed, "promoted by hand"),
+                [("CanaryPromoting", "promoted by hand")])
+    if command.verb == "pause" and state.phase in (CanaryPhase.WARMING, CanaryPhase.PROGRESSING):
+        return _enter(state, CanaryPhase.PAUSED, observed, "paused by hand"), [("CanaryPaused", "paused by hand")]
+    if command.verb == "resume" and state.phase == CanaryPhase.PAUSED:
+        step = steps[state.step_index] if state.step_index < len(steps) else None
+        # Resuming a pause step ends it.
+        index = state.step_index + (1 if step is not None and step.pause is not None else 0)
+        return (_enter(state, CanaryPhase.PROGRESSING, observed, "resumed by hand", step_index=index),
+                [("CanaryResumed", "resumed by hand")])
+    return state, []
+
+
+def _roll_back(state: CanaryState, observed: Observed, why: str):
+    message = f"canary {state.canary_revision} rolled back: {why}; stable {state.stable_revision} serves"
+    return (_enter(state, CanaryPhase.ROLLED_BACK, observed, message, canary_replicas=0,
+                   failed_revisions=(*state.failed_revisions, state.canary_revision)[-16:]),
+            [("CanaryRolledBack", message)])
+
+
+def _progress(state: CanaryState, steps: tuple[RolloutStep, ...], observed: Observed):
+    """Move through every phase whose exit condition already holds."""
+    events: list[tuple[str, str]] = []
+    while True:
+        phase = state.phase
+        if phase == CanaryPhase.PREPARING:
+            if observed.build_failed:
+                state, more = _roll_back(state, observed, "its build/prepare Job failed")
+                return state, events + more
+            if not observed.built:
+                return state, events
+            replicas = _replicas(_first_weight(steps), observed)
+            if replicas < 1:
+                state = _enter(state, CanaryPhase.PAUSED, observed,
+                               f"resources.gpuBudget leaves no GPUs for a canary replica beside "
+                               f"{observed.stable_replicas} stable one(s); raise it, or promote or abort by hand")
+                events.append(("CanaryPaused", state.message))
+                return state, events
+            state = _enter(state, CanaryPhase.WARMING, observed,
+                           f"waiting for {replicas} canary replica(s) to be ready", canary_replicas=replicas)
+            events.append(("CanaryWarming", state.message))
+        elif phase == CanaryPhase.WARMING:
+            if observed.canary_ready < state.canary_replicas:
+                return state, events
+            state = _enter(state, CanaryPhase.PROGRESSING, observed, "step 1", step_index=0)
+        elif phase == CanaryPhase.PROGRESSING:
+            if state.step_index >= len(steps):
+                state = _enter(state, CanaryPhase.PROMOTING, observed, "all steps done; promoting")
+                events.append(("CanaryPromoting", state.message))
+                continue
+            step = steps[state.step_index]
+            label = f"step {state.step_index + 1}/{len(steps)}"
+            if step.set_weight is not None:
+                replicas = _replicas(step.set_weight, observed)
+                if replicas != state.canary_replicas:
+                    state = replace(state, canary_replicas=replicas,
+                                    message=f"{label}: setWeight {step.set_weight}%, {replicas} canary replica(s)")
+                if observed.canary_ready < replicas:
+                    return state, events
+                state = _enter(state, CanaryPhase.PROGRESSING, observed, f"{label} done",
+                               step_index=state.step_index + 1)
+            elif step.pause is not None:
+                if step.pause.duration_seconds == 0:
+                    state = _enter(state, CanaryPhase.PAUSED, observed,
+                                   f"{label}: paused until `llmfleet rollout resume`")
+                    events.append(("CanaryPaused", state.message))
+                    return state, events
+                waited = (observed.now - state.step_started).total_seconds()
+                if waited < step.pause.duration_seconds:
+                    return replace(state, message=f"{label}: pause {step.pause.duration_seconds} s "
+                                                  f"({waited:.0f} s done)"), events
+                state = _enter(state, CanaryPhase.PROGRESSING, observed, f"{label} done",
+                               step_index=state.step_index + 1)
+            else:
+                # Metric and quality analysis are not evaluated yet: hold for a person to decide.
+                state = _enter(state, CanaryPhase.PAUSED, observed,
+                               f"{label}: analysis steps are not evaluated by this operator version; "
+                               "`llmfleet rollout promote` or `abort`")
+                events.append(("CanaryPaused", state.message))
+                return state, events
+        elif phase == CanaryPhase.PROMOTING:
+            state = replace(state, canary_replicas=observed.stable_replicas)
+            if observed.canary_ready < observed.stable_replicas:
+                return state, events
+            state = _enter(state, CanaryPhase.PROMOTED, observed,
+                           f"revision {state.canary_revision} promoted; it is stable")
+            events.append(("CanaryPromoted", state.message))
+            return state, events
+        else:  # Paused and the terminal phases hold
+            return state, events
+
+
+def _split(state: CanaryState, observed: Observed) -> Split:
+    if state.phase in (CanaryPhase.ROLLED_BACK, CanaryPhase.SUPERSEDED, CanaryPhase.PREPARING):
+        return Split(observed.stable_replicas, 0)
+    return Split(observed.stable_replicas, state.canary_replicas)
+
+
+def supersede(state: CanaryState, now: datetime, reason: str) -> CanaryState:
+    """A canary whose target the spec left for the stable revision (a revert)."""
+    return replace(state, phase=CanaryPhase.SUPERSEDED, canary_replicas=0, step_started=now, message=reason)
