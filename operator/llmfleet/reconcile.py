@@ -43,7 +43,8 @@ from llmfleet.planner.types import Plan
 from llmfleet.render import RenderError, RenderSettings, engine_build, render, revision_hash, serving
 from llmfleet.render.identity import COMPONENT_LABEL, REVISION_LABEL, selector_labels
 from llmfleet.render.pod import GPU_RESOURCE, engine_cache_claim
-from llmfleet.rollout import CanaryState, Command, Observed, Split, advance, supersede
+from llmfleet.rollout import CanaryState, Command, Observed, Samples, Split, advance, analysis_due, judge, supersede
+from llmfleet.rollout import Outcome as AnalysisOutcome
 
 SERVER_COMPONENT = serving.COMPONENT
 BUILD_COMPONENT = engine_build.COMPONENT
@@ -318,7 +319,9 @@ def _canary_state(stored: CanaryStatus | None) -> CanaryState | None:
         return None
     return CanaryState(stored.phase, stored.stable_revision, stored.canary_revision, stored.step_index or 0,
                        stored.canary_replicas or 0, stored.step_started_time, stored.message or "",
-                       tuple(stored.failed_revisions or ()), stored.last_command)
+                       tuple(stored.failed_revisions or ()), stored.last_command,
+                       AnalysisOutcome(stored.analysis_verdict) if stored.analysis_verdict else None,
+                       stored.analysis_message or "", stored.analysis_time)
 
 
 def _canary_status(state: CanaryState | None, split: Split | None) -> dict | None:
@@ -329,7 +332,8 @@ def _canary_status(state: CanaryState | None, split: Split | None) -> dict | Non
         step_index=state.step_index, canary_replicas=split.canary_replicas if split else 0,
         weight_percent=split.weight_percent if split else 0, step_started_time=state.step_started,
         message=state.message[:1024] or None, failed_revisions=list(state.failed_revisions) or None,
-        last_command=state.last_command,
+        last_command=state.last_command, analysis_verdict=state.verdict.value if state.verdict else None,
+        analysis_message=state.verdict_message[:1024] or None, analysis_time=state.evaluated,
     ).model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
@@ -346,7 +350,7 @@ def _gpus_per_replica(deployment: dict) -> int:
 
 
 def _canary(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, revision: str, build: BuildState,
-            desired: int) -> CanaryStep:
+            desired: int, samples: Samples | None) -> CanaryStep:
     stored = _canary_state(ctx.stored.canary)
     if not _canary_runs(ctx, spec, revision):
         if stored is not None and stored.active:
@@ -361,8 +365,9 @@ def _canary(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, revision: str, bu
     room = desired if budget is None else (budget - desired * _gpus_per_replica(serving[stable])) // canary_gpus
     observed = Observed(revision, stable, build.finished, build.failed, _ready_replicas(serving.get(revision)),
                         desired, max(0, room), ctx.now,
-                        Command.parse((ctx.body["metadata"].get("annotations") or {}).get(ROLLOUT_COMMAND_ANNOTATION)))
-    decision = advance(stored, tuple(spec.rollout.steps), observed)
+                        Command.parse((ctx.body["metadata"].get("annotations") or {}).get(ROLLOUT_COMMAND_ANNOTATION)),
+                        None if samples is None else judge(samples, spec.rollout.gates))
+    decision = advance(stored, tuple(spec.rollout.steps), observed, spec.rollout.gates)
     events = tuple(Event("Warning" if reason == Reason.CANARY_ROLLED_BACK else "Normal", reason, message)
                    for reason, message in decision.events)
     return CanaryStep(decision.state, decision.split, events)
@@ -518,9 +523,10 @@ def decide_invalid(ctx: Context, reason: str, message: str, plan_status: dict | 
 
 
 def decide(body: dict, children, settings: OperatorSettings, now: datetime,
-           snapshot: MetricsSnapshot | None = None) -> Outcome:
+           snapshot: MetricsSnapshot | None = None, samples: Samples | None = None) -> Outcome:
     """`snapshot` is the deployment's metrics when autoscaling is enabled (None: no
-    Prometheus configured, which the autoscaler treats like an outage: hold)."""
+    Prometheus configured, which the autoscaler treats like an outage: hold); `samples` the
+    canary and stable revisions' requests when an analysis step is due (`analysis_query`)."""
     ctx = Context(body, tuple(children), settings, now, snapshot)
     try:
         deployment = _validate(ctx)
@@ -540,7 +546,7 @@ def decide(body: dict, children, settings: OperatorSettings, now: datetime,
     # While a canary runs the autoscaler sizes the stable revision, which takes most traffic.
     sized = ctx.stored.stable_revision if _canary_runs(ctx, spec, revision) else revision
     scaling = _scale(ctx, spec, plan, build, _ready_replicas(_serving_deployments(ctx.children).get(sized)))
-    canary = _canary(ctx, spec, plan, revision, build, scaling.desired_replicas)
+    canary = _canary(ctx, spec, plan, revision, build, scaling.desired_replicas, samples)
     serving_replicas = (canary.split.canary_replicas if canary.split is not None
                         else scaling.desired_replicas if build.finished else 0)
     try:
@@ -573,6 +579,23 @@ def decide(body: dict, children, settings: OperatorSettings, now: datetime,
                     delete=rollout.delete)
 
 
+def analysis_query(body: dict, now: datetime) -> tuple[str, str, int] | None:
+    """(stable revision, canary revision, window seconds) when the canary's current step is an
+    analysis whose next evaluation is due; the window is the time since the step began (at least
+    a few scrapes)."""
+    try:
+        spec = LLMDeployment.from_manifest(body).spec
+        stored = LLMDeploymentStatus.model_validate(body.get("status") or {})
+    except (InvalidSpecError, ValidationError):
+        return None
+    state = _canary_state(stored.canary)
+    steps = spec.rollout.steps if spec.rollout else None
+    if state is None or not steps or state.step_index >= len(steps) or not analysis_due(state, steps[state.step_index], now):
+        return None
+    elapsed = int((now - state.step_started).total_seconds()) if state.step_started else 0
+    return state.stable_revision, state.canary_revision, max(30, elapsed)
+
+
 def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metrics=None,
               children: list[dict] = ()) -> Outcome:
     """Bring the cluster to the state `decide` wants for this LLMDeployment.
@@ -590,7 +613,12 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
             release = None  # decide says why
         if release is not None:
             snapshot = metrics.snapshot(namespace, name, settings.metrics_window_seconds, now, release.metrics)
-    outcome = decide(body, children, settings, now, snapshot)
+    query = analysis_query(body, now)
+    samples = None
+    if query is not None:
+        samples = (metrics.revision_samples(namespace, name, *query, now) if metrics is not None
+                   else Samples(error="no Prometheus URL configured"))
+    outcome = decide(body, children, settings, now, snapshot, samples)
     for manifest in outcome.ensure:
         kube.ensure(manifest)
     for manifest in outcome.apply:

@@ -80,13 +80,12 @@ def test_pause_resume_and_promote_by_hand():
     assert promoted.state.phase == CanaryPhase.PROMOTING and promoted.split.canary_replicas == 3
 
 
-def test_a_pause_without_duration_and_an_analysis_step_wait_for_a_person():
-    steps = (RolloutStep(set_weight=50), RolloutStep.model_validate({"pause": {"durationSeconds": 0}}),
-             RolloutStep.model_validate({"analysis": {"durationSeconds": 60}}))
+def test_a_pause_without_duration_waits_for_a_person():
+    steps = (RolloutStep(set_weight=50), RolloutStep.model_validate({"pause": {"durationSeconds": 0}}))
     waiting = advance(advance(None, steps, seen()).state, steps, seen(canary_ready=3))
     assert waiting.state.phase == CanaryPhase.PAUSED and "resume" in waiting.state.message
-    analysis = advance(waiting.state, steps, seen(canary_ready=3, command="resume/1"))
-    assert analysis.state.phase == CanaryPhase.PAUSED and "not evaluated" in analysis.state.message
+    later = advance(waiting.state, steps, seen(now=NOW + timedelta(days=1), canary_ready=3))
+    assert later.state.phase == CanaryPhase.PAUSED
 
 
 def test_a_new_target_supersedes_the_running_canary():
@@ -208,3 +207,119 @@ def test_a_promotion_makes_the_canary_stable_and_removes_the_old_revision():
     assert promoted.status["canary"]["phase"] == "Promoted"
     assert promoted.status["stableRevision"] == revision_b
     assert serving_a in promoted.delete and condition(promoted, "Ready")["status"] == "True"
+
+
+# --- the metric gate ----------------------------------------------------------------------------
+
+from llmfleet.api import RolloutGates  # noqa: E402
+from llmfleet.rollout import Outcome, RevisionSample, Samples, Verdict, judge  # noqa: E402
+
+GATES = RolloutGates(min_requests=20)
+
+
+def sample(succeeded=100.0, failed=0.0, ttft=200.0) -> RevisionSample:
+    return RevisionSample(succeeded, failed, ttft)
+
+
+@pytest.mark.parametrize(("stable", "canary", "outcome", "words"), [
+    (sample(), sample(ttft=210.0), Outcome.SUCCESSFUL, "+5%"),
+    (sample(), sample(ttft=400.0), Outcome.FAILED, "maxTtftP99RegressionPercent"),
+    (sample(), sample(succeeded=90.0, failed=10.0), Outcome.FAILED, "error rate 10.0%"),
+    (sample(), sample(succeeded=5.0), Outcome.INCONCLUSIVE, "canary: 5 requests"),
+    (sample(succeeded=None, failed=None, ttft=None), sample(), Outcome.INCONCLUSIVE, "stable: 0 requests"),
+    (sample(), sample(ttft=None), Outcome.INCONCLUSIVE, "no p99 TTFT"),
+])
+def test_the_gate_compares_canary_with_stable(stable, canary, outcome, words):
+    verdict = judge(Samples(stable, canary, 60), GATES)
+    assert verdict.outcome == outcome and words in verdict.message
+
+
+def test_prometheus_down_is_an_error_not_a_failure():
+    verdict = judge(Samples(window_seconds=60, error="connection refused"), GATES)
+    assert verdict.outcome == Outcome.ERROR and "connection refused" in verdict.message
+
+
+ANALYSED = (RolloutStep(set_weight=50), RolloutStep.model_validate({"analysis": {"durationSeconds": 60,
+                                                                                  "intervalSeconds": 10}}))
+
+
+def analysing():
+    started = advance(advance(None, ANALYSED, seen()).state, ANALYSED, seen(canary_ready=3))
+    assert (started.state.phase, started.state.step_index) == (CanaryPhase.PROGRESSING, 1)
+    return started.state
+
+
+def test_a_successful_analysis_passes_when_its_duration_is_over():
+    good = Verdict(Outcome.SUCCESSFUL, "p99 TTFT canary 200 ms vs stable 198 ms")
+    state = analysing()
+    early = advance(state, ANALYSED, Observed("new", "old", True, False, 3, 3, 10, NOW + timedelta(seconds=20), None,
+                                              good))
+    assert early.state.phase == CanaryPhase.PROGRESSING and early.state.verdict == Outcome.SUCCESSFUL
+    done = advance(early.state, ANALYSED,
+                   Observed("new", "old", True, False, 3, 3, 10, NOW + timedelta(seconds=61), None, good))
+    assert done.state.phase == CanaryPhase.PROMOTED, "the last step passed; the canary already has every replica"
+
+
+def test_a_failed_analysis_rolls_back_at_once_naming_the_numbers():
+    bad = Verdict(Outcome.FAILED, "p99 TTFT canary 900 ms vs stable 200 ms (+350%)")
+    failed = advance(analysing(), ANALYSED,
+                     Observed("new", "old", True, False, 3, 3, 10, NOW + timedelta(seconds=15), None, bad))
+    assert failed.state.phase == CanaryPhase.ROLLED_BACK and "+350%" in failed.state.message
+    assert failed.split.canary_replicas == 0 and failed.state.failed_revisions == ("new",)
+
+
+def test_no_data_holds_then_pauses_past_the_deadline_and_never_rolls_back():
+    unknown = Verdict(Outcome.ERROR, "Prometheus: connection refused")
+    state = analysing()
+    for seconds in (15, 70, 300):
+        held = advance(state, ANALYSED,
+                       Observed("new", "old", True, False, 3, 3, 10, NOW + timedelta(seconds=seconds), None, unknown))
+        assert held.state.phase == CanaryPhase.PROGRESSING and "connection refused" in held.state.message
+        state = held.state
+    late = advance(state, ANALYSED, Observed("new", "old", True, False, 3, 3, 10,
+                                             NOW + timedelta(seconds=60 + GATES.analysis_deadline_seconds + 1),
+                                             None, unknown))
+    assert late.state.phase == CanaryPhase.PAUSED and "promote or abort" in late.state.message
+
+
+def test_verdicts_are_reached_once_per_interval():
+    bad = Verdict(Outcome.FAILED, "worse")
+    good = Verdict(Outcome.SUCCESSFUL, "fine")
+    first = advance(analysing(), ANALYSED, Observed("new", "old", True, False, 3, 3, 10,
+                                                    NOW + timedelta(seconds=5), None, good))
+    # 4 s later a (hypothetical) failing sample is not looked at: the interval is 10 s.
+    soon = advance(first.state, ANALYSED, Observed("new", "old", True, False, 3, 3, 10,
+                                                   NOW + timedelta(seconds=9), None, bad))
+    assert soon.state.phase == CanaryPhase.PROGRESSING and soon.state.verdict == Outcome.SUCCESSFUL
+
+
+def test_the_reconcile_pass_asks_for_samples_when_due_and_records_the_verdict():
+    from llmfleet.reconcile import analysis_query
+
+    def analysed(revision: str, generation: int, status: dict | None = None) -> dict:
+        body = manifest(revision, generation, status)
+        body["spec"]["rollout"] = {"steps": [{"setWeight": 50}, {"analysis": {"durationSeconds": 60}}]}
+        return body
+
+    first = decide(analysed("v1", 1), [], SETTINGS, NOW)
+    job_a = with_status(kind(first, "Job"), conditions=[{"type": "Complete", "status": "True"}])
+    second = decide(analysed("v1", 1, first.status), [job_a], SETTINGS, NOW)
+    serving_a = with_status(kind(second, "Deployment"), readyReplicas=2)
+    stable = decide(analysed("v1", 1, second.status), [job_a, serving_a], SETTINGS, NOW)
+    changed = decide(analysed("v2", 2, stable.status), [job_a, serving_a], SETTINGS, NOW)
+    job_b = with_status(kind(changed, "Job"), conditions=[{"type": "Complete", "status": "True"}])
+    warming = decide(analysed("v2", 2, changed.status), [job_a, serving_a, job_b], SETTINGS, NOW)
+    serving_b = with_status(kind(warming, "Deployment", warming.status["currentRevision"]), readyReplicas=2)
+    children = [job_a, serving_a, job_b, serving_b]
+    analysing_now = decide(analysed("v2", 2, warming.status), children, SETTINGS, NOW + timedelta(seconds=5))
+    assert analysing_now.status["canary"]["stepIndex"] == 1
+
+    body = analysed("v2", 2, analysing_now.status)
+    later = NOW + timedelta(seconds=45)
+    assert analysis_query(body, later) == (stable.status["stableRevision"], warming.status["currentRevision"], 40)
+    slow = Samples(RevisionSample(100.0, 0.0, 200.0), RevisionSample(100.0, 0.0, 500.0), 40)
+    judged = decide(body, children, SETTINGS, later, samples=slow)
+    canary = judged.status["canary"]
+    assert (canary["phase"], canary["analysisVerdict"]) == ("RolledBack", "Failed")
+    assert "500 ms vs stable 200 ms" in canary["analysisMessage"]
+    assert analysis_query(analysed("v2", 2, judged.status), later + timedelta(seconds=30)) is None

@@ -543,7 +543,8 @@ class AnalysisStep(ApiModel):
         ge=1, le=86400, description="How long to collect metrics, in seconds."
     )
     interval_seconds: int = Field(
-        default=30, ge=1, le=3600, description="Time between gate evaluations, in seconds."
+        default=30, ge=5, le=3600, description="Time between gate evaluations, in seconds; each "
+        "compares the canary with stable over the window since the step began."
     )
 
 
@@ -586,6 +587,20 @@ class RolloutGates(ApiModel):
         ge=0,
         le=100,
         description="Largest accepted share of failed canary requests, in percent.",
+    )
+    min_requests: int = Field(
+        default=20,
+        ge=1,
+        le=1_000_000,
+        description="Fewest requests each revision must serve in an analysis window before it "
+        "can pass or fail; fewer is Inconclusive and the rollout holds.",
+    )
+    analysis_deadline_seconds: int = Field(
+        default=600,
+        ge=0,
+        le=86400,
+        description="How long past its duration an analysis step may stay Inconclusive (no "
+        "data, Prometheus down) before the rollout pauses for a person.",
     )
 
 

@@ -231,6 +231,14 @@ class CanaryStatus(ApiModel):
         default=None, max_length=128,
         description="The llmfleet.io/rollout-command annotation value handled last."
     )
+    analysis_verdict: str | None = Field(
+        default=None, max_length=32,
+        description="The current analysis step's last verdict: Successful, Failed, Inconclusive or Error."
+    )
+    analysis_message: str | None = Field(
+        default=None, max_length=1024, description="The numbers behind the verdict."
+    )
+    analysis_time: KubeTime | None = Field(default=None, description="When the verdict was reached.")
 
 
 class LLMDeploymentStatus(ApiModel):

@@ -20,7 +20,8 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.util.retry import Retry
 
 from llmfleet.autoscale import MetricsSnapshot
-from llmfleet.render.identity import selector_labels
+from llmfleet.rollout import RevisionSample, Samples
+from llmfleet.render.identity import REVISION_LABEL, selector_labels
 from llmfleet.render.layout import TENSORRT_LLM_MODEL
 
 # Six 5 s scrapes: rate() and deriv() need at least two samples; longer windows react slower.
@@ -28,6 +29,9 @@ DEFAULT_WINDOW_SECONDS = 30
 TTFT_HISTOGRAM = "nv_inference_first_response_histogram_ms"
 REQUEST_GAUGE = "nv_trt_llm_request_metrics"
 KV_CACHE_GAUGE = "nv_trt_llm_kv_cache_block_metrics"
+# Triton's per-model request counters (core metrics), which a canary's analysis compares.
+SUCCESS_COUNTER = "nv_inference_request_success"
+FAILURE_COUNTER = "nv_inference_request_failure"
 # The engine's queue, KV-cache and batch-slot gauges, which the scale-down decision reads.
 QUEUE_METRICS = (REQUEST_GAUGE, KV_CACHE_GAUGE)
 # Keeps an error message (some quote a whole response body) readable in status.
@@ -87,6 +91,30 @@ def deployment_queries(namespace: str, deployment_name: str,
     )
 
 
+@dataclass(frozen=True)
+class RevisionQueries:
+    """One revision's requests over a window, for a canary analysis."""
+
+    succeeded: str
+    failed: str
+    ttft_p99_ms: str
+
+
+def revision_queries(namespace: str, deployment_name: str, revision: str, window_seconds: int) -> RevisionQueries:
+    """The PromQL for one revision of one LLMDeployment, summed over its pods."""
+    pods = {"namespace": namespace, "model": TENSORRT_LLM_MODEL,
+            _prometheus_label_name(REVISION_LABEL): revision}
+    pods.update({_prometheus_label_name(key): value for key, value in selector_labels(deployment_name).items()})
+    selector = _matchers(pods)
+    window = f"[{window_seconds}s]"
+    return RevisionQueries(
+        succeeded=f"sum(increase({SUCCESS_COUNTER}{{{selector}}}{window}))",
+        failed=f"sum(increase({FAILURE_COUNTER}{{{selector}}}{window}))",
+        ttft_p99_ms=(f"histogram_quantile(0.99, sum by (le) "
+                     f"(rate({TTFT_HISTOGRAM}_bucket{{{selector}}}{window})))"),
+    )
+
+
 class _QueryFailed(Exception):
     pass
 
@@ -121,6 +149,19 @@ class PrometheusMetrics:
             **values,
             sample_time=None if newest is None else datetime.fromtimestamp(newest, timezone.utc),
             queue_observable=queue_observable)
+
+    def revision_samples(self, namespace: str, deployment_name: str, stable_revision: str, canary_revision: str,
+                         window_seconds: int, now: datetime) -> Samples:
+        """Both revisions' requests over the same window before `now`; a failed query comes back
+        as `Samples.error` (an analysis then holds, never fails)."""
+        try:
+            stable, canary = (
+                RevisionSample(**{field: self._value(field, query, now) for field, query in
+                                  asdict(revision_queries(namespace, deployment_name, revision, window_seconds)).items()})
+                for revision in (stable_revision, canary_revision))
+        except _QueryFailed as failure:
+            return Samples(window_seconds=window_seconds, error=str(failure))
+        return Samples(stable, canary, window_seconds)
 
     def ttft_p99_ms(self, namespace: str, deployment_name: str, window_seconds: int,
                     now: datetime) -> float | None:

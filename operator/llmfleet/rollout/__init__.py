@@ -1,14 +1,17 @@
-"""Canary rollouts: a pure state machine persisted in status.canary."""
+"""Canary rollouts: a pure state machine persisted in status.canary, and its metric gate."""
 
+from llmfleet.rollout.analysis import Outcome, RevisionSample, Samples, Verdict, judge
 from llmfleet.rollout.machine import (
-    Command,
     CanaryState,
+    Command,
     Decision,
     Observed,
     Split,
     advance,
+    analysis_due,
     canary_replicas_for,
     supersede,
 )
 
-__all__ = ["CanaryState", "Command", "Decision", "Observed", "Split", "advance", "canary_replicas_for", "supersede"]
+__all__ = ["CanaryState", "Command", "Decision", "Observed", "Outcome", "RevisionSample", "Samples", "Split",
+           "Verdict", "advance", "analysis_due", "canary_replicas_for", "judge", "supersede"]

@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from llmfleet.api import CanaryPhase, RolloutStep
+from llmfleet.api import CanaryPhase, RolloutGates, RolloutStep
+from llmfleet.rollout.analysis import Outcome, Verdict
 
 TERMINAL = {CanaryPhase.PROMOTED, CanaryPhase.ROLLED_BACK, CanaryPhase.SUPERSEDED}
 COMMANDS = ("promote", "abort", "pause", "resume", "retry")
@@ -49,6 +50,10 @@ class CanaryState:
     message: str = ""
     failed_revisions: tuple[str, ...] = ()
     last_command: str | None = None
+    # The analysis step's last verdict, and when it was reached (one per intervalSeconds).
+    verdict: Outcome | None = None
+    verdict_message: str = ""
+    evaluated: datetime | None = None
 
     @property
     def active(self) -> bool:
@@ -68,6 +73,7 @@ class Observed:
     max_canary_replicas: int  # what the GPU budget leaves beside stable
     now: datetime
     command: Command | None = None
+    analysis: Verdict | None = None  # the metric gate's verdict, when this pass queried one
 
 
 @dataclass(frozen=True)
@@ -116,7 +122,8 @@ def _enter(state: CanaryState, phase: CanaryPhase, observed: Observed, message: 
     return replace(state, phase=phase, step_started=observed.now, message=message, **changes)
 
 
-def advance(state: CanaryState | None, steps: tuple[RolloutStep, ...], observed: Observed) -> Decision:
+def advance(state: CanaryState | None, steps: tuple[RolloutStep, ...], observed: Observed,
+            gates: RolloutGates = RolloutGates()) -> Decision:
     """The next state and split for a target revision that differs from the stable one."""
     events: list[tuple[str, str]] = []
     failed = state.failed_revisions if state else ()
@@ -144,7 +151,7 @@ def advance(state: CanaryState | None, steps: tuple[RolloutStep, ...], observed:
     if command is not None:
         state, more = _apply_command(state, command, steps, observed)
         events += more
-    state, more = _progress(state, steps, observed)
+    state, more = _progress(state, steps, observed, gates)
     events += more
     return Decision(state, _split(state, observed), tuple(events))
 
@@ -179,7 +186,19 @@ def _roll_back(state: CanaryState, observed: Observed, why: str):
             [("CanaryRolledBack", message)])
 
 
-def _progress(state: CanaryState, steps: tuple[RolloutStep, ...], observed: Observed):
+def _next_step(state: CanaryState, observed: Observed, label: str) -> CanaryState:
+    return _enter(state, CanaryPhase.PROGRESSING, observed, f"{label} done", step_index=state.step_index + 1,
+                  verdict=None, verdict_message="", evaluated=None)
+
+
+def analysis_due(state: CanaryState, step: RolloutStep, now: datetime) -> bool:
+    """Whether this pass should query the metric gate of the current analysis step."""
+    return (state.phase == CanaryPhase.PROGRESSING and step.analysis is not None
+            and (state.evaluated is None
+                 or (now - state.evaluated).total_seconds() >= step.analysis.interval_seconds))
+
+
+def _progress(state: CanaryState, steps: tuple[RolloutStep, ...], observed: Observed, gates: RolloutGates):
     """Move through every phase whose exit condition already holds."""
     events: list[tuple[str, str]] = []
     while True:
@@ -218,8 +237,7 @@ def _progress(state: CanaryState, steps: tuple[RolloutStep, ...], observed: Obse
                                     message=f"{label}: setWeight {step.set_weight}%, {replicas} canary replica(s)")
                 if observed.canary_ready < replicas:
                     return state, events
-                state = _enter(state, CanaryPhase.PROGRESSING, observed, f"{label} done",
-                               step_index=state.step_index + 1)
+                state = _next_step(state, observed, label)
             elif step.pause is not None:
                 if step.pause.duration_seconds == 0:
                     state = _enter(state, CanaryPhase.PAUSED, observed,
@@ -230,15 +248,12 @@ def _progress(state: CanaryState, steps: tuple[RolloutStep, ...], observed: Obse
                 if waited < step.pause.duration_seconds:
                     return replace(state, message=f"{label}: pause {step.pause.duration_seconds} s "
                                                   f"({waited:.0f} s done)"), events
-                state = _enter(state, CanaryPhase.PROGRESSING, observed, f"{label} done",
-                               step_index=state.step_index + 1)
+                state = _next_step(state, observed, label)
             else:
-                # Metric and quality analysis are not evaluated yet: hold for a person to decide.
-                state = _enter(state, CanaryPhase.PAUSED, observed,
-                               f"{label}: analysis steps are not evaluated by this operator version; "
-                               "`llmfleet rollout promote` or `abort`")
-                events.append(("CanaryPaused", state.message))
-                return state, events
+                state, more, done = _analyse(state, step, observed, gates, label)
+                events += more
+                if not done:
+                    return state, events
         elif phase == CanaryPhase.PROMOTING:
             state = replace(state, canary_replicas=observed.stable_replicas)
             if observed.canary_ready < observed.stable_replicas:
@@ -249,6 +264,29 @@ def _progress(state: CanaryState, steps: tuple[RolloutStep, ...], observed: Obse
             return state, events
         else:  # Paused and the terminal phases hold
             return state, events
+
+
+def _analyse(state: CanaryState, step: RolloutStep, observed: Observed, gates: RolloutGates, label: str):
+    """(state, events, done) for an analysis step: a Failed verdict rolls back at once; the step
+    passes when its duration is over and the last verdict is Successful; Inconclusive or Error
+    holds, and pauses for a person past analysisDeadlineSeconds."""
+    duration = step.analysis.duration_seconds
+    if observed.analysis is not None and analysis_due(state, step, observed.now):
+        state = replace(state, verdict=observed.analysis.outcome, verdict_message=observed.analysis.message,
+                        evaluated=observed.now)
+        if state.verdict == Outcome.FAILED:
+            state, events = _roll_back(state, observed, f"analysis failed: {state.verdict_message}")
+            return state, events, False
+    waited = (observed.now - state.step_started).total_seconds()
+    verdict = f"{state.verdict.value}: {state.verdict_message}" if state.verdict else "no verdict yet"
+    if waited >= duration and state.verdict == Outcome.SUCCESSFUL:
+        return _next_step(state, observed, label), [("CanaryAnalysisSuccessful", state.verdict_message)], True
+    if waited >= duration + gates.analysis_deadline_seconds:
+        state = _enter(state, CanaryPhase.PAUSED, observed,
+                       f"{label}: analysis without a verdict {gates.analysis_deadline_seconds} s past its "
+                       f"duration ({verdict}); promote or abort by hand")
+        return state, [("CanaryPaused", state.message)], False
+    return replace(state, message=f"{label}: analysis {min(waited, duration):.0f}/{duration} s, {verdict}"), [], False
 
 
 def _split(state: CanaryState, observed: Observed) -> Split:

@@ -1,0 +1,77 @@
+"""The metric gate of an analysis step: the canary against the stable revision over the same
+window, from what Prometheus answered. A query that failed or found too little data is never
+a failure: the rollout holds until the numbers are there."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from llmfleet.api import RolloutGates
+
+
+class Outcome(str, Enum):
+    SUCCESSFUL = "Successful"
+    FAILED = "Failed"
+    INCONCLUSIVE = "Inconclusive"  # too few requests, or a series without data
+    ERROR = "Error"  # Prometheus did not answer
+
+
+@dataclass(frozen=True)
+class RevisionSample:
+    """One revision's requests over the analysis window; None: no data."""
+
+    succeeded: float | None
+    failed: float | None
+    ttft_p99_ms: float | None
+
+    @property
+    def requests(self) -> float | None:
+        if self.succeeded is None and self.failed is None:
+            return None
+        return (self.succeeded or 0.0) + (self.failed or 0.0)
+
+    @property
+    def error_rate_percent(self) -> float | None:
+        requests = self.requests
+        return None if not requests else 100.0 * (self.failed or 0.0) / requests
+
+
+@dataclass(frozen=True)
+class Samples:
+    stable: RevisionSample | None = None
+    canary: RevisionSample | None = None
+    window_seconds: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    outcome: Outcome
+    message: str
+
+
+def judge(samples: Samples, gates: RolloutGates) -> Verdict:
+    if samples.error is not None:
+        return Verdict(Outcome.ERROR, f"Prometheus: {samples.error}")
+    stable, canary = samples.stable, samples.canary
+    window = f"over {samples.window_seconds} s"
+    for name, sample in (("canary", canary), ("stable", stable)):
+        count = sample.requests if sample else None
+        if count is None or count < gates.min_requests:
+            return Verdict(Outcome.INCONCLUSIVE, f"{name}: {count or 0:.0f} requests {window}, "
+                                                 f"{gates.min_requests} needed for a verdict")
+    errors = canary.error_rate_percent or 0.0
+    if errors > gates.max_error_rate_percent:
+        return Verdict(Outcome.FAILED, f"error rate {errors:.1f}% {window} exceeds maxErrorRatePercent "
+                                       f"{gates.max_error_rate_percent:g}% ({canary.failed:.0f} of "
+                                       f"{canary.requests:.0f} canary requests failed)")
+    if canary.ttft_p99_ms is None or stable.ttft_p99_ms is None or stable.ttft_p99_ms <= 0:
+        return Verdict(Outcome.INCONCLUSIVE, f"no p99 TTFT {window} for both revisions yet")
+    regression = 100.0 * (canary.ttft_p99_ms - stable.ttft_p99_ms) / stable.ttft_p99_ms
+    numbers = (f"p99 TTFT canary {canary.ttft_p99_ms:.0f} ms vs stable {stable.ttft_p99_ms:.0f} ms "
+               f"({regression:+.0f}%), error rate {errors:.1f}% {window}")
+    if regression > gates.max_ttft_p99_regression_percent:
+        return Verdict(Outcome.FAILED, f"{numbers}: exceeds maxTtftP99RegressionPercent "
+                                       f"{gates.max_ttft_p99_regression_percent:g}%")
+    return Verdict(Outcome.SUCCESSFUL, numbers)
