@@ -117,3 +117,34 @@ def test_an_aborted_canary_goes_to_zero_and_stable_pods_serve_on_untouched(sandb
     shown = subprocess.run([*LLMFLEET, "rollout", "status", "held", "-n", NAMESPACE], env=sandbox.env,
                            capture_output=True, text=True, timeout=60)
     assert "RolledBack" in shown.stdout and canary in shown.stdout
+
+
+def test_a_slow_canary_fails_its_analysis_and_is_rolled_back_while_stable_serves(sandbox, tmp_path):
+    """The sandbox makes the new revision's engines 3x slower (a runtime fault, not an API field):
+    the metric gate sees its p99 TTFT far above stable's over the same window and rolls it back;
+    no request fails meanwhile."""
+    steps = [{"setWeight": 50}, {"analysis": {"durationSeconds": 60, "intervalSeconds": 10}}]
+    sandbox.apply([manifest("slow", "v1", steps)], namespace=NAMESPACE)
+    stable = wait_until_ready(sandbox, "slow", NAMESPACE)["status"]["currentRevision"]
+    load = subprocess.Popen(
+        [*LLMFLEET, "load", "--target", service_target(sandbox, "slow", NAMESPACE), "--schedule", "constant:3",
+         "--duration-s", "150", "--input-tokens", "fixed:128", "--output-tokens", "fixed:16",
+         "--output-dir", str(tmp_path), "--quiet"], env=sandbox.env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        sandbox.kubectl("patch", "llmdeployment", "slow", "-n", NAMESPACE, "--type=merge",
+                        "-p", '{"spec": {"engine": {"revision": "v2"}}}')
+        canary = wait_for(lambda: (_status(sandbox, "slow").get("currentRevision") or stable) != stable
+                          and _status(sandbox, "slow")["currentRevision"], 30, "the new revision")
+        fault = subprocess.run([*LLMFLEET, "sandbox", "fault", "--namespace", NAMESPACE, "--revision", canary,
+                                "--slowdown", "3"], env=sandbox.env, capture_output=True, text=True, timeout=60)
+        assert fault.returncode == 0, fault.stderr
+        phases = _watch_phases(sandbox, "slow", "RolledBack", 240)
+    finally:
+        stdout, stderr = load.communicate(timeout=300)
+    assert "Promoted" not in phases and "Progressing" in phases, phases
+    canary_status = _status(sandbox, "slow")["canary"]
+    assert canary_status["analysisVerdict"] == "Failed", canary_status
+    assert "maxTtftP99RegressionPercent" in canary_status["analysisMessage"]
+    assert _status(sandbox, "slow")["stableRevision"] == stable
+    assert load.returncode == 0, stderr + stdout

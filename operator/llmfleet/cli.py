@@ -61,6 +61,15 @@ def _run_sandbox(args) -> int:
         llmfleet = Path(sys.executable).parent / "llmfleet"
         print(f"\nUse it:  eval \"$({llmfleet} sandbox env)\" && kubectl get nodes")
         return 0
+    if args.sandbox_command == "fault":
+        from llmfleet_sandbox import faults
+
+        if not args.slowdown > 0:
+            raise BadInput(f"--slowdown must be greater than 0, got {args.slowdown}")
+        faults.set_fault(config.state_dir, faults.Fault(args.namespace, args.revision, args.slowdown))
+        print(f"revision {args.revision} in {args.namespace}: engines started from now on run "
+              f"{args.slowdown:g}x slower" if args.slowdown != 1 else f"revision {args.revision}: fault removed")
+        return 0
     if args.sandbox_command == "down":
         manager.down(config, purge=args.purge)
         return 0
@@ -262,6 +271,15 @@ def build_parser() -> argparse.ArgumentParser:
         "demo", help="helm-install the operator chart in-cluster and apply examples/sandbox-chat.yaml")
     sandbox_commands.add_parser("env", help="print shell exports: KUBECONFIG, PATH with the "
                                             "matching kubectl first, LLMFLEET_PROMETHEUS_URL")
+    sandbox_fault = sandbox_commands.add_parser(
+        "fault", help="make one revision's emulated engines slower (for testing canary rollouts)",
+        description="Inject a fault into the engines of one revision (pods labelled llmfleet.io/revision): "
+                    "containers started afterwards multiply every prefill and decode cost by --slowdown. "
+                    "A sandbox knob, not part of the LLMDeployment API. --slowdown 1 removes it.")
+    sandbox_fault.add_argument("--namespace", required=True, help="the pods' namespace")
+    sandbox_fault.add_argument("--revision", required=True, help="the revision (status.currentRevision)")
+    sandbox_fault.add_argument("--slowdown", type=float, required=True, metavar="FACTOR",
+                               help="multiplier of the engine's step costs, e.g. 2 doubles TTFT")
     sandbox.set_defaults(handler=_run_sandbox)
 
     plan = commands.add_parser(

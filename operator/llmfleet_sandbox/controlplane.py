@@ -6,6 +6,7 @@ pinned Go modules into a cache outside the repository.
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
 import subprocess
@@ -60,8 +61,31 @@ def etcd_argv(bin_dir: Path, config: SandboxConfig) -> list[str]:
     ]
 
 
+# The apiserver's audit log records who listed or wrote the kinds an LLMDeployment owns (and its
+# status): how tests see what the operator asks of the API, and where a user looks when
+# something changed that should not have. Reads of everything else and watches are not logged.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "Metadata", "verbs": ["list", "create", "update", "patch", "delete"],
+         "resources": [{"group": "", "resources": ["configmaps", "services"]},
+                       {"group": "apps", "resources": ["deployments"]},
+                       {"group": "batch", "resources": ["jobs"]},
+                       {"group": "policy", "resources": ["poddisruptionbudgets"]},
+                       {"group": "llmfleet.io", "resources": ["llmdeployments", "llmdeployments/status"]}]},
+        {"level": "None"},
+    ],
+}
+
+
+def audit_log(config: SandboxConfig) -> Path:
+    return config.logs_dir / "kube-apiserver-audit.log"
+
+
 def apiserver_argv(bin_dir: Path, config: SandboxConfig) -> list[str]:
     pki = config.pki_dir
+    policy = config.state_dir / "audit-policy.json"
+    policy.write_text(json.dumps(AUDIT_POLICY))
     return [
         str(bin_dir / "kube-apiserver"),
         f"--etcd-servers=http://127.0.0.1:{config.ports.etcd_client}",
@@ -82,6 +106,10 @@ def apiserver_argv(bin_dir: Path, config: SandboxConfig) -> list[str]:
         f"--service-account-key-file={pki / 'sa.pub'}",
         f"--service-account-signing-key-file={pki / 'sa.key'}",
         "--enable-priority-and-fairness=false",
+        f"--audit-policy-file={policy}",
+        f"--audit-log-path={audit_log(config)}",
+        "--audit-log-maxsize=100",
+        "--audit-log-maxbackup=1",
         "--v=1",
     ]
 

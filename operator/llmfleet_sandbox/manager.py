@@ -250,6 +250,7 @@ def status(config: SandboxConfig) -> tuple[bool, str]:
             f"{config.object_store_credentials_file}",
             f"{'services':24} http://<clusterIP>:<port> from the host and from pods",
             f"{'pod logs':24} {config.pods_dir}/<namespace>_<pod>_<uid8>/logs/<container>.log",
+            f"{'audit log':24} {controlplane.audit_log(config)} (writes and lists of llmfleet's kinds)",
             f"{'state':24} {config.state_dir}",
         ]
     return all_up, "\n".join(lines)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from kubernetes.client.exceptions import ApiException
 
-from llmfleet_sandbox import images, network, rootfs
+from llmfleet_sandbox import faults, images, network, rootfs
 from llmfleet_sandbox.config import KUBERNETES_SERVICE_IP
 from llmfleet_sandbox.probes import ProbeState, new_probe, run_lifecycle_hook, run_probe
 from llmfleet_sandbox.volumes import (
@@ -299,6 +299,8 @@ class PodWorker(threading.Thread):
             # The engine stand-in learns its GPU from here, as a real engine does from the driver.
             labels = self.agent.node_manifest(self.node_name)["metadata"]["labels"]
             env["LLMFLEET_SANDBOX_GPU_PRODUCT"] = labels[GPU_PRODUCT_LABEL]
+        env.update(faults.environment(self.agent.config.state_dir, self.namespace,
+                                      self.pod["metadata"].get("labels") or {}))
         return env
 
     def _container_environment(self, spec: dict) -> dict[str, str]:

@@ -26,7 +26,13 @@ from llmfleet_sandbox.emulator.checkpoint import engine_config_from_checkpoint
 from llmfleet_sandbox.emulator.engine import EmulatedEngine
 from llmfleet_sandbox.emulator.engine_config import EngineConfigError
 from llmfleet_sandbox.emulator.model import SenderSink
-from llmfleet_sandbox.emulator.profile import GPU_PRODUCT_VARIABLE, ProfileError, gpu_for_product, profile_for_engine
+from llmfleet_sandbox.emulator.profile import (
+    GPU_PRODUCT_VARIABLE,
+    ProfileError,
+    gpu_for_product,
+    profile_for_engine,
+    with_faults,
+)
 from llmfleet_sandbox.emulator.tokenizer import TokenizerError, WordTokenizer
 from llmfleet_sandbox.emulator.triton_metrics import TritonMetrics, release_metrics
 from llmfleet_sandbox.trtllm_image import RELEASE_VARIABLE
@@ -99,8 +105,10 @@ class TritonPythonModel:
         if "free_gpu_memory_fraction" not in kv_cache:
             raise ValueError("model.yaml kv_cache_config.free_gpu_memory_fraction is required by the emulated LLM "
                              "(it sizes the KV cache as the planner did)")
-        self.profile = profile_for_engine(self.engine_config, gpu, float(kv_cache["free_gpu_memory_fraction"]),
-                                          bool(kv_cache.get("enable_block_reuse", True)))
+        self.profile = with_faults(profile_for_engine(self.engine_config, gpu,
+                                                      float(kv_cache["free_gpu_memory_fraction"]),
+                                                      bool(kv_cache.get("enable_block_reuse", True))),
+                                   dict(os.environ))
 
     def execute(self, requests):
         for request in requests:

@@ -27,7 +27,13 @@ import triton_python_backend_utils as pb_utils
 from llmfleet_sandbox.emulator.engine import EmulatedEngine
 from llmfleet_sandbox.emulator.triton_metrics import TritonMetrics, release_metrics
 from llmfleet_sandbox.emulator.engine_config import EngineConfig, EngineConfigError, read_engine_config
-from llmfleet_sandbox.emulator.profile import GPU_PRODUCT_VARIABLE, ProfileError, gpu_for_product, profile_for_engine
+from llmfleet_sandbox.emulator.profile import (
+    GPU_PRODUCT_VARIABLE,
+    ProfileError,
+    gpu_for_product,
+    profile_for_engine,
+    with_faults,
+)
 
 # TTFT buckets come from render's layout: one set for every revision, so canary and stable compare.
 TOKEN_LENGTH_BUCKETS = [10, 50, 100, 500, 1000]  # the TensorRT-LLM backend's buckets
@@ -137,7 +143,8 @@ class TritonPythonModel:
                              f"{_parameter(config, 'kv_cache_free_gpu_mem_fraction')!r}") from None
         if not 0 < fraction <= 1:
             raise ValueError(f"parameter kv_cache_free_gpu_mem_fraction must be within (0, 1], got {fraction}")
-        self.profile = profile_for_engine(self.engine_config, gpu, fraction, _flag(config, "enable_kv_cache_reuse"))
+        self.profile = with_faults(profile_for_engine(self.engine_config, gpu, fraction,
+                                                      _flag(config, "enable_kv_cache_reuse")), dict(os.environ))
         self._exclude_input_in_output = _flag(config, "exclude_input_in_output")
         self._batched_shape = config.get("max_batch_size", 0) > 0
 

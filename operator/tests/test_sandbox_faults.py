@@ -1,0 +1,31 @@
+"""The sandbox's fault knobs: recorded per (namespace, revision), handed to a matching pod's
+containers in their environment, and applied by the engine stand-in to its step costs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from llmfleet_sandbox import faults
+from llmfleet_sandbox.emulator.profile import EngineProfile, with_faults
+
+PROFILE = EngineProfile(gpu_type="H100-SXM-80GB", tensor_parallel_size=1, quantization="FP8", kv_cache_dtype="FP8",
+                        prefill_ms_per_token=0.05, prefill_fixed_ms=4.0, decode_step_base_ms=7.0,
+                        decode_step_ms_per_sequence=0.1, decode_step_ms_per_kv_token=0.001, kv_block_tokens=32,
+                        kv_blocks_total=1000, max_batch_size=16, max_num_tokens=2048)
+
+
+def test_a_fault_reaches_only_the_pods_of_its_revision(tmp_path):
+    faults.set_fault(tmp_path, faults.Fault("rollout", "abc", 3.0))
+    assert faults.environment(tmp_path, "rollout", {"llmfleet.io/revision": "abc"}) == {
+        faults.SLOWDOWN_VARIABLE: "3.0"}
+    assert faults.environment(tmp_path, "rollout", {"llmfleet.io/revision": "other"}) == {}
+    assert faults.environment(tmp_path, "elsewhere", {"llmfleet.io/revision": "abc"}) == {}
+    faults.set_fault(tmp_path, faults.Fault("rollout", "abc", 1.0))
+    assert faults.load(tmp_path) == []
+
+
+def test_a_slowdown_multiplies_every_step_cost_and_nothing_else():
+    slow = with_faults(PROFILE, {faults.SLOWDOWN_VARIABLE: "2"})
+    assert slow == replace(PROFILE, prefill_ms_per_token=0.1, prefill_fixed_ms=8.0, decode_step_base_ms=14.0,
+                           decode_step_ms_per_sequence=0.2, decode_step_ms_per_kv_token=0.002)
+    assert with_faults(PROFILE, {}) is PROFILE
