@@ -5,6 +5,7 @@ is scaled to zero while the stable revision's pods serve on, never restarted."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 
@@ -87,7 +88,7 @@ def test_a_good_canary_walks_its_steps_and_is_promoted_without_a_failed_request(
     assert summary["errors"] == 0 and summary["truncated"] == 0 and summary["completed"] == summary["requests"]
 
 
-def test_an_aborted_canary_goes_to_zero_and_stable_pods_serve_on_untouched(sandbox):
+def test_an_aborted_canary_goes_to_zero_and_stable_pods_serve_on_untouched(sandbox, operator):
     steps = [{"setWeight": 50}, {"pause": {"durationSeconds": 0}}]
     sandbox.apply([manifest("held", "v1", steps)], namespace=NAMESPACE)
     stable = wait_until_ready(sandbox, "held", NAMESPACE)["status"]["currentRevision"]
@@ -96,7 +97,16 @@ def test_an_aborted_canary_goes_to_zero_and_stable_pods_serve_on_untouched(sandb
     sandbox.kubectl("patch", "llmdeployment", "held", "-n", NAMESPACE, "--type=merge",
                     "-p", '{"spec": {"engine": {"revision": "v2"}}}')
     _watch_phases(sandbox, "held", "Paused", 240)
-    assert _status(sandbox, "held")["canary"]["weightPercent"] == 50
+    paused = _status(sandbox, "held")["canary"]
+    assert paused["weightPercent"] == 50
+
+    # Killed while paused, the operator resumes from status: same phase and step clock, no new pods.
+    pods_paused = sorted(p["metadata"]["uid"] for p in _serving(sandbox, "held", "pods"))
+    operator.stop(signal.SIGKILL)
+    operator.start()
+    time.sleep(15)  # resume, then timer ticks
+    assert _status(sandbox, "held")["canary"] == paused
+    assert sorted(p["metadata"]["uid"] for p in _serving(sandbox, "held", "pods")) == pods_paused
 
     aborted = subprocess.run([*LLMFLEET, "rollout", "abort", "held", "-n", NAMESPACE], env=sandbox.env,
                              capture_output=True, text=True, timeout=60)
