@@ -50,6 +50,19 @@ def _serving(sandbox, name: str, kind: str = "deployments") -> list[dict]:
                                 f"llmfleet.io/deployment={name},app.kubernetes.io/component=server")["items"]
 
 
+def _load(sandbox, name: str, rate: int, seconds: int, output) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*LLMFLEET, "load", "--target", service_target(sandbox, name, NAMESPACE), "--schedule", f"constant:{rate}",
+         "--duration-s", str(seconds), "--input-tokens", "fixed:128", "--output-tokens", "fixed:16",
+         "--output-dir", str(output), "--quiet"], env=sandbox.env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+
+
+def _new_engine_revision(sandbox, name: str) -> None:
+    sandbox.kubectl("patch", "llmdeployment", name, "-n", NAMESPACE, "--type=merge",
+                    "-p", '{"spec": {"engine": {"revision": "v2"}}}')
+
+
 def _watch_phases(sandbox, name: str, until: str, timeout: float) -> list[str]:
     phases: list[str] = []
     deadline = time.monotonic() + timeout
@@ -67,14 +80,9 @@ def test_a_good_canary_walks_its_steps_and_is_promoted_without_a_failed_request(
     steps = [{"setWeight": 50}, {"pause": {"durationSeconds": 10}}]
     sandbox.apply([manifest("good", "v1", steps)], namespace=NAMESPACE)
     stable = wait_until_ready(sandbox, "good", NAMESPACE)["status"]["currentRevision"]
-    load = subprocess.Popen(
-        [*LLMFLEET, "load", "--target", service_target(sandbox, "good", NAMESPACE), "--schedule", "constant:2",
-         "--duration-s", "100", "--input-tokens", "fixed:128", "--output-tokens", "fixed:16",
-         "--output-dir", str(tmp_path), "--quiet"], env=sandbox.env, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+    load = _load(sandbox, "good", 2, 100, tmp_path)
     try:
-        sandbox.kubectl("patch", "llmdeployment", "good", "-n", NAMESPACE, "--type=merge",
-                        "-p", '{"spec": {"engine": {"revision": "v2"}}}')
+        _new_engine_revision(sandbox, "good")
         phases = _watch_phases(sandbox, "good", "Promoted", 240)
     finally:
         stdout, stderr = load.communicate(timeout=300)
@@ -94,8 +102,7 @@ def test_an_aborted_canary_goes_to_zero_and_stable_pods_serve_on_untouched(sandb
     stable = wait_until_ready(sandbox, "held", NAMESPACE)["status"]["currentRevision"]
     pods_before = sorted((p["metadata"]["uid"], p["status"]["containerStatuses"][0]["restartCount"])
                          for p in _serving(sandbox, "held", "pods"))
-    sandbox.kubectl("patch", "llmdeployment", "held", "-n", NAMESPACE, "--type=merge",
-                    "-p", '{"spec": {"engine": {"revision": "v2"}}}')
+    _new_engine_revision(sandbox, "held")
     _watch_phases(sandbox, "held", "Paused", 240)
     paused = _status(sandbox, "held")["canary"]
     assert paused["weightPercent"] == 50
@@ -136,14 +143,9 @@ def test_a_slow_canary_fails_its_analysis_and_is_rolled_back_while_stable_serves
     steps = [{"setWeight": 50}, {"analysis": {"durationSeconds": 60, "intervalSeconds": 10}}]
     sandbox.apply([manifest("slow", "v1", steps)], namespace=NAMESPACE)
     stable = wait_until_ready(sandbox, "slow", NAMESPACE)["status"]["currentRevision"]
-    load = subprocess.Popen(
-        [*LLMFLEET, "load", "--target", service_target(sandbox, "slow", NAMESPACE), "--schedule", "constant:3",
-         "--duration-s", "150", "--input-tokens", "fixed:128", "--output-tokens", "fixed:16",
-         "--output-dir", str(tmp_path), "--quiet"], env=sandbox.env, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+    load = _load(sandbox, "slow", 3, 150, tmp_path)
     try:
-        sandbox.kubectl("patch", "llmdeployment", "slow", "-n", NAMESPACE, "--type=merge",
-                        "-p", '{"spec": {"engine": {"revision": "v2"}}}')
+        _new_engine_revision(sandbox, "slow")
         canary = wait_for(lambda: (_status(sandbox, "slow").get("currentRevision") or stable) != stable
                           and _status(sandbox, "slow")["currentRevision"], 30, "the new revision")
         fault = subprocess.run([*LLMFLEET, "sandbox", "fault", "--namespace", NAMESPACE, "--revision", canary,

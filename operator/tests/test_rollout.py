@@ -189,18 +189,25 @@ def test_a_spec_change_becomes_a_canary_beside_the_untouched_stable_revision():
     assert {m["metadata"]["labels"].get("llmfleet.io/revision") for m in reverted.delete} == {revision_b}
 
 
-def test_a_promotion_makes_the_canary_stable_and_removes_the_old_revision():
-    first = decide(manifest("v1", 1), [], SETTINGS, NOW)
+def canary_started(body=manifest):
+    """Revision v1 rolled out and stable, then v2 built and warming with its replicas ready:
+    (v1's last outcome, v2's warming outcome, the children)."""
+    first = decide(body("v1", 1), [], SETTINGS, NOW)
     job_a = with_status(kind(first, "Job"), conditions=[{"type": "Complete", "status": "True"}])
-    second = decide(manifest("v1", 1, first.status), [job_a], SETTINGS, NOW)
+    second = decide(body("v1", 1, first.status), [job_a], SETTINGS, NOW)
     serving_a = with_status(kind(second, "Deployment"), readyReplicas=2)
-    stable = decide(manifest("v1", 1, second.status), [job_a, serving_a], SETTINGS, NOW)
-    changed = decide(manifest("v2", 2, stable.status), [job_a, serving_a], SETTINGS, NOW)
+    stable = decide(body("v1", 1, second.status), [job_a, serving_a], SETTINGS, NOW)
+    changed = decide(body("v2", 2, stable.status), [job_a, serving_a], SETTINGS, NOW)
     job_b = with_status(kind(changed, "Job"), conditions=[{"type": "Complete", "status": "True"}])
-    warming = decide(manifest("v2", 2, changed.status), [job_a, serving_a, job_b], SETTINGS, NOW)
+    warming = decide(body("v2", 2, changed.status), [job_a, serving_a, job_b], SETTINGS, NOW)
+    serving_b = with_status(kind(warming, "Deployment", warming.status["currentRevision"]), readyReplicas=2)
+    return stable, warming, [job_a, serving_a, job_b, serving_b]
+
+
+def test_a_promotion_makes_the_canary_stable_and_removes_the_old_revision():
+    _, warming, children = canary_started()
     revision_b = warming.status["currentRevision"]
-    serving_b = with_status(kind(warming, "Deployment", revision_b), readyReplicas=2)
-    children = [job_a, serving_a, job_b, serving_b]
+    serving_a = children[1]
     body = manifest("v2", 2, warming.status)
     body["metadata"]["annotations"] = {"llmfleet.io/rollout-command": "promote/1"}
     promoted = decide(body, children, SETTINGS, NOW + timedelta(seconds=10))
@@ -301,16 +308,7 @@ def test_the_reconcile_pass_asks_for_samples_when_due_and_records_the_verdict():
         body["spec"]["rollout"] = {"steps": [{"setWeight": 50}, {"analysis": {"durationSeconds": 60}}]}
         return body
 
-    first = decide(analysed("v1", 1), [], SETTINGS, NOW)
-    job_a = with_status(kind(first, "Job"), conditions=[{"type": "Complete", "status": "True"}])
-    second = decide(analysed("v1", 1, first.status), [job_a], SETTINGS, NOW)
-    serving_a = with_status(kind(second, "Deployment"), readyReplicas=2)
-    stable = decide(analysed("v1", 1, second.status), [job_a, serving_a], SETTINGS, NOW)
-    changed = decide(analysed("v2", 2, stable.status), [job_a, serving_a], SETTINGS, NOW)
-    job_b = with_status(kind(changed, "Job"), conditions=[{"type": "Complete", "status": "True"}])
-    warming = decide(analysed("v2", 2, changed.status), [job_a, serving_a, job_b], SETTINGS, NOW)
-    serving_b = with_status(kind(warming, "Deployment", warming.status["currentRevision"]), readyReplicas=2)
-    children = [job_a, serving_a, job_b, serving_b]
+    stable, warming, children = canary_started(analysed)
     analysing_now = decide(analysed("v2", 2, warming.status), children, SETTINGS, NOW + timedelta(seconds=5))
     assert analysing_now.status["canary"]["stepIndex"] == 1
 
