@@ -340,8 +340,9 @@ def _canary_status(state: CanaryState | None, split: Split | None) -> dict | Non
 def _canary_runs(ctx: Context, spec: LLMDeploymentSpec, revision: str) -> bool:
     """A canary rolls `revision` out: steps are set and another revision serves as stable."""
     stable = ctx.stored.stable_revision
-    return bool(spec.rollout and spec.rollout.steps) and stable is not None and stable != revision \
-        and stable in _serving_deployments(ctx.children)
+    # Not conditioned on seeing stable's Deployment: a child missing from the indexes for a pass
+    # (a watch being re-established) must not end a canary.
+    return bool(spec.rollout and spec.rollout.steps) and stable is not None and stable != revision
 
 
 def _gpus_per_replica(deployment: dict) -> int:
@@ -362,7 +363,8 @@ def _canary(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, revision: str, bu
     stable = ctx.stored.stable_revision
     canary_gpus = plan.tensor_parallel_size * plan.pipeline_parallel_size
     budget = spec.resources.gpu_budget if spec.resources else None
-    room = desired if budget is None else (budget - desired * _gpus_per_replica(serving[stable])) // canary_gpus
+    stable_gpus = _gpus_per_replica(serving[stable]) if stable in serving else canary_gpus
+    room = desired if budget is None else (budget - desired * stable_gpus) // canary_gpus
     observed = Observed(revision, stable, build.finished, build.failed, _ready_replicas(serving.get(revision)),
                         desired, max(0, room), ctx.now,
                         Command.parse((ctx.body["metadata"].get("annotations") or {}).get(ROLLOUT_COMMAND_ANNOTATION)),
