@@ -64,11 +64,12 @@ def _run_sandbox(args) -> int:
     if args.sandbox_command == "fault":
         from llmfleet_sandbox import faults
 
-        if not args.slowdown > 0:
-            raise BadInput(f"--slowdown must be greater than 0, got {args.slowdown}")
-        faults.set_fault(config.state_dir, faults.Fault(args.namespace, args.revision, args.slowdown))
-        print(f"revision {args.revision} in {args.namespace}: engines started from now on run "
-              f"{args.slowdown:g}x slower" if args.slowdown != 1 else f"revision {args.revision}: fault removed")
+        fault = faults.Fault(args.namespace, args.revision, args.slowdown, args.drift, args.error_percent)
+        if fault.problems():
+            raise BadInput("; ".join(fault.problems()))
+        faults.set_fault(config.state_dir, fault)
+        print(f"revision {args.revision} in {args.namespace}: fault removed" if fault.harmless else
+              f"revision {args.revision} in {args.namespace}: engines started from now on are {fault.describe()}")
         return 0
     if args.sandbox_command == "down":
         manager.down(config, purge=args.purge)
@@ -272,14 +273,21 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox_commands.add_parser("env", help="print shell exports: KUBECONFIG, PATH with the "
                                             "matching kubectl first, LLMFLEET_PROMETHEUS_URL")
     sandbox_fault = sandbox_commands.add_parser(
-        "fault", help="make one revision's emulated engines slower (for testing canary rollouts)",
-        description="Inject a fault into the engines of one revision (pods labelled llmfleet.io/revision): "
-                    "containers started afterwards multiply every prefill and decode cost by --slowdown. "
-                    "A sandbox knob, not part of the LLMDeployment API. --slowdown 1 removes it.")
+        "fault", help="make one revision's emulated engines slow, drifting or failing (for testing canaries)",
+        description="Inject faults into the engines of one revision (pods labelled llmfleet.io/revision); "
+                    "containers started afterwards get them, and each call replaces the revision's faults: "
+                    "--slowdown multiplies every prefill and decode cost, --drift adds a per-token chance "
+                    "that the answer leaves the model's reference answer, --error-percent fails that share "
+                    "of requests. A sandbox knob, not part of the LLMDeployment API; the defaults remove it.")
     sandbox_fault.add_argument("--namespace", required=True, help="the pods' namespace")
     sandbox_fault.add_argument("--revision", required=True, help="the revision (status.currentRevision)")
-    sandbox_fault.add_argument("--slowdown", type=float, required=True, metavar="FACTOR",
-                               help="multiplier of the engine's step costs, e.g. 2 doubles TTFT")
+    sandbox_fault.add_argument("--slowdown", type=float, default=1.0, metavar="FACTOR",
+                               help="multiplier of the engine's step costs, e.g. 2 doubles TTFT (default 1)")
+    sandbox_fault.add_argument("--drift", type=float, default=0.0, metavar="PROBABILITY",
+                               help="added per-token chance of leaving the reference answer, e.g. 0.05 "
+                                    "(default 0)")
+    sandbox_fault.add_argument("--error-percent", type=float, default=0.0, metavar="PERCENT",
+                               help="share of requests the engine fails, e.g. 20 (default 0)")
     sandbox.set_defaults(handler=_run_sandbox)
 
     plan = commands.add_parser(

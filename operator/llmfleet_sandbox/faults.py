@@ -1,18 +1,23 @@
-"""Faults the sandbox injects into one revision's engines: a canary that is slower than its
-stable revision, for testing rollouts. They live at the runtime boundary, not in the product's
-API: the node agent reads them when it starts a container, as a fault-injecting container
-runtime would, and hands them to the engine stand-in in its environment."""
+"""Faults the sandbox injects into one revision's engines, for testing rollouts: a canary that
+is slower than its stable revision, one whose answers drift, one that fails requests. They live
+at the runtime boundary, not in the product's API: the node agent reads them when it starts a
+container, as a fault-injecting container runtime would, and hands them to the engine stand-in
+in its environment."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 FAULTS_FILE = "faults.json"
 REVISION_LABEL = "llmfleet.io/revision"
 # Every prefill and decode cost of the emulated engine is multiplied by this.
 SLOWDOWN_VARIABLE = "LLMFLEET_SANDBOX_SLOWDOWN"
+# Added to the chance that an output position leaves the model's reference answer.
+DRIFT_VARIABLE = "LLMFLEET_SANDBOX_DRIFT"
+# The share of requests the engine fails, in percent.
+ERROR_PERCENT_VARIABLE = "LLMFLEET_SANDBOX_ERROR_PERCENT"
 
 
 @dataclass(frozen=True)
@@ -20,11 +25,36 @@ class Fault:
     namespace: str
     revision: str  # the pods' llmfleet.io/revision label
     slowdown: float = 1.0
+    drift: float = 0.0
+    error_percent: float = 0.0
+
+    def problems(self) -> list[str]:
+        """What is out of range, by flag."""
+        problems = []
+        if not self.slowdown > 0:
+            problems.append(f"--slowdown must be greater than 0, got {self.slowdown:g}")
+        if not 0 <= self.drift <= 1:
+            problems.append(f"--drift is a per-token probability within [0, 1], got {self.drift:g}")
+        if not 0 <= self.error_percent <= 100:
+            problems.append(f"--error-percent must be within [0, 100], got {self.error_percent:g}")
+        return problems
+
+    @property
+    def harmless(self) -> bool:
+        return self.slowdown == 1.0 and self.drift == 0.0 and self.error_percent == 0.0
+
+    def describe(self) -> str:
+        effects = [f"{self.slowdown:g}x slower"] if self.slowdown != 1.0 else []
+        effects += [f"answers drifting {self.drift:g} per token"] if self.drift else []
+        effects += [f"failing {self.error_percent:g}% of requests"] if self.error_percent else []
+        return ", ".join(effects) or "no fault"
 
 
 def load(state_dir: Path) -> list[Fault]:
     path = state_dir / FAULTS_FILE
-    return [Fault(**entry) for entry in json.loads(path.read_text())] if path.exists() else []
+    known = {f.name for f in fields(Fault)}
+    return ([Fault(**{k: v for k, v in entry.items() if k in known}) for entry in json.loads(path.read_text())]
+            if path.exists() else [])
 
 
 def save(state_dir: Path, faults: list[Fault]) -> None:
@@ -32,13 +62,24 @@ def save(state_dir: Path, faults: list[Fault]) -> None:
 
 
 def set_fault(state_dir: Path, fault: Fault) -> None:
-    """Add or replace the fault of (namespace, revision); a slowdown of 1 removes it."""
+    """Add or replace the fault of (namespace, revision); a harmless one removes it."""
     others = [f for f in load(state_dir) if (f.namespace, f.revision) != (fault.namespace, fault.revision)]
-    save(state_dir, others + ([fault] if fault.slowdown != 1.0 else []))
+    save(state_dir, others + ([] if fault.harmless else [fault]))
 
 
 def environment(state_dir: Path, namespace: str, labels: dict[str, str]) -> dict[str, str]:
     """The variables a starting container of this pod gets from the faults."""
     revision = labels.get(REVISION_LABEL)
     fault = next((f for f in load(state_dir) if (f.namespace, f.revision) == (namespace, revision)), None)
-    return {} if fault is None else {SLOWDOWN_VARIABLE: repr(fault.slowdown)}
+    if fault is None:
+        return {}
+    variables = {SLOWDOWN_VARIABLE: fault.slowdown, DRIFT_VARIABLE: fault.drift,
+                 ERROR_PERCENT_VARIABLE: fault.error_percent}
+    return {name: repr(value) for name, value in variables.items()}
+
+
+def injected(environ: dict[str, str]) -> Fault:
+    """The faults a container was started with (`environment`); its namespace and revision are
+    not known there."""
+    return Fault("", "", float(environ.get(SLOWDOWN_VARIABLE, "1")), float(environ.get(DRIFT_VARIABLE, "0")),
+                 float(environ.get(ERROR_PERCENT_VARIABLE, "0")))

@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from llmfleet_sandbox.emulator.engine import EmulatedEngine
+from llmfleet_sandbox.emulator.engine import EmulatedEngine, InjectedFailure
+from llmfleet_sandbox.emulator.outputs import OutputModel
 from llmfleet_sandbox.emulator.profile import EngineProfile
 from llmfleet_sandbox.emulator.scheduler import RequestNeverFits
 from llmfleet_sandbox.emulator.timing import expected_ttft_ms
@@ -18,6 +19,7 @@ PROFILE = EngineProfile.from_json_dict({
     "kvBlockTokens": 16, "kvBlocksTotal": 2000, "maxBatchSize": 64, "maxNumTokens": 2048,
     "jitterFraction": 0.05, "seed": 1,
 })
+OUTPUTS = OutputModel("test-model", "BF16/FP16", 0.0, len(VOCABULARY))
 
 
 class FakeSink:
@@ -61,7 +63,7 @@ class RecordingObserver:
 
 @pytest.fixture
 def engine():
-    engine = EmulatedEngine(PROFILE, RecordingObserver())
+    engine = EmulatedEngine(PROFILE, RecordingObserver(), OUTPUTS)
     engine.start()
     yield engine
     engine.stop()
@@ -114,7 +116,7 @@ def test_a_cancelled_request_stops_and_frees_its_blocks(engine):
 
 
 def test_stop_ends_unfinished_streams_with_an_error():
-    engine = EmulatedEngine(PROFILE, RecordingObserver())
+    engine = EmulatedEngine(PROFILE, RecordingObserver(), OUTPUTS)
     engine.start()
     sinks = [FakeSink() for _ in range(3)]
     for sink in sinks:
@@ -135,3 +137,19 @@ def test_64_streams_finish_and_every_step_is_accounted(engine):
     print(overhead.summary())
     assert overhead.steps >= 100
     assert 0 <= overhead.overhead_ms_mean <= overhead.overhead_ms_max
+
+
+def test_an_error_fault_fails_its_share_of_requests_evenly():
+    engine = EmulatedEngine(PROFILE, RecordingObserver(), OUTPUTS, error_percent=25)
+    engine.start()
+    try:
+        failed = []
+        for index in range(8):
+            try:
+                engine.submit(_prompt(4, tag=index), 1, FakeSink())
+                failed.append(False)
+            except InjectedFailure:
+                failed.append(True)
+        assert failed == [False, False, False, True] * 2
+    finally:
+        engine.stop()

@@ -8,6 +8,7 @@ import queue
 import re
 import statistics
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -280,3 +281,26 @@ def test_unbuilt_engine_fails_the_model_load_naming_the_directory(tmp_path):
     log = (tmp_path / "triton.log").read_text()
     assert f"engine directory {tmp_path}/engines/" in log and "does not exist" in log
     assert "tokenizer directory" in log  # the tokenizer models fail as clearly
+
+
+def test_injected_drift_changes_the_answers_and_injected_errors_count_as_ensemble_failures(triton, tmp_path):
+    """The sandbox's faults for a bad canary: answers that leave the model's reference answer,
+    and failed requests that Prometheus sees where the canary analysis counts them."""
+    from llmfleet_sandbox import faults
+
+    prompts = range(12)
+    reference = [_stream_one(triton.grpc_url, 20, 8, prompt_seed=100 + i).tokens for i in prompts]
+    with start_triton(tmp_path, SPEC, env={faults.DRIFT_VARIABLE: "1.0", faults.ERROR_PERCENT_VARIABLE: "10"}) \
+            as faulty:
+        before = urllib.request.urlopen(faulty.metrics_url).read().decode()
+        results = [_stream_one(faulty.grpc_url, 20, 8, prompt_seed=100 + i) for i in prompts]
+        after = urllib.request.urlopen(faulty.metrics_url).read().decode()
+    errors = [result.error for result in results if result.error is not None]
+    assert len(errors) in (1, 2) and all("injected fault" in error for error in errors)
+    answered = [(result.tokens, expected) for result, expected in zip(results, reference) if result.error is None]
+    assert all(tokens != expected for tokens, expected in answered)
+    failures = [metric_value(text, "nv_inference_request_failure", model="ensemble", reason="OTHER")
+                for text in (before, after)]
+    # This Triton counts a failed ensemble request more than once (two per failure here), so the
+    # analysis' error rate errs high, on the side of rolling back.
+    assert failures[1] - failures[0] >= len(errors)

@@ -326,11 +326,14 @@ def test_every_series_the_autoscaler_reads_is_exported_by_the_release_or_known_a
 @pytest.mark.parametrize("release", sorted(RUNTIME_RELEASES.values()))
 def test_every_series_a_canary_analysis_reads_is_exported_by_the_release(release):
     from llmfleet.metrics.prometheus import revision_queries
+    from llmfleet.render.layout import REQUEST_MODEL
 
     record = load_release_record(release)
-    queries = asdict(revision_queries("ns", "chat", "abc123", 60))
+    queries = asdict(revision_queries("ns", "chat", "abc123", 60, REQUEST_MODEL[record.runtime]))
     series = set().union(*map(_queried_series, queries.values()))
     assert {name for name, _ in series} == {"nv_inference_request_success", "nv_inference_request_failure",
                                             "nv_inference_first_response_histogram_ms"}
     assert all(check_metric(record, name, dict(fixed)) == [] for name, fixed in series)
     assert all('llmfleet_io_revision="abc123"' in query for query in queries.values())
+    # Failures are counted where Triton counts them: at the model the client calls.
+    assert f'model="{REQUEST_MODEL[record.runtime]}"' in queries["failed"]

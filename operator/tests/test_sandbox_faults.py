@@ -16,8 +16,8 @@ PROFILE = EngineProfile(gpu_type="H100-SXM-80GB", tensor_parallel_size=1, quanti
 
 def test_a_fault_reaches_only_the_pods_of_its_revision(tmp_path):
     faults.set_fault(tmp_path, faults.Fault("rollout", "abc", 3.0))
-    assert faults.environment(tmp_path, "rollout", {"llmfleet.io/revision": "abc"}) == {
-        faults.SLOWDOWN_VARIABLE: "3.0"}
+    assert faults.injected(faults.environment(tmp_path, "rollout", {"llmfleet.io/revision": "abc"})) == \
+        faults.Fault("", "", 3.0)
     assert faults.environment(tmp_path, "rollout", {"llmfleet.io/revision": "other"}) == {}
     assert faults.environment(tmp_path, "elsewhere", {"llmfleet.io/revision": "abc"}) == {}
     faults.set_fault(tmp_path, faults.Fault("rollout", "abc", 1.0))
@@ -29,3 +29,16 @@ def test_a_slowdown_multiplies_every_step_cost_and_nothing_else():
     assert slow == replace(PROFILE, prefill_ms_per_token=0.1, prefill_fixed_ms=8.0, decode_step_base_ms=14.0,
                            decode_step_ms_per_sequence=0.2, decode_step_ms_per_kv_token=0.002)
     assert with_faults(PROFILE, {}) is PROFILE
+
+
+def test_drift_and_errors_reach_the_container_with_the_slowdown(tmp_path):
+    faults.set_fault(tmp_path, faults.Fault("rollout", "abc", drift=0.05, error_percent=20))
+    environment = faults.environment(tmp_path, "rollout", {"llmfleet.io/revision": "abc"})
+    assert faults.injected(environment) == faults.Fault("", "", 1.0, 0.05, 20.0)
+    assert with_faults(PROFILE, environment) is PROFILE
+
+
+def test_out_of_range_faults_name_their_flag():
+    assert faults.Fault("ns", "abc", slowdown=0, drift=2, error_percent=-1).problems() == [
+        "--slowdown must be greater than 0, got 0", "--drift is a per-token probability within [0, 1], got 2",
+        "--error-percent must be within [0, 100], got -1"]

@@ -159,12 +159,12 @@ NODE_LABEL = object()  # the GPU product of the spec's GPU type, as its node's l
 def start_triton(work_dir: Path, spec: LLMDeploymentSpec,
                  kv_cache_free_gpu_mem_fraction: float = KV_CACHE_FREE_GPU_MEM_FRACTION, *,
                  gpu_product_label: str | None | object = NODE_LABEL,
-                 with_engine: bool = True) -> Iterator[TritonServer]:
+                 with_engine: bool = True, env: dict[str, str] | None = None) -> Iterator[TritonServer]:
     """Serve `spec`'s engine with its pod's command (one GPU: tritonserver; more: mpirun); stop
     the server (and its python backend stubs) on exit. `kv_cache_free_gpu_mem_fraction` replaces
     the rendered parameter (to make a small KV cache); `gpu_product_label` None leaves
     LLMFLEET_SANDBOX_GPU_PRODUCT unset and `with_engine` False leaves the engine unbuilt (for
-    load failures)."""
+    load failures); `env` is added to the server's environment (the sandbox's faults)."""
     image = trtllm_image.image_filesystem(work_dir / "state")
     engines, repository = work_dir / "engines", work_dir / "models"
     if with_engine:
@@ -175,7 +175,8 @@ def start_triton(work_dir: Path, spec: LLMDeploymentSpec,
                              kv_cache_free_gpu_mem_fraction, prefix_reuse_enabled(spec)) \
         if with_engine and label is not None else None
 
-    with serve_repository(work_dir, image, repository, spec.plan.tensor_parallel_size, label, profile) as triton:
+    with serve_repository(work_dir, image, repository, spec.plan.tensor_parallel_size, label, profile,
+                          env) as triton:
         if profile is not None:
             warm_up(triton)
         yield triton

@@ -100,18 +100,22 @@ class RevisionQueries:
     ttft_p99_ms: str
 
 
-def revision_queries(namespace: str, deployment_name: str, revision: str, window_seconds: int) -> RevisionQueries:
-    """The PromQL for one revision of one LLMDeployment, summed over its pods."""
-    pods = {"namespace": namespace, "model": TENSORRT_LLM_MODEL,
-            _prometheus_label_name(REVISION_LABEL): revision}
+def revision_queries(namespace: str, deployment_name: str, revision: str, window_seconds: int,
+                     request_model: str = TENSORRT_LLM_MODEL) -> RevisionQueries:
+    """The PromQL for one revision of one LLMDeployment, summed over its pods. Requests are
+    counted at `request_model`, the model clients call (the engine runtime's ensemble: Triton
+    counts no failures of a decoupled Python model, only of the ensemble around it); TTFT is the
+    engine's."""
+    pods = {"namespace": namespace, _prometheus_label_name(REVISION_LABEL): revision}
     pods.update({_prometheus_label_name(key): value for key, value in selector_labels(deployment_name).items()})
-    selector = _matchers(pods)
+    engine = _matchers({**pods, "model": TENSORRT_LLM_MODEL})
+    requests = _matchers({**pods, "model": request_model})
     window = f"[{window_seconds}s]"
     return RevisionQueries(
-        succeeded=f"sum(increase({SUCCESS_COUNTER}{{{selector}}}{window}))",
-        failed=f"sum(increase({FAILURE_COUNTER}{{{selector}}}{window}))",
+        succeeded=f"sum(increase({SUCCESS_COUNTER}{{{requests}}}{window}))",
+        failed=f"sum(increase({FAILURE_COUNTER}{{{requests}}}{window}))",
         ttft_p99_ms=(f"histogram_quantile(0.99, sum by (le) "
-                     f"(rate({TTFT_HISTOGRAM}_bucket{{{selector}}}{window})))"),
+                     f"(rate({TTFT_HISTOGRAM}_bucket{{{engine}}}{window})))"),
     )
 
 
@@ -151,13 +155,14 @@ class PrometheusMetrics:
             queue_observable=queue_observable)
 
     def revision_samples(self, namespace: str, deployment_name: str, stable_revision: str, canary_revision: str,
-                         window_seconds: int, now: datetime) -> Samples:
+                         window_seconds: int, now: datetime, request_model: str = TENSORRT_LLM_MODEL) -> Samples:
         """Both revisions' requests over the same window before `now`; a failed query comes back
         as `Samples.error` (an analysis then holds, never fails)."""
         try:
             stable, canary = (
                 RevisionSample(**{field: self._value(field, query, now) for field, query in
-                                  asdict(revision_queries(namespace, deployment_name, revision, window_seconds)).items()})
+                                  asdict(revision_queries(namespace, deployment_name, revision, window_seconds,
+                                                          request_model)).items()})
                 for revision in (stable_revision, canary_revision))
         except _QueryFailed as failure:
             return Samples(window_seconds=window_seconds, error=str(failure))

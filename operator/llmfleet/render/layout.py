@@ -27,6 +27,9 @@ BUILD_COMPLETE_MARKER = "BUILD_COMPLETE"
 
 TENSORRT_LLM_MODEL = "tensorrt_llm"
 ENSEMBLE_MODEL = "ensemble"
+# The model clients send text to, per runtime: the engine runtime tokenizes around the engine in
+# an ensemble; the LLM-API model takes text itself.
+REQUEST_MODEL = {"engine": ENSEMBLE_MODEL, "llmapi": TENSORRT_LLM_MODEL}
 # Fine buckets for p99 TTFT (Triton's default 100/500/2000/5000 ms are too coarse). Fixed
 # across revisions so that canary and stable histograms can be compared bucket by bucket.
 TTFT_HISTOGRAM_BUCKETS_MS = (10, 25, 50, 75, 100, 150, 200, 250, 300, 400, 500, 650, 800,

@@ -14,15 +14,15 @@ import itertools
 import random
 import threading
 import time
-import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from llmfleet_sandbox.emulator.kvcache import prompt_block_hashes
+from llmfleet_sandbox.emulator.outputs import OutputModel
 from llmfleet_sandbox.emulator.profile import EngineProfile
 from llmfleet_sandbox.emulator.scheduler import Scheduler, SchedulerStats, Sequence
 from llmfleet_sandbox.emulator.timing import jitter_multiplier, step_duration_ms
-from llmfleet_sandbox.emulator.tokenizer import VOCABULARY
 
 STATS_PERIOD_S = 0.1  # TensorRT-LLM's default stats_check_period_ms is 100
 # Asking the client connection whether a request was cancelled costs a round trip to the Triton
@@ -87,16 +87,23 @@ class _Request:
     sequence: Sequence
     sink: TokenSink
     arrival_s: float
-    token_rng: random.Random
+    tokens: Iterator[int]
     last_cancel_check_s: float
     first_token_s: float | None = None
     done: bool = False
+
+
+class InjectedFailure(ValueError):
+    """A request the sandbox's error fault fails (llmfleet_sandbox.faults)."""
 
 
 @dataclass
 class EmulatedEngine:
     profile: EngineProfile
     observer: EngineObserver
+    outputs: OutputModel
+    # The share of requests to fail, in percent: the sandbox's error fault.
+    error_percent: float = 0.0
     overhead: OverheadStats = field(default_factory=OverheadStats)
 
     def __post_init__(self) -> None:
@@ -107,6 +114,7 @@ class EmulatedEngine:
         self._stopping = threading.Event()
         self._step_rng = random.Random(self.profile.seed)
         self._request_ids = itertools.count()
+        self._failures_owed = 0.0
         self._thread = threading.Thread(target=self._run, name="emulated-engine-steps", daemon=True)
 
     def start(self) -> None:
@@ -119,16 +127,21 @@ class EmulatedEngine:
         token_ids = [int(token_id) for token_id in prompt_token_ids]
         if not token_ids:
             raise ValueError("the prompt has no tokens")
+        if self.error_percent:
+            # Evenly spread, so that any window of requests fails close to the share asked for.
+            with self._lock:
+                self._failures_owed += self.error_percent / 100
+                failing = self._failures_owed >= 1
+                self._failures_owed -= 1 if failing else 0
+            if failing:
+                raise InjectedFailure("injected fault: the engine failed this request (sandbox --error-percent)")
         sequence = Sequence(request_id=next(self._request_ids), prompt_tokens=len(token_ids),
                             max_output_tokens=max_output_tokens,
                             prompt_block_hashes=prompt_block_hashes(token_ids, self.profile.kv_block_tokens))
         now = time.monotonic()
-        # Same prompt, same output, as greedy decoding would give.
-        prompt_hash = zlib.crc32(b"".join(token_id.to_bytes(8, "little", signed=True) for token_id in token_ids))
-        token_rng = random.Random(self.profile.seed * 1_000_003 + prompt_hash)
         with self._lock:
             self._scheduler.submit(sequence)
-            self._requests[sequence] = _Request(sequence, sink, now, token_rng, now)
+            self._requests[sequence] = _Request(sequence, sink, now, self.outputs.tokens(token_ids), now)
             self._work_arrived.notify()
 
     def stop(self, reason: str = "engine stopped before the request finished") -> None:
@@ -198,8 +211,7 @@ class EmulatedEngine:
         for request in emitted:
             sequence = request.sequence
             final = sequence.finished
-            # Ids of the sandbox tokenizer's words, so postprocessing decodes them to text.
-            token_id = request.token_rng.randrange(len(VOCABULARY))
+            token_id = next(request.tokens)
             try:
                 request.sink.send(token_id, final)
             except Exception:  # the client went away: free its blocks like a cancellation

@@ -23,9 +23,8 @@ import yaml
 
 from llmfleet.catalog.release_record import RUNTIME_RELEASES, check_model_yaml, load_release_record
 from llmfleet_sandbox.emulator.checkpoint import engine_config_from_checkpoint
-from llmfleet_sandbox.emulator.engine import EmulatedEngine
 from llmfleet_sandbox.emulator.engine_config import EngineConfigError
-from llmfleet_sandbox.emulator.model import SenderSink
+from llmfleet_sandbox.emulator.model import SenderSink, start_engine
 from llmfleet_sandbox.emulator.profile import (
     GPU_PRODUCT_VARIABLE,
     ProfileError,
@@ -73,9 +72,8 @@ class TritonPythonModel:
             self._load(json.loads(args["model_config"]), Path(args["model_repository"]) / args["model_version"])
         except (ValueError, OSError) as error:  # EngineConfigError, ProfileError, TokenizerError are ValueErrors
             raise pb_utils.TritonModelException(f"emulated LLM-API model: {error}") from None
-        self.engine = EmulatedEngine(self.profile, TritonMetrics(args["model_name"], args["model_version"],
-                                                                 release_metrics("llmapi")))
-        self.engine.start()
+        self.engine = start_engine(self.profile, self.engine_config, TritonMetrics(
+            args["model_name"], args["model_version"], release_metrics("llmapi")))
         pb_utils.Logger.log_info(f"emulated LLM started: {json.dumps(self.profile.to_json_dict())}")
 
     def _load(self, config: dict, model_dir: Path) -> None:

@@ -24,11 +24,13 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from llmfleet_sandbox.emulator.engine import EmulatedEngine
+from llmfleet_sandbox.emulator.engine import EmulatedEngine, EngineObserver
+from llmfleet_sandbox.emulator.outputs import output_model_for_engine
 from llmfleet_sandbox.emulator.triton_metrics import TritonMetrics, release_metrics
 from llmfleet_sandbox.emulator.engine_config import EngineConfig, EngineConfigError, read_engine_config
 from llmfleet_sandbox.emulator.profile import (
     GPU_PRODUCT_VARIABLE,
+    EngineProfile,
     ProfileError,
     gpu_for_product,
     profile_for_engine,
@@ -111,6 +113,16 @@ def _scalar(request, name: str):
     return None if values is None else values.reshape(-1)[0]
 
 
+def start_engine(profile: EngineProfile, config: EngineConfig, observer: EngineObserver) -> EmulatedEngine:
+    """The running engine for `config`, with the faults the sandbox injected into this container."""
+    from llmfleet_sandbox.faults import injected
+
+    engine = EmulatedEngine(profile, observer, output_model_for_engine(config, os.environ),
+                            injected(dict(os.environ)).error_percent)
+    engine.start()
+    return engine
+
+
 class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
@@ -118,9 +130,8 @@ class TritonPythonModel:
             self._load(config)
         except (ValueError, OSError) as error:  # EngineConfigError and ProfileError are ValueErrors
             raise pb_utils.TritonModelException(f"emulated tensorrtllm backend: {error}") from None
-        self.engine = EmulatedEngine(self.profile, TritonMetrics(args["model_name"], args["model_version"],
-                                                                 release_metrics("engine")))
-        self.engine.start()
+        self.engine = start_engine(self.profile, self.engine_config, TritonMetrics(
+            args["model_name"], args["model_version"], release_metrics("engine")))
         pb_utils.Logger.log_info(f"emulated engine started: {json.dumps(self.profile.to_json_dict())}")
 
     def _load(self, config: dict) -> None:

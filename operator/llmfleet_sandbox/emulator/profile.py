@@ -208,9 +208,9 @@ def engine_profile(engine_dir: Path, gpu_product: str | None, kv_cache_free_gpu_
 def with_faults(profile: EngineProfile, environ: dict[str, str]) -> EngineProfile:
     """The profile with the sandbox's injected faults (llmfleet_sandbox.faults): a slowdown
     multiplies every prefill and decode cost."""
-    from llmfleet_sandbox.faults import SLOWDOWN_VARIABLE
+    from llmfleet_sandbox.faults import injected
 
-    factor = float(environ.get(SLOWDOWN_VARIABLE, "1"))
+    factor = injected(environ).slowdown
     if factor == 1.0:
         return profile
     return replace(profile, prefill_ms_per_token=profile.prefill_ms_per_token * factor,
