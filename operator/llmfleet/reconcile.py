@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from llmfleet.api import (
     ConditionStatus,
+    QualityGate,
     ConditionType,
     InvalidSpecError,
     LLMDeployment,
@@ -40,11 +41,15 @@ from llmfleet.planner.spec_adapter import (
     serving_release,
 )
 from llmfleet.planner.types import Plan
+from llmfleet.inference import ask_golden_prompts
+from llmfleet.inference.golden import Replica
 from llmfleet.render import RenderError, RenderSettings, engine_build, render, revision_hash, serving
 from llmfleet.render.identity import COMPONENT_LABEL, REVISION_LABEL, selector_labels
+from llmfleet.render.layout import GRPC_PORT, REQUEST_MODEL
 from llmfleet.render.pod import GPU_RESOURCE, engine_cache_claim
 from llmfleet.rollout import CanaryState, Command, Observed, Samples, Split, advance, analysis_due, judge, supersede
 from llmfleet.rollout import Outcome as AnalysisOutcome
+from llmfleet.rollout.quality import GoldenAnswers, judge_quality, parse_prompts
 
 SERVER_COMPONENT = serving.COMPONENT
 BUILD_COMPONENT = engine_build.COMPONENT
@@ -321,7 +326,9 @@ def _canary_state(stored: CanaryStatus | None) -> CanaryState | None:
                        stored.canary_replicas or 0, stored.step_started_time, stored.message or "",
                        tuple(stored.failed_revisions or ()), stored.last_command,
                        AnalysisOutcome(stored.analysis_verdict) if stored.analysis_verdict else None,
-                       stored.analysis_message or "", stored.analysis_time)
+                       stored.analysis_message or "", stored.analysis_time,
+                       AnalysisOutcome(stored.quality_verdict) if stored.quality_verdict else None,
+                       stored.quality_message or "")
 
 
 def _canary_status(state: CanaryState | None, split: Split | None) -> dict | None:
@@ -334,6 +341,8 @@ def _canary_status(state: CanaryState | None, split: Split | None) -> dict | Non
         message=state.message[:1024] or None, failed_revisions=list(state.failed_revisions) or None,
         last_command=state.last_command, analysis_verdict=state.verdict.value if state.verdict else None,
         analysis_message=state.verdict_message[:1024] or None, analysis_time=state.evaluated,
+        quality_verdict=state.quality.value if state.quality else None,
+        quality_message=state.quality_message[:1024] or None,
     ).model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
@@ -351,7 +360,7 @@ def _gpus_per_replica(deployment: dict) -> int:
 
 
 def _canary(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, revision: str, build: BuildState,
-            desired: int, samples: Samples | None) -> CanaryStep:
+            desired: int, samples: Samples | None, golden: GoldenAnswers | None) -> CanaryStep:
     stored = _canary_state(ctx.stored.canary)
     if not _canary_runs(ctx, spec, revision):
         if stored is not None and stored.active:
@@ -368,8 +377,11 @@ def _canary(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, revision: str, bu
     observed = Observed(revision, stable, build.finished, build.failed, _ready_replicas(serving.get(revision)),
                         desired, max(0, room), ctx.now,
                         Command.parse((ctx.body["metadata"].get("annotations") or {}).get(ROLLOUT_COMMAND_ANNOTATION)),
-                        None if samples is None else judge(samples, spec.rollout.gates))
-    decision = advance(stored, tuple(spec.rollout.steps), observed, spec.rollout.gates)
+                        None if samples is None else judge(samples, spec.rollout.gates),
+                        None if golden is None or spec.rollout.quality is None
+                        else judge_quality(golden, spec.rollout.quality))
+    decision = advance(stored, tuple(spec.rollout.steps), observed, spec.rollout.gates,
+                       check_quality=spec.rollout.quality is not None)
     events = tuple(Event("Warning" if reason == Reason.CANARY_ROLLED_BACK else "Normal", reason, message)
                    for reason, message in decision.events)
     return CanaryStep(decision.state, decision.split, events)
@@ -525,10 +537,12 @@ def decide_invalid(ctx: Context, reason: str, message: str, plan_status: dict | 
 
 
 def decide(body: dict, children, settings: OperatorSettings, now: datetime,
-           snapshot: MetricsSnapshot | None = None, samples: Samples | None = None) -> Outcome:
+           snapshot: MetricsSnapshot | None = None, samples: Samples | None = None,
+           golden: GoldenAnswers | None = None) -> Outcome:
     """`snapshot` is the deployment's metrics when autoscaling is enabled (None: no
     Prometheus configured, which the autoscaler treats like an outage: hold); `samples` the
-    canary and stable revisions' requests when an analysis step is due (`analysis_query`)."""
+    canary and stable revisions' requests when an analysis step is due (`analysis_query`);
+    `golden` their answers to the golden prompts when the quality gate is due (`quality_query`)."""
     ctx = Context(body, tuple(children), settings, now, snapshot)
     try:
         deployment = _validate(ctx)
@@ -548,7 +562,7 @@ def decide(body: dict, children, settings: OperatorSettings, now: datetime,
     # While a canary runs the autoscaler sizes the stable revision, which takes most traffic.
     sized = ctx.stored.stable_revision if _canary_runs(ctx, spec, revision) else revision
     scaling = _scale(ctx, spec, plan, build, _ready_replicas(_serving_deployments(ctx.children).get(sized)))
-    canary = _canary(ctx, spec, plan, revision, build, scaling.desired_replicas, samples)
+    canary = _canary(ctx, spec, plan, revision, build, scaling.desired_replicas, samples, golden)
     serving_replicas = (canary.split.canary_replicas if canary.split is not None
                         else scaling.desired_replicas if build.finished else 0)
     try:
@@ -581,21 +595,81 @@ def decide(body: dict, children, settings: OperatorSettings, now: datetime,
                     delete=rollout.delete)
 
 
-def analysis_query(body: dict, now: datetime) -> tuple[str, str, int] | None:
-    """(stable revision, canary revision, window seconds) when the canary's current step is an
-    analysis whose next evaluation is due; the window is the time since the step began (at least
-    a few scrapes)."""
+def _rollout_view(body: dict) -> tuple[LLMDeploymentSpec, CanaryState] | None:
+    """The spec and the stored canary of a body whose canary has steps; None otherwise."""
     try:
         spec = LLMDeployment.from_manifest(body).spec
         stored = LLMDeploymentStatus.model_validate(body.get("status") or {})
     except (InvalidSpecError, ValidationError):
         return None
     state = _canary_state(stored.canary)
-    steps = spec.rollout.steps if spec.rollout else None
-    if state is None or not steps or state.step_index >= len(steps) or not analysis_due(state, steps[state.step_index], now):
+    if state is None or not spec.rollout or not spec.rollout.steps:
+        return None
+    return spec, state
+
+
+def analysis_query(body: dict, now: datetime) -> tuple[str, str, int] | None:
+    """(stable revision, canary revision, window seconds) when the canary's current step is an
+    analysis whose next evaluation is due; the window is the time since the step began (at least
+    a few scrapes)."""
+    view = _rollout_view(body)
+    if view is None:
+        return None
+    spec, state = view
+    steps = spec.rollout.steps
+    if state.step_index >= len(steps) or not analysis_due(state, steps[state.step_index], now):
         return None
     elapsed = int((now - state.step_started).total_seconds()) if state.step_started else 0
     return state.stable_revision, state.canary_revision, max(30, elapsed)
+
+
+@dataclass(frozen=True)
+class QualityQuery:
+    stable_revision: str
+    canary_revision: str
+    canary_replicas: int
+    gate: QualityGate
+
+
+def quality_query(body: dict) -> QualityQuery | None:
+    """What to ask when a warming canary still owes its golden prompts."""
+    view = _rollout_view(body)
+    if view is None:
+        return None
+    spec, state = view
+    if state.phase != CanaryPhase.WARMING or spec.rollout.quality is None or state.quality == AnalysisOutcome.SUCCESSFUL:
+        return None
+    return QualityQuery(state.stable_revision, state.canary_revision, state.canary_replicas, spec.rollout.quality)
+
+
+def _ready_replicas_of(kube, namespace: str, name: str, revision: str) -> list[Replica]:
+    labels = {**selector_labels(name), REVISION_LABEL: revision, COMPONENT_LABEL: SERVER_COMPONENT}
+    pods = kube.list_pods(namespace, ",".join(f"{key}={value}" for key, value in labels.items()))
+    return [Replica(pod["metadata"]["name"], f"{pod['status']['podIP']}:{GRPC_PORT}") for pod in pods
+            if not pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("podIP")
+            and any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in pod["status"].get("conditions") or ())]
+
+
+def golden_answers(kube, namespace: str, name: str, query: QualityQuery, request_model: str) -> GoldenAnswers | None:
+    """Both revisions' answers to the golden prompts; None while the canary's replicas are not
+    all ready (the rollout waits for them anyway)."""
+    canary = _ready_replicas_of(kube, namespace, name, query.canary_revision)
+    if len(canary) < query.canary_replicas:
+        return None
+    stable = _ready_replicas_of(kube, namespace, name, query.stable_revision)
+    if not stable:
+        return GoldenAnswers(error=f"no ready replica of stable revision {query.stable_revision} to give the "
+                                   "reference answers")
+    prompts = query.gate.prompts
+    if prompts is None:
+        source = query.gate.prompts_from
+        text = kube.config_map_value(namespace, source.name, source.key)
+        prompts = parse_prompts(text or "")
+        if not prompts:
+            return GoldenAnswers(error=f"spec.rollout.quality.promptsFrom: ConfigMap {source.name} key {source.key} "
+                                       + ("holds no prompt" if text is not None else "does not exist"))
+    return ask_golden_prompts(stable[0], canary, request_model, prompts, query.gate.max_tokens)
 
 
 def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metrics=None,
@@ -604,23 +678,26 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
 
     `children` are the objects it owns (from the operator's indexes).
     `metrics` (a llmfleet.metrics.PrometheusMetrics, or None) is read only when the
-    deployment autoscales."""
+    deployment autoscales or a canary analysis is due."""
     metadata = body["metadata"]
     namespace, name = metadata["namespace"], metadata["name"]
+    try:
+        release = serving_release(LLMDeployment.from_manifest(body).spec)
+    except InvalidSpecError:
+        release = None  # decide says why
     snapshot = None
-    if ((body.get("spec") or {}).get("autoscaling") or {}).get("enabled") and metrics is not None:
-        try:
-            release = serving_release(LLMDeployment.from_manifest(body).spec)
-        except InvalidSpecError:
-            release = None  # decide says why
-        if release is not None:
-            snapshot = metrics.snapshot(namespace, name, settings.metrics_window_seconds, now, release.metrics)
+    if ((body.get("spec") or {}).get("autoscaling") or {}).get("enabled") and metrics is not None \
+            and release is not None:
+        snapshot = metrics.snapshot(namespace, name, settings.metrics_window_seconds, now, release.metrics)
     query = analysis_query(body, now)
     samples = None
-    if query is not None:
-        samples = (metrics.revision_samples(namespace, name, *query, now) if metrics is not None
-                   else Samples(error="no Prometheus URL configured"))
-    outcome = decide(body, children, settings, now, snapshot, samples)
+    if query is not None and release is not None:
+        samples = (metrics.revision_samples(namespace, name, *query, now, REQUEST_MODEL[release.runtime])
+                   if metrics is not None else Samples(error="no Prometheus URL configured"))
+    quality = quality_query(body)
+    golden = (golden_answers(kube, namespace, name, quality, REQUEST_MODEL[release.runtime])
+              if quality is not None and release is not None else None)
+    outcome = decide(body, children, settings, now, snapshot, samples, golden)
     for manifest in outcome.ensure:
         kube.ensure(manifest)
     for manifest in outcome.apply:

@@ -16,8 +16,13 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from llmfleet.api import QualityGate
 from llmfleet.catalog.release_record import RUNTIME_RELEASES, check_metric, load_release_record
+from llmfleet.inference.golden import Replica, ask_golden_prompts
+from llmfleet.render.layout import REQUEST_MODEL
 from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION
+from llmfleet.rollout import Outcome
+from llmfleet.rollout.quality import judge_quality
 from llmfleet_sandbox.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
 from triton_process import ENGINE_MODEL, MODEL, deployment_spec, metric_value, start_triton
 
@@ -290,11 +295,21 @@ def test_injected_drift_changes_the_answers_and_injected_errors_count_as_ensembl
 
     prompts = range(12)
     reference = [_stream_one(triton.grpc_url, 20, 8, prompt_seed=100 + i).tokens for i in prompts]
+    golden_prompts = [f"golden prompt {i}" for i in range(4)]
+    same = ask_golden_prompts(Replica("stable", triton.grpc_url), [Replica("canary", triton.grpc_url)],
+                              REQUEST_MODEL["engine"], golden_prompts, 8)
     with start_triton(tmp_path, SPEC, env={faults.DRIFT_VARIABLE: "1.0", faults.ERROR_PERCENT_VARIABLE: "10"}) \
             as faulty:
         before = urllib.request.urlopen(faulty.metrics_url).read().decode()
         results = [_stream_one(faulty.grpc_url, 20, 8, prompt_seed=100 + i) for i in prompts]
         after = urllib.request.urlopen(faulty.metrics_url).read().decode()
+        drifted = ask_golden_prompts(Replica("stable", triton.grpc_url), [Replica("canary", faulty.grpc_url)],
+                                     REQUEST_MODEL["engine"], golden_prompts, 8)
+    # The quality gate's greedy requests: one engine answers itself alike, a drifting one does not.
+    assert same.stable.answers == same.canary[0].answers and None not in same.stable.answers
+    assert all(len(answer.split()) == 8 for answer in same.stable.answers)
+    assert judge_quality(same, QualityGate(prompts=golden_prompts)).outcome == Outcome.SUCCESSFUL
+    assert judge_quality(drifted, QualityGate(prompts=golden_prompts)).outcome == Outcome.FAILED
     errors = [result.error for result in results if result.error is not None]
     assert len(errors) in (1, 2) and all("injected fault" in error for error in errors)
     answered = [(result.tokens, expected) for result, expected in zip(results, reference) if result.error is None]

@@ -20,6 +20,7 @@ ALLOWED_IMPORTERS = {
     "kubernetes": ("k8s",),
     "kopf": ("handlers.py", "cli.py"),
     "prometheus_api_client": ("metrics",),
+    "tritonclient": ("inference", "loadgen"),
 }
 
 

@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from llmfleet.inference.golden import Replica, ask_golden_prompts
 from llmfleet.api import LLMDeployment
 from llmfleet.catalog import load_catalog
 from llmfleet.catalog.release_record import load_release_record
 from llmfleet.planner import plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec
 from llmfleet.render import RenderSettings, engine_cache_key, layout, render, revision_hash
+from llmfleet.render.layout import REQUEST_MODEL
 from llmfleet_sandbox import hub, trtllm_image
 from llmfleet_sandbox.emulator.checkpoint import engine_config_from_checkpoint
 from llmfleet_sandbox.emulator.profile import profile_for_engine
@@ -94,6 +96,11 @@ def test_llmapi_pod_streams_text_from_the_fetched_checkpoint(tmp_path, tensor_pa
                        "--input-tokens", "fixed:64", "--output-tokens", "fixed:8")
         with urllib.request.urlopen(server.metrics_url, timeout=5) as response:
             metrics = response.read().decode()
+        # The quality gate's greedy requests, in the model's own input names.
+        golden = ask_golden_prompts(Replica("stable", server.grpc_url), [Replica("canary", server.grpc_url)],
+                                    REQUEST_MODEL["llmapi"], ["Name a colour.", "What is two plus two?"], 6)
+    assert golden.stable.answers == golden.canary[0].answers and golden.stable.errors == ()
+    assert [len(answer.split()) for answer in golden.stable.answers] == [6, 6]
     assert summary["requests"] >= 8 and summary["completed"] == summary["requests"] and summary["errors"] == 0
     # Each streamed response is one token: the text so far grows by one word.
     assert summary["output_tokens"] == 8 * summary["requests"]

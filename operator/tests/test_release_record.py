@@ -9,6 +9,7 @@ import re
 import pytest
 
 from llmfleet.catalog.release_record import (
+    RUNTIME_RELEASES,
     ReleaseError,
     release_for,
     check_build_command, check_image_paths, check_metric, check_model_repository,
@@ -281,3 +282,14 @@ def test_release_support_refuses_what_the_release_cannot_build():
     assert support.problem("H100-SXM-80GB", "BF16", "FP8", "r") == "r builds a FP8 KV cache only with FP8 weights"
     assert support.problem("A100-SXM-80GB", "INT8WeightOnly", "INT8", "r") == (
         "r builds a INT8 KV cache only with no quantisation at all")
+
+
+@pytest.mark.parametrize("release", sorted(RUNTIME_RELEASES.values()))
+def test_the_quality_gate_requests_use_inputs_the_release_declares(release):
+    from llmfleet.inference.golden import GREEDY_INPUTS, TEXT_OUTPUT
+    from llmfleet.render.layout import REQUEST_MODEL
+
+    record = load_release_record(release)
+    model = record.models[REQUEST_MODEL[record.runtime]]
+    assert set(GREEDY_INPUTS[model.name]) <= set(model.inputs)
+    assert TEXT_OUTPUT in model.outputs

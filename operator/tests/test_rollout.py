@@ -321,3 +321,104 @@ def test_the_reconcile_pass_asks_for_samples_when_due_and_records_the_verdict():
     assert (canary["phase"], canary["analysisVerdict"]) == ("RolledBack", "Failed")
     assert "500 ms vs stable 200 ms" in canary["analysisMessage"]
     assert analysis_query(analysed("v2", 2, judged.status), later + timedelta(seconds=30)) is None
+
+
+# --- the quality gate ---------------------------------------------------------------------------
+
+from llmfleet.api import QualityGate  # noqa: E402
+from llmfleet.rollout.quality import GoldenAnswers, PodAnswers, judge_quality, parse_prompts  # noqa: E402
+
+GATE = QualityGate(prompts=["a", "b", "c", "d"])
+REFERENCE = PodAnswers("stable-0", ("one two three four", "five six", "seven", "eight nine ten"))
+
+
+def golden(*canary_answers: tuple) -> GoldenAnswers:
+    return GoldenAnswers(tuple(GATE.prompts), REFERENCE,
+                         tuple(PodAnswers(f"canary-{i}", answers) for i, answers in enumerate(canary_answers)))
+
+
+def test_equal_answers_pass_the_quality_gate():
+    verdict = judge_quality(golden(REFERENCE.answers, REFERENCE.answers), GATE)
+    assert verdict.outcome == Outcome.SUCCESSFUL
+    assert "exact match 100%" in verdict.message and "4 prompt(s) x 2 canary replica(s)" in verdict.message
+
+
+def test_drifted_answers_fail_with_the_numbers_and_the_first_difference():
+    drifted = ("one two three four", "five SIX", "seven", "eight nine ten")
+    verdict = judge_quality(golden(drifted), GATE)
+    # 3 of 4 answers exact (75 % < 90 %); 9 of 10 words agree (90 % < 95 %).
+    assert verdict.outcome == Outcome.FAILED
+    assert "exact match 75% (min 90%), token agreement 90% (min 95%)" in verdict.message
+    assert "prompt 2 on canary-0: 'five SIX' where stable answered 'five six'" in verdict.message
+    assert judge_quality(golden(drifted), QualityGate(prompts=["a", "b", "c", "d"], min_exact_match_percent=75,
+                                                     min_token_agreement_percent=90)).outcome == Outcome.SUCCESSFUL
+
+
+def test_a_failed_canary_answer_counts_as_wrong_and_a_failed_reference_decides_nothing():
+    failed = judge_quality(golden((None, *REFERENCE.answers[1:])), GATE)
+    assert failed.outcome == Outcome.FAILED and "'(failed)'" not in failed.message and "(failed)" in failed.message
+    no_reference = GoldenAnswers(("a",), PodAnswers("stable-0", (None,), ("timed out",)),
+                                 (PodAnswers("canary-0", ("x",)),))
+    assert judge_quality(no_reference, GATE).outcome == Outcome.INCONCLUSIVE
+    assert judge_quality(GoldenAnswers(error="no ready replica"), GATE).outcome == Outcome.ERROR
+
+
+def test_configmap_prompts_are_one_per_non_empty_line():
+    assert parse_prompts("What is 2+2?\n\n  Name a colour.  \n") == ("What is 2+2?", "Name a colour.")
+
+
+def quality_seen(verdict: Verdict | None, now=NOW, canary_ready=1) -> Observed:
+    return Observed("new", "old", True, False, canary_ready, 3, 10, now, None, None, verdict)
+
+
+def test_a_ready_canary_waits_for_its_golden_prompts_and_a_failure_rolls_it_back():
+    warming = advance(None, STEPS, seen(), check_quality=True)
+    assert warming.state.phase == CanaryPhase.WARMING
+    waiting = advance(warming.state, STEPS, quality_seen(None), check_quality=True)
+    assert waiting.state.phase == CanaryPhase.WARMING and "golden prompts: checking" in waiting.state.message
+    failed = advance(waiting.state, STEPS, quality_seen(Verdict(Outcome.FAILED, "exact match 10%")),
+                     check_quality=True)
+    assert (failed.state.phase, failed.split.canary_replicas) == (CanaryPhase.ROLLED_BACK, 0)
+    assert "quality gate failed: exact match 10%" in failed.state.message
+    assert failed.state.failed_revisions == ("new",) and failed.state.quality == Outcome.FAILED
+
+
+def test_a_passed_quality_gate_starts_the_steps_and_is_not_asked_again():
+    warming = advance(None, STEPS, seen(), check_quality=True)
+    passed = advance(warming.state, STEPS, quality_seen(Verdict(Outcome.SUCCESSFUL, "exact match 100%")),
+                     check_quality=True)
+    assert passed.state.phase == CanaryPhase.PROGRESSING and passed.state.quality == Outcome.SUCCESSFUL
+    assert ("CanaryQualityPassed", "exact match 100%") in passed.events
+
+
+def test_unanswered_golden_prompts_hold_then_pause_past_the_deadline():
+    warming = advance(None, STEPS, seen(), check_quality=True)
+    error = Verdict(Outcome.ERROR, "no ready replica of stable revision old")
+    held = advance(warming.state, STEPS, quality_seen(error, now=NOW + timedelta(seconds=30)), check_quality=True)
+    assert held.state.phase == CanaryPhase.WARMING and "no ready replica" in held.state.message
+    late = NOW + timedelta(seconds=RolloutGates().analysis_deadline_seconds + 1)
+    paused = advance(held.state, STEPS, quality_seen(error, now=late), check_quality=True)
+    assert paused.state.phase == CanaryPhase.PAUSED and "golden prompts without a verdict" in paused.state.message
+
+
+def test_the_reconcile_pass_asks_the_golden_prompts_while_warming_and_records_the_verdict():
+    from llmfleet.reconcile import quality_query
+
+    def checked(revision: str, generation: int, status: dict | None = None) -> dict:
+        body = manifest(revision, generation, status)
+        body["spec"]["rollout"]["quality"] = {"prompts": list(GATE.prompts)}
+        return body
+
+    _, warming, children = canary_started(checked)
+    assert warming.status["canary"]["phase"] == "Warming"
+    body = checked("v2", 2, warming.status)
+    query = quality_query(body)
+    assert (query.canary_revision, query.canary_replicas) == (warming.status["currentRevision"], 2)
+    held = decide(body, children, SETTINGS, NOW + timedelta(seconds=5))
+    assert held.status["canary"]["phase"] == "Warming", "no answers yet: the canary waits"
+    drifted = golden(("x", "y", "z", "w"), REFERENCE.answers)
+    judged = decide(body, children, SETTINGS, NOW + timedelta(seconds=5), golden=drifted)
+    canary = judged.status["canary"]
+    assert (canary["phase"], canary["qualityVerdict"]) == ("RolledBack", "Failed")
+    assert "exact match 50%" in canary["qualityMessage"]
+    assert quality_query(checked("v2", 2, judged.status)) is None

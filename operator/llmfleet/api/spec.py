@@ -5,7 +5,7 @@ into a plan (GPU type, tensor parallelism, quantisation, KV dtype, replicas).
 """
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -604,6 +604,58 @@ class RolloutGates(ApiModel):
     )
 
 
+class ConfigMapKeyReference(ApiModel):
+    """A key in a ConfigMap in the LLMDeployment's namespace."""
+
+    name: str = Field(
+        max_length=253,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="Name of the ConfigMap, in the same namespace as the LLMDeployment.",
+    )
+    key: str = Field(
+        max_length=253,
+        pattern=SECRET_KEY_PATTERN,
+        description="Key within the ConfigMap whose value holds the prompts, one per line.",
+    )
+
+
+class QualityGate(ApiModel):
+    """Golden prompts a new revision must answer as the stable one does, with greedy decoding:
+    a faster engine that answers differently is rolled back."""
+
+    prompts: list[Annotated[str, Field(min_length=1, max_length=4096)]] | None = Field(
+        default=None, min_length=1, max_length=64, description="The golden prompts."
+    )
+    prompts_from: ConfigMapKeyReference | None = Field(
+        default=None, description="A ConfigMap key holding the golden prompts, one per non-empty line."
+    )
+    max_tokens: int = Field(
+        default=32, ge=1, le=1024, description="Tokens generated per prompt (greedy decoding)."
+    )
+    min_exact_match_percent: float = Field(
+        default=90.0,
+        ge=0,
+        le=100,
+        description="Fewest answers, in percent of prompts times canary replicas, that must equal "
+        "stable's answer exactly.",
+    )
+    min_token_agreement_percent: float = Field(
+        default=95.0,
+        ge=0,
+        le=100,
+        description="Fewest answer tokens (whitespace-separated words, position by position), in "
+        "percent, that must equal stable's.",
+    )
+
+    cel_rules = (
+        CelRule(
+            rule="has(self.prompts) != has(self.promptsFrom)",
+            message="spec.rollout.quality: set exactly one of prompts or promptsFrom",
+            holds=lambda s: (s.prompts is None) != (s.prompts_from is None),
+        ),
+    )
+
+
 class RolloutSpec(ApiModel):
     """How a new revision (engine or plan change) replaces the current one."""
 
@@ -616,6 +668,11 @@ class RolloutSpec(ApiModel):
     )
     gates: RolloutGates = defaulted_model_field(
         RolloutGates, "Promotion limits checked by analysis steps and throughout the canary."
+    )
+    quality: QualityGate | None = Field(
+        default=None,
+        description="Golden prompts checked on every canary replica once they are ready, before the "
+        "first step; a failure rolls the canary back. Omit to skip the check.",
     )
 
 

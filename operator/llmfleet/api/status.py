@@ -239,6 +239,13 @@ class CanaryStatus(ApiModel):
         default=None, max_length=1024, description="The numbers behind the verdict."
     )
     analysis_time: KubeTime | None = Field(default=None, description="When the verdict was reached.")
+    quality_verdict: str | None = Field(
+        default=None, max_length=32,
+        description="The golden-prompt check's last verdict: Successful, Failed, Inconclusive or Error.",
+    )
+    quality_message: str | None = Field(
+        default=None, max_length=1024, description="The numbers behind the golden-prompt verdict."
+    )
 
 
 class LLMDeploymentStatus(ApiModel):

@@ -110,6 +110,16 @@ class KubeGateway:
         pods = self.core.list_namespaced_pod(namespace, label_selector=selector)
         return self.api_client.sanitize_for_serialization(pods)["items"]
 
+    def config_map_value(self, namespace: str, name: str, key: str) -> str | None:
+        """One key of a ConfigMap; None when the ConfigMap or the key does not exist."""
+        try:
+            config_map = self.core.read_namespaced_config_map(name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return (config_map.data or {}).get(key)
+
     # -- the LLMDeployment itself ---------------------------------------------------------
 
     def annotate_llm_deployment(self, namespace: str, name: str, key: str, value: str) -> None:

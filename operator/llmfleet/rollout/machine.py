@@ -54,6 +54,9 @@ class CanaryState:
     verdict: Outcome | None = None
     verdict_message: str = ""
     evaluated: datetime | None = None
+    # The golden-prompt check's last verdict (spec.rollout.quality), reached while Warming.
+    quality: Outcome | None = None
+    quality_message: str = ""
 
     @property
     def active(self) -> bool:
@@ -74,6 +77,7 @@ class Observed:
     now: datetime
     command: Command | None = None
     analysis: Verdict | None = None  # the metric gate's verdict, when this pass queried one
+    quality: Verdict | None = None  # the golden prompts' verdict, when this pass asked them
 
 
 @dataclass(frozen=True)
@@ -123,8 +127,9 @@ def _enter(state: CanaryState, phase: CanaryPhase, observed: Observed, message: 
 
 
 def advance(state: CanaryState | None, steps: tuple[RolloutStep, ...], observed: Observed,
-            gates: RolloutGates = RolloutGates()) -> Decision:
-    """The next state and split for a target revision that differs from the stable one."""
+            gates: RolloutGates = RolloutGates(), check_quality: bool = False) -> Decision:
+    """The next state and split for a target revision that differs from the stable one;
+    `check_quality`: the canary must pass the golden prompts before its first step."""
     events: list[tuple[str, str]] = []
     failed = state.failed_revisions if state else ()
     last_command = state.last_command if state else None
@@ -151,7 +156,7 @@ def advance(state: CanaryState | None, steps: tuple[RolloutStep, ...], observed:
     if command is not None:
         state, more = _apply_command(state, command, steps, observed)
         events += more
-    state, more = _progress(state, steps, observed, gates)
+    state, more = _progress(state, steps, observed, gates, check_quality)
     events += more
     return Decision(state, _split(state, observed), tuple(events))
 
@@ -198,7 +203,8 @@ def analysis_due(state: CanaryState, step: RolloutStep, now: datetime) -> bool:
                  or (now - state.evaluated).total_seconds() >= step.analysis.interval_seconds))
 
 
-def _progress(state: CanaryState, steps: tuple[RolloutStep, ...], observed: Observed, gates: RolloutGates):
+def _progress(state: CanaryState, steps: tuple[RolloutStep, ...], observed: Observed, gates: RolloutGates,
+              check_quality: bool):
     """Move through every phase whose exit condition already holds."""
     events: list[tuple[str, str]] = []
     while True:
@@ -222,6 +228,11 @@ def _progress(state: CanaryState, steps: tuple[RolloutStep, ...], observed: Obse
         elif phase == CanaryPhase.WARMING:
             if observed.canary_ready < state.canary_replicas:
                 return state, events
+            if check_quality and state.quality != Outcome.SUCCESSFUL:
+                state, more, passed = _check_quality(state, observed, gates)
+                events += more
+                if not passed:
+                    return state, events
             state = _enter(state, CanaryPhase.PROGRESSING, observed, "step 1", step_index=0)
         elif phase == CanaryPhase.PROGRESSING:
             if state.step_index >= len(steps):
@@ -264,6 +275,26 @@ def _progress(state: CanaryState, steps: tuple[RolloutStep, ...], observed: Obse
             return state, events
         else:  # Paused and the terminal phases hold
             return state, events
+
+
+def _check_quality(state: CanaryState, observed: Observed, gates: RolloutGates):
+    """(state, events, passed) for the golden prompts of a ready canary: Failed rolls back;
+    Inconclusive or Error (a replica did not answer) holds, and pauses for a person
+    analysisDeadlineSeconds after Warming began."""
+    if observed.quality is not None:
+        state = replace(state, quality=observed.quality.outcome, quality_message=observed.quality.message)
+        if state.quality == Outcome.FAILED:
+            state, events = _roll_back(state, observed, f"quality gate failed: {state.quality_message}")
+            return state, events, False
+        if state.quality == Outcome.SUCCESSFUL:
+            return state, [("CanaryQualityPassed", state.quality_message)], True
+    verdict = f"{state.quality.value}: {state.quality_message}" if state.quality else "checking"
+    if (observed.now - state.step_started).total_seconds() >= gates.analysis_deadline_seconds:
+        state = _enter(state, CanaryPhase.PAUSED, observed,
+                       f"golden prompts without a verdict {gates.analysis_deadline_seconds} s after warming began "
+                       f"({verdict}); promote or abort by hand")
+        return state, [("CanaryPaused", state.message)], False
+    return replace(state, message=f"canary ready; golden prompts: {verdict}"), [], False
 
 
 def _analyse(state: CanaryState, step: RolloutStep, observed: Observed, gates: RolloutGates, label: str):
