@@ -1,6 +1,7 @@
 """Canary rollouts in the sandbox, through the real apiserver, Triton and the service proxy: a
-good canary walks its steps and is promoted without a failed request under load; an aborted one
-is scaled to zero while the stable revision's pods serve on, never restarted."""
+good canary passes its golden prompts, walks its steps and is promoted without a failed request
+under load; an aborted one is scaled to zero while the stable revision's pods serve on, never
+restarted; a slow, an erroring and a drifting canary are each rolled back by the right gate."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ pytestmark = pytest.mark.e2e
 NAMESPACE = "rollout"
 
 
-def manifest(name: str, engine_revision: str, steps: list[dict]) -> dict:
+GOLDEN_PROMPTS = ["Name a colour.", "What is two plus two?", "Say hello in French.", "Count to five."]
+
+
+def manifest(name: str, engine_revision: str, steps: list[dict], quality: dict | None = None) -> dict:
     return {
         "apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
         "metadata": {"name": name, "namespace": NAMESPACE},
@@ -29,7 +33,7 @@ def manifest(name: str, engine_revision: str, steps: list[dict]) -> dict:
                          "outputTokensP99": 32, "peakRequestsPerSecond": 1},
             "resources": {"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 4},
             "plan": {"replicas": 1},
-            "rollout": {"steps": steps},
+            "rollout": {"steps": steps, **({"quality": quality} if quality else {})},
         },
     }
 
@@ -78,7 +82,7 @@ def _watch_phases(sandbox, name: str, until: str, timeout: float) -> list[str]:
 
 def test_a_good_canary_walks_its_steps_and_is_promoted_without_a_failed_request(sandbox, tmp_path):
     steps = [{"setWeight": 50}, {"pause": {"durationSeconds": 10}}]
-    sandbox.apply([manifest("good", "v1", steps)], namespace=NAMESPACE)
+    sandbox.apply([manifest("good", "v1", steps, {"prompts": GOLDEN_PROMPTS})], namespace=NAMESPACE)
     stable = wait_until_ready(sandbox, "good", NAMESPACE)["status"]["currentRevision"]
     load = _load(sandbox, "good", 2, 100, tmp_path)
     try:
@@ -88,6 +92,9 @@ def test_a_good_canary_walks_its_steps_and_is_promoted_without_a_failed_request(
         stdout, stderr = load.communicate(timeout=300)
     assert phases[0] == "Preparing" and "Progressing" in phases and phases[-1] == "Promoted", phases
     status = _status(sandbox, "good")
+    # The same weights with lossless numerics answer alike, whatever the engine revision.
+    assert status["canary"]["qualityVerdict"] == "Successful", status["canary"]
+    assert "exact match 100%" in status["canary"]["qualityMessage"]
     assert status["stableRevision"] == status["currentRevision"] != stable
     wait_for(lambda: [d["metadata"]["labels"]["llmfleet.io/revision"] for d in _serving(sandbox, "good")]
              == [status["currentRevision"]], 60, "the old revision's Deployment to go")
@@ -136,6 +143,58 @@ def test_an_aborted_canary_goes_to_zero_and_stable_pods_serve_on_untouched(sandb
     assert "RolledBack" in shown.stdout and canary in shown.stdout
 
 
+def _fault_the_new_revision(sandbox, name: str, stable: str, *flags: str) -> str:
+    """Change the engine revision and inject a fault into the new one before its pods start
+    (its build takes longer than this)."""
+    _new_engine_revision(sandbox, name)
+    canary = wait_for(lambda: (_status(sandbox, name).get("currentRevision") or stable) != stable
+                      and _status(sandbox, name)["currentRevision"], 30, "the new revision")
+    fault = subprocess.run([*LLMFLEET, "sandbox", "fault", "--namespace", NAMESPACE, "--revision", canary, *flags],
+                           env=sandbox.env, capture_output=True, text=True, timeout=60)
+    assert fault.returncode == 0, fault.stderr
+    return canary
+
+
+def test_a_drifting_canary_fails_its_golden_prompts_before_any_step(sandbox):
+    """Normal latency, different answers: only the quality gate can see it."""
+    steps = [{"setWeight": 50}, {"pause": {"durationSeconds": 0}}]
+    sandbox.apply([manifest("drift", "v1", steps, {"prompts": GOLDEN_PROMPTS, "maxTokens": 16})],
+                  namespace=NAMESPACE)
+    stable = wait_until_ready(sandbox, "drift", NAMESPACE)["status"]["currentRevision"]
+    canary = _fault_the_new_revision(sandbox, "drift", stable, "--drift", "0.2")
+    phases = _watch_phases(sandbox, "drift", "RolledBack", 240)
+    assert "Progressing" not in phases and "Paused" not in phases, phases
+    status = _status(sandbox, "drift")
+    assert status["canary"]["qualityVerdict"] == "Failed", status["canary"]
+    assert "quality gate failed" in status["canary"]["message"] and "where stable answered" in status["canary"]["message"]
+    assert status["canary"]["failedRevisions"] == [canary] and status["stableRevision"] == stable
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Ready"]["status"] == "True"
+    wait_for(lambda: all(d["spec"]["replicas"] == 0 for d in _serving(sandbox, "drift")
+                         if d["metadata"]["labels"]["llmfleet.io/revision"] == canary), 30, "canary at zero")
+
+
+def test_an_erroring_canary_fails_its_analysis_on_the_error_rate(sandbox, tmp_path):
+    """On the engine runtime, whose ensemble Triton counts failures for (a decoupled Python
+    model's are not counted: the LLM-API runtime's error rate is not observable)."""
+    steps = [{"setWeight": 50}, {"analysis": {"durationSeconds": 60, "intervalSeconds": 10}}]
+    body = manifest("erroring", "v1", steps)
+    body["spec"]["engine"]["runtime"] = "engine"
+    sandbox.apply([body], namespace=NAMESPACE)
+    stable = wait_until_ready(sandbox, "erroring", NAMESPACE)["status"]["currentRevision"]
+    load = _load(sandbox, "erroring", 3, 150, tmp_path)
+    try:
+        _fault_the_new_revision(sandbox, "erroring", stable, "--error-percent", "20")
+        phases = _watch_phases(sandbox, "erroring", "RolledBack", 240)
+    finally:
+        load.communicate(timeout=300)
+    assert "Promoted" not in phases and "Progressing" in phases, phases
+    canary_status = _status(sandbox, "erroring")["canary"]
+    assert canary_status["analysisVerdict"] == "Failed", canary_status
+    assert "exceeds maxErrorRatePercent" in canary_status["analysisMessage"]
+    assert _status(sandbox, "erroring")["stableRevision"] == stable
+
+
 def test_a_slow_canary_fails_its_analysis_and_is_rolled_back_while_stable_serves(sandbox, tmp_path):
     """The sandbox makes the new revision's engines 3x slower (a runtime fault, not an API field):
     the metric gate sees its p99 TTFT far above stable's over the same window and rolls it back;
@@ -145,12 +204,7 @@ def test_a_slow_canary_fails_its_analysis_and_is_rolled_back_while_stable_serves
     stable = wait_until_ready(sandbox, "slow", NAMESPACE)["status"]["currentRevision"]
     load = _load(sandbox, "slow", 3, 150, tmp_path)
     try:
-        _new_engine_revision(sandbox, "slow")
-        canary = wait_for(lambda: (_status(sandbox, "slow").get("currentRevision") or stable) != stable
-                          and _status(sandbox, "slow")["currentRevision"], 30, "the new revision")
-        fault = subprocess.run([*LLMFLEET, "sandbox", "fault", "--namespace", NAMESPACE, "--revision", canary,
-                                "--slowdown", "3"], env=sandbox.env, capture_output=True, text=True, timeout=60)
-        assert fault.returncode == 0, fault.stderr
+        _fault_the_new_revision(sandbox, "slow", stable, "--slowdown", "3")
         phases = _watch_phases(sandbox, "slow", "RolledBack", 240)
     finally:
         stdout, stderr = load.communicate(timeout=300)
