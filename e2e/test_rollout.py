@@ -202,3 +202,21 @@ def test_a_bad_canary_fails_its_analysis_and_is_rolled_back_while_stable_serves(
     assert _status(sandbox, name)["stableRevision"] == stable
     if name == "slow":  # slow is not failing: no request fails meanwhile
         assert load.returncode == 0, stderr + stdout
+
+
+def test_canary_pods_that_cannot_be_scheduled_are_rolled_back_with_the_schedulers_reason(sandbox):
+    """The new revision's plan asks for a GPU type no node has: its pods stay Pending, and past
+    canaryReadyDeadlineSeconds the canary is rolled back, quoting the scheduler."""
+    body = manifest("pending", "v1", [{"setWeight": 50}])
+    body["spec"]["rollout"]["gates"] = {"canaryReadyDeadlineSeconds": 20}
+    sandbox.apply([body], namespace=NAMESPACE)
+    stable = wait_until_ready(sandbox, "pending", NAMESPACE)["status"]["currentRevision"]
+    sandbox.kubectl("patch", "llmdeployment", "pending", "-n", NAMESPACE, "--type=merge",
+                    "-p", '{"spec": {"resources": {"allowedGpuTypes": ["A100-SXM-80GB"]}}}')
+    phases = _watch_phases(sandbox, "pending", "RolledBack", 240)
+    assert "Warming" in phases and "Progressing" not in phases, phases
+    status = _status(sandbox, "pending")
+    assert "canaryReadyDeadlineSeconds" in status["canary"]["message"]
+    assert "Unschedulable" in status["canary"]["message"] and "0/" in status["canary"]["message"], status["canary"]
+    assert status["stableRevision"] == stable
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"

@@ -47,7 +47,18 @@ from llmfleet.render import RenderError, RenderSettings, engine_build, render, r
 from llmfleet.render.identity import COMPONENT_LABEL, REVISION_LABEL, selector_labels
 from llmfleet.render.layout import GRPC_PORT, REQUEST_MODEL
 from llmfleet.render.pod import GPU_RESOURCE, engine_cache_claim
-from llmfleet.rollout import CanaryState, Command, Observed, Samples, Split, advance, analysis_due, judge, supersede
+from llmfleet.rollout import (
+    CanaryState,
+    Command,
+    Observed,
+    Samples,
+    Split,
+    advance,
+    analysis_due,
+    judge,
+    replicas_overdue,
+    supersede,
+)
 from llmfleet.rollout import Outcome as AnalysisOutcome
 from llmfleet.rollout.quality import GoldenAnswers, judge_quality, parse_prompts
 
@@ -360,7 +371,8 @@ def _gpus_per_replica(deployment: dict) -> int:
 
 
 def _canary(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, revision: str, build: BuildState,
-            desired: int, samples: Samples | None, golden: GoldenAnswers | None) -> CanaryStep:
+            desired: int, samples: Samples | None, golden: GoldenAnswers | None,
+            not_ready_reason: str | None) -> CanaryStep:
     stored = _canary_state(ctx.stored.canary)
     if not _canary_runs(ctx, spec, revision):
         if stored is not None and stored.active:
@@ -379,7 +391,7 @@ def _canary(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, revision: str, bu
                         Command.parse((ctx.body["metadata"].get("annotations") or {}).get(ROLLOUT_COMMAND_ANNOTATION)),
                         None if samples is None else judge(samples, spec.rollout.gates),
                         None if golden is None or spec.rollout.quality is None
-                        else judge_quality(golden, spec.rollout.quality))
+                        else judge_quality(golden, spec.rollout.quality), not_ready_reason)
     decision = advance(stored, tuple(spec.rollout.steps), observed, spec.rollout.gates,
                        check_quality=spec.rollout.quality is not None)
     events = tuple(Event("Warning" if reason == Reason.CANARY_ROLLED_BACK else "Normal", reason, message)
@@ -538,11 +550,12 @@ def decide_invalid(ctx: Context, reason: str, message: str, plan_status: dict | 
 
 def decide(body: dict, children, settings: OperatorSettings, now: datetime,
            snapshot: MetricsSnapshot | None = None, samples: Samples | None = None,
-           golden: GoldenAnswers | None = None) -> Outcome:
+           golden: GoldenAnswers | None = None, not_ready_reason: str | None = None) -> Outcome:
     """`snapshot` is the deployment's metrics when autoscaling is enabled (None: no
     Prometheus configured, which the autoscaler treats like an outage: hold); `samples` the
     canary and stable revisions' requests when an analysis step is due (`analysis_query`);
-    `golden` their answers to the golden prompts when the quality gate is due (`quality_query`)."""
+    `golden` their answers to the golden prompts when the quality gate is due (`quality_query`);
+    `not_ready_reason` what the canary's pods say when its replicas are overdue (`overdue_canary`)."""
     ctx = Context(body, tuple(children), settings, now, snapshot)
     try:
         deployment = _validate(ctx)
@@ -562,7 +575,8 @@ def decide(body: dict, children, settings: OperatorSettings, now: datetime,
     # While a canary runs the autoscaler sizes the stable revision, which takes most traffic.
     sized = ctx.stored.stable_revision if _canary_runs(ctx, spec, revision) else revision
     scaling = _scale(ctx, spec, plan, build, _ready_replicas(_serving_deployments(ctx.children).get(sized)))
-    canary = _canary(ctx, spec, plan, revision, build, scaling.desired_replicas, samples, golden)
+    canary = _canary(ctx, spec, plan, revision, build, scaling.desired_replicas, samples, golden,
+                     not_ready_reason)
     serving_replicas = (canary.split.canary_replicas if canary.split is not None
                         else scaling.desired_replicas if build.finished else 0)
     try:
@@ -642,9 +656,45 @@ def quality_query(body: dict) -> QualityQuery | None:
     return QualityQuery(state.stable_revision, state.canary_revision, state.canary_replicas, spec.rollout.quality)
 
 
-def _ready_replicas_of(kube, namespace: str, name: str, revision: str) -> list[Replica]:
+def overdue_canary(body: dict, now: datetime) -> str | None:
+    """The canary revision when the replicas its phase or step waits for are past
+    canaryReadyDeadlineSeconds (its pods then say why)."""
+    view = _rollout_view(body)
+    if view is None:
+        return None
+    spec, state = view
+    steps = spec.rollout.steps
+    waits_for_replicas = state.phase == CanaryPhase.WARMING or (
+        state.phase == CanaryPhase.PROGRESSING and state.step_index < len(steps)
+        and steps[state.step_index].set_weight is not None)
+    return state.canary_revision if waits_for_replicas and replicas_overdue(state, spec.rollout.gates, now) else None
+
+
+def not_ready_reason(pods: list[dict]) -> str | None:
+    """Why pods are not ready, from the first that says: the scheduler's message for a Pending
+    pod, or a waiting or crashed container's reason."""
+    for pod in pods:
+        status = pod.get("status") or {}
+        name = pod["metadata"]["name"]
+        for condition in status.get("conditions") or ():
+            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                return f"pod {name} is {status.get('phase', 'Pending')}: {condition.get('reason', '')}: " \
+                       f"{condition.get('message', '')}".strip()
+        for container in status.get("initContainerStatuses") or [], status.get("containerStatuses") or []:
+            for entry in container:
+                waiting = (entry.get("state") or {}).get("waiting") or {}
+                if waiting.get("reason") and waiting["reason"] not in ("ContainerCreating", "PodInitializing"):
+                    return f"pod {name} container {entry['name']}: {waiting['reason']}: {waiting.get('message', '')}"
+    return None
+
+
+def _pods_of(kube, namespace: str, name: str, revision: str) -> list[dict]:
     labels = {**selector_labels(name), REVISION_LABEL: revision, COMPONENT_LABEL: SERVER_COMPONENT}
-    pods = kube.list_pods(namespace, ",".join(f"{key}={value}" for key, value in labels.items()))
+    return kube.list_pods(namespace, ",".join(f"{key}={value}" for key, value in labels.items()))
+
+
+def _ready_replicas_of(kube, namespace: str, name: str, revision: str) -> list[Replica]:
+    pods = _pods_of(kube, namespace, name, revision)
     return [Replica(pod["metadata"]["name"], f"{pod['status']['podIP']}:{GRPC_PORT}") for pod in pods
             if not pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("podIP")
             and any(c.get("type") == "Ready" and c.get("status") == "True"
@@ -697,7 +747,9 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
     quality = quality_query(body)
     golden = (golden_answers(kube, namespace, name, quality, REQUEST_MODEL[release.runtime])
               if quality is not None and release is not None else None)
-    outcome = decide(body, children, settings, now, snapshot, samples, golden)
+    overdue = overdue_canary(body, now)
+    why_not_ready = not_ready_reason(_pods_of(kube, namespace, name, overdue)) if overdue else None
+    outcome = decide(body, children, settings, now, snapshot, samples, golden, why_not_ready)
     for manifest in outcome.ensure:
         kube.ensure(manifest)
     for manifest in outcome.apply:

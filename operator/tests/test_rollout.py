@@ -422,3 +422,67 @@ def test_the_reconcile_pass_asks_the_golden_prompts_while_warming_and_records_th
     assert (canary["phase"], canary["qualityVerdict"]) == ("RolledBack", "Failed")
     assert "exact match 50%" in canary["qualityMessage"]
     assert quality_query(checked("v2", 2, judged.status)) is None
+
+
+# --- canary replicas that never become ready ----------------------------------------------------
+
+def test_canary_replicas_not_ready_by_the_deadline_roll_back_with_the_pods_reason():
+    warming = advance(None, STEPS, seen())
+    deadline = RolloutGates().canary_ready_deadline_seconds
+    waiting = advance(warming.state, STEPS, seen(now=NOW + timedelta(seconds=deadline - 1)))
+    assert waiting.state.phase == CanaryPhase.WARMING
+    why = "pod chat-x is Pending: Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    late = Observed("new", "old", True, False, 0, 3, 10, NOW + timedelta(seconds=deadline), None,
+                    not_ready_reason=why)
+    rolled_back = advance(waiting.state, STEPS, late)
+    assert rolled_back.state.phase == CanaryPhase.ROLLED_BACK and rolled_back.split.canary_replicas == 0
+    assert f"0/1 canary replica(s) ready {deadline} s after they were asked for" in rolled_back.state.message
+    assert why in rolled_back.state.message
+
+
+def test_a_set_weight_step_has_its_own_deadline_from_when_it_began():
+    steps = (RolloutStep(set_weight=25), RolloutStep(set_weight=50))
+    running = advance(advance(None, steps, seen()).state, steps, seen(canary_ready=1))
+    assert (running.state.step_index, running.split.canary_replicas) == (1, 3)
+    deadline = RolloutGates().canary_ready_deadline_seconds
+    later = NOW + timedelta(seconds=deadline + 5)
+    assert advance(running.state, steps, seen(now=later - timedelta(seconds=10), canary_ready=1)).state.phase \
+        == CanaryPhase.PROGRESSING
+    assert advance(running.state, steps, seen(now=later, canary_ready=1)).state.phase == CanaryPhase.ROLLED_BACK
+
+
+def pod(name: str, **status) -> dict:
+    return {"metadata": {"name": name}, "status": status}
+
+
+def test_the_pods_say_why_they_are_not_ready():
+    from llmfleet.reconcile import not_ready_reason
+
+    unschedulable = pod("a", phase="Pending", conditions=[
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."}])
+    crashing = pod("b", phase="Running", containerStatuses=[
+        {"name": "triton", "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}}}])
+    starting = pod("c", phase="Pending", initContainerStatuses=[
+        {"name": "model-repository", "state": {"waiting": {"reason": "PodInitializing"}}}])
+    assert not_ready_reason([starting, unschedulable]) == (
+        "pod a is Pending: Unschedulable: 0/3 nodes are available: 3 node(s) didn't match Pod's node "
+        "affinity/selector.")
+    assert not_ready_reason([crashing]) == "pod b container triton: CrashLoopBackOff: back-off 40s"
+    assert not_ready_reason([starting]) is None
+
+
+def test_the_reconcile_pass_looks_at_the_pods_only_when_the_canary_is_overdue():
+    from llmfleet.reconcile import overdue_canary
+
+    _, warming, children = canary_started()
+    body = manifest("v2", 2, warming.status)
+    deadline = RolloutGates().canary_ready_deadline_seconds
+    assert overdue_canary(body, NOW + timedelta(seconds=deadline - 1)) is None
+    assert overdue_canary(body, NOW + timedelta(seconds=deadline)) == warming.status["currentRevision"]
+    not_ready = [child if child["kind"] != "Deployment" or child["metadata"]["labels"]["llmfleet.io/revision"]
+                 != warming.status["currentRevision"] else with_status(child, readyReplicas=0) for child in children]
+    outcome = decide(body, not_ready, SETTINGS, NOW + timedelta(seconds=deadline),
+                     not_ready_reason="pod x is Pending: Unschedulable: no GPUs")
+    assert outcome.status["canary"]["phase"] == "RolledBack"
+    assert "Unschedulable: no GPUs" in outcome.status["canary"]["message"]

@@ -595,6 +595,14 @@ class RolloutGates(ApiModel):
         description="Fewest requests each revision must serve in an analysis window before it "
         "can pass or fail; fewer is Inconclusive and the rollout holds.",
     )
+    canary_ready_deadline_seconds: int = Field(
+        default=900,
+        ge=10,
+        le=86400,
+        description="How long the canary's replicas of a step may take to become ready "
+        "(scheduling, image pull, engine load) before the canary is rolled back with the reason "
+        "its pods give (e.g. the scheduler's).",
+    )
     analysis_deadline_seconds: int = Field(
         default=600,
         ge=0,

@@ -9,9 +9,11 @@ from llmfleet.rollout.machine import (
     Split,
     advance,
     analysis_due,
+    replicas_overdue,
     canary_replicas_for,
     supersede,
 )
 
 __all__ = ["CanaryState", "Command", "Decision", "Observed", "Outcome", "RevisionSample", "Samples", "Split",
-           "Verdict", "advance", "analysis_due", "canary_replicas_for", "judge", "supersede"]
+           "Verdict", "advance", "analysis_due", "canary_replicas_for", "judge", "replicas_overdue",
+           "supersede"]

@@ -78,6 +78,9 @@ class Observed:
     command: Command | None = None
     analysis: Verdict | None = None  # the metric gate's verdict, when this pass queried one
     quality: Verdict | None = None  # the golden prompts' verdict, when this pass asked them
+    # Why the canary's replicas are not ready (its pods' scheduling or container state), when
+    # this pass looked: past canaryReadyDeadlineSeconds.
+    not_ready_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -227,7 +230,7 @@ def _progress(state: CanaryState, steps: tuple[RolloutStep, ...], observed: Obse
             events.append(("CanaryWarming", state.message))
         elif phase == CanaryPhase.WARMING:
             if observed.canary_ready < state.canary_replicas:
-                return state, events
+                return _wait_for_replicas(state, state.canary_replicas, observed, gates, events)
             if check_quality and state.quality != Outcome.SUCCESSFUL:
                 state, more, passed = _check_quality(state, observed, gates)
                 events += more
@@ -247,7 +250,7 @@ def _progress(state: CanaryState, steps: tuple[RolloutStep, ...], observed: Obse
                     state = replace(state, canary_replicas=replicas,
                                     message=f"{label}: setWeight {step.set_weight}%, {replicas} canary replica(s)")
                 if observed.canary_ready < replicas:
-                    return state, events
+                    return _wait_for_replicas(state, replicas, observed, gates, events)
                 state = _next_step(state, observed, label)
             elif step.pause is not None:
                 if step.pause.duration_seconds == 0:
@@ -275,6 +278,23 @@ def _progress(state: CanaryState, steps: tuple[RolloutStep, ...], observed: Obse
             return state, events
         else:  # Paused and the terminal phases hold
             return state, events
+
+
+def replicas_overdue(state: CanaryState, gates: RolloutGates, now: datetime) -> bool:
+    """Whether the replicas the current phase or step waits for are past their deadline."""
+    return (state.phase in (CanaryPhase.WARMING, CanaryPhase.PROGRESSING) and state.step_started is not None
+            and (now - state.step_started).total_seconds() >= gates.canary_ready_deadline_seconds)
+
+
+def _wait_for_replicas(state: CanaryState, replicas: int, observed: Observed, gates: RolloutGates, events: list):
+    """Hold for the canary's replicas; roll back once they are overdue."""
+    if not replicas_overdue(state, gates, observed.now):
+        return state, events
+    why = observed.not_ready_reason or "the pods give no reason"
+    state, more = _roll_back(state, observed, f"{observed.canary_ready}/{replicas} canary replica(s) ready "
+                                              f"{gates.canary_ready_deadline_seconds} s after they were asked for "
+                                              f"(canaryReadyDeadlineSeconds): {why}")
+    return state, events + more
 
 
 def _check_quality(state: CanaryState, observed: Observed, gates: RolloutGates):
