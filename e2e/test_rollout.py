@@ -220,3 +220,50 @@ def test_canary_pods_that_cannot_be_scheduled_are_rolled_back_with_the_scheduler
     assert "Unschedulable" in status["canary"]["message"] and "0/" in status["canary"]["message"], status["canary"]
     assert status["stableRevision"] == stable
     assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"
+
+
+def test_an_operator_killed_in_each_phase_resumes_with_no_duplicate_pods_lost_step_or_reset_clock(
+        sandbox, operator, tmp_path):
+    """SIGKILL at the first sight of each phase and step: the rollout goes on from status alone."""
+    steps = [{"setWeight": 50}, {"pause": {"durationSeconds": 20}},
+             {"analysis": {"durationSeconds": 20, "intervalSeconds": 10}}]
+    body = manifest("restarts", "v1", steps, {"prompts": GOLDEN_PROMPTS[:2], "maxTokens": 8})
+    body["spec"]["rollout"]["gates"] = {"minRequests": 5}
+    sandbox.apply([body], namespace=NAMESPACE)
+    wait_until_ready(sandbox, "restarts", NAMESPACE)
+    load = _load(sandbox, "restarts", 2, 240, tmp_path)
+    killed: list[tuple[str, int]] = []
+    try:
+        _new_engine_revision(sandbox, "restarts")
+        deadline = time.monotonic() + 360
+        while time.monotonic() < deadline:
+            canary = _status(sandbox, "restarts").get("canary") or {}
+            where = (canary.get("phase"), canary.get("stepIndex", 0))
+            if where[0] == "Promoted":
+                break
+            if where[0] and where not in killed:
+                killed.append(where)
+                operator.stop(signal.SIGKILL)
+                operator.start()
+                after = wait_for(lambda: (_status(sandbox, "restarts").get("canary") or {}).get("stepStartedTime")
+                                 and _status(sandbox, "restarts")["canary"], 30, "status after the restart")
+                # Same step or later, and a step that is still running kept its start time.
+                if (after["phase"], after.get("stepIndex", 0)) == where:
+                    assert after["stepStartedTime"] == canary["stepStartedTime"], (where, canary, after)
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"not promoted; killed at {killed}")
+    finally:
+        stdout, stderr = load.communicate(timeout=300)
+    assert {"Preparing", "Warming", "Progressing"} <= {phase for phase, _ in killed}, killed
+    assert {("Progressing", 1), ("Progressing", 2)} <= set(killed), killed
+    status = _status(sandbox, "restarts")
+    assert status["canary"]["qualityVerdict"] == "Successful"
+    revision = status["currentRevision"]
+    wait_for(lambda: [d["metadata"]["labels"]["llmfleet.io/revision"] for d in _serving(sandbox, "restarts")]
+             == [revision], 60, "the old revision's Deployment to go")
+    replica_sets = sandbox.kubectl_json("get", "replicasets", "-n", NAMESPACE, "-l",
+                                        f"llmfleet.io/deployment=restarts,llmfleet.io/revision={revision}")["items"]
+    assert len(replica_sets) == 1, "the canary's pod template never changed across restarts"
+    wait_for(lambda: len(_serving(sandbox, "restarts", "pods")) == 1, 60, "one pod: no duplicates left behind")
+    assert load.returncode == 0, stderr + stdout
