@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -64,6 +65,11 @@ class Sandbox:
         self.kubectl("apply", "-n", namespace, "-f", "-", input_text=text)
 
     @property
+    def stop_prometheus(self) -> None:
+        """An outage: `llmfleet("up")` starts it again (only the stopped component)."""
+        pid = json.loads((self.state_dir / "pids" / "prometheus.json").read_text())["pid"]
+        os.kill(pid, signal.SIGTERM)
+
     def prometheus_url(self) -> str:
         return self.env["LLMFLEET_PROMETHEUS_URL"]
 

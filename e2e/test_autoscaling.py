@@ -6,8 +6,6 @@ flapping at steady load, hold through a Prometheus outage."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -148,8 +146,7 @@ def test_steady_load_does_not_flap_and_a_prometheus_outage_holds_replicas(sandbo
     assert len(watcher.replica_changes()) <= 1, watcher.timeline()
 
     replicas_before = _status(sandbox, "steady")["replicas"]
-    pid = json.loads((sandbox.state_dir / "pids" / "prometheus.json").read_text())["pid"]
-    os.kill(pid, signal.SIGTERM)
+    sandbox.stop_prometheus()
 
     def metrics_unavailable():
         condition = next((c for c in _status(sandbox, "steady").get("conditions") or []

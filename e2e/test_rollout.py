@@ -267,3 +267,33 @@ def test_an_operator_killed_in_each_phase_resumes_with_no_duplicate_pods_lost_st
     assert len(replica_sets) == 1, "the canary's pod template never changed across restarts"
     wait_for(lambda: len(_serving(sandbox, "restarts", "pods")) == 1, 60, "one pod: no duplicates left behind")
     assert load.returncode == 0, stderr + stdout
+
+
+def test_prometheus_down_mid_analysis_holds_the_canary_until_it_returns(sandbox, tmp_path):
+    """No metrics is no verdict: the canary is neither promoted nor rolled back while Prometheus
+    is down, and says why; it goes on when Prometheus is back."""
+    steps = [{"setWeight": 50}, {"analysis": {"durationSeconds": 30, "intervalSeconds": 10}}]
+    sandbox.apply([manifest("outage", "v1", steps)], namespace=NAMESPACE)
+    wait_until_ready(sandbox, "outage", NAMESPACE)
+    load = _load(sandbox, "outage", 2, 200, tmp_path)
+    try:
+        _new_engine_revision(sandbox, "outage")
+        wait_for(lambda: (_status(sandbox, "outage").get("canary") or {}).get("stepIndex") == 1, 180,
+                 "the analysis step")
+        sandbox.stop_prometheus()
+        try:
+            held = wait_for(lambda: (canary := _status(sandbox, "outage")["canary"]).get("analysisVerdict") == "Error"
+                            and canary, 60, "an Error verdict")
+            time.sleep(40)  # past the step's duration: a Successful verdict would have passed it
+            canary = _status(sandbox, "outage")["canary"]
+            assert (canary["phase"], canary["stepIndex"]) == ("Progressing", 1), canary
+            assert "Prometheus" in held["analysisMessage"]
+            progressing = {c["type"]: c for c in _status(sandbox, "outage")["conditions"]}["Progressing"]
+            assert "Error" in progressing["message"], progressing
+        finally:
+            sandbox.llmfleet("up")  # starts only the stopped Prometheus
+        phases = _watch_phases(sandbox, "outage", "Promoted", 180)
+    finally:
+        stdout, stderr = load.communicate(timeout=300)
+    assert "RolledBack" not in phases, phases
+    assert load.returncode == 0, stderr + stdout
