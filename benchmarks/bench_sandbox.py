@@ -34,6 +34,15 @@ UP_RUNS = 3
 POD_RUNS = 5
 
 
+# Beside a sandbox of the default instance (`make sandbox`): own bridge, subnets and ports.
+BENCH_INSTANCE = "1"
+
+
+def state_env(state_dir) -> dict[str, str]:
+    """The environment of a sandbox kept in `state_dir`."""
+    return {**os.environ, "LLMFLEET_SANDBOX_DIR": str(state_dir), "LLMFLEET_SANDBOX_INSTANCE": BENCH_INSTANCE}
+
+
 def run(argv, env, **kwargs):
     return subprocess.run(argv, env=env, capture_output=True, text=True, check=True, **kwargs)
 
@@ -43,7 +52,7 @@ def sandbox_with_operator(namespace: str):
     """A fresh sandbox with the CRD, `namespace` and the operator on the host
     (autoscaling on the sandbox's Prometheus). Yields (env, state dir); stops all of it."""
     with tempfile.TemporaryDirectory(prefix="llmfleet-bench-") as state:
-        base_env = {**os.environ, "LLMFLEET_SANDBOX_DIR": state}
+        base_env = state_env(state)
         run([*LLMFLEET, "up"], base_env)
         operator = None
         try:
@@ -72,7 +81,7 @@ def cold_build_seconds() -> float:
 
 
 def sandbox_env(state_dir: Path) -> dict[str, str]:
-    env = {**os.environ, "LLMFLEET_SANDBOX_DIR": str(state_dir)}
+    env = state_env(state_dir)
     for line in run([*LLMFLEET, "env"], env).stdout.splitlines():
         name, value = line.removeprefix("export ").split("=", 1)
         env[name] = value.replace("$PATH", os.environ["PATH"])
@@ -84,7 +93,7 @@ def warm_up_seconds() -> list[float]:
     timings = []
     for _ in range(UP_RUNS):
         with tempfile.TemporaryDirectory(prefix="llmfleet-bench-") as state:
-            env = {**os.environ, "LLMFLEET_SANDBOX_DIR": state}
+            env = state_env(state)
             started = time.monotonic()
             run([*LLMFLEET, "up"], env)
             timings.append(time.monotonic() - started)
@@ -171,7 +180,7 @@ def main() -> int:
     rows.append((f"warm `sandbox up` to nodes Ready and Prometheus ready (median of {UP_RUNS})",
                  f"{statistics.median(up):.1f} s", "under 30 s"))
     with tempfile.TemporaryDirectory(prefix="llmfleet-bench-") as state:
-        env = {**os.environ, "LLMFLEET_SANDBOX_DIR": state}
+        env = state_env(state)
         run([*LLMFLEET, "up"], env)
         try:
             env = sandbox_env(Path(state))

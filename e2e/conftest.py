@@ -115,8 +115,16 @@ def service_target(sandbox: "Sandbox", name: str, namespace: str, timeout: float
         time.sleep(1.0)
 
 
+# Beside a sandbox of the default instance (`make sandbox`): own bridge, subnets and ports.
+TEST_INSTANCE = "1"
+
+
+def _state_environment(state_dir: Path) -> dict[str, str]:
+    return {**os.environ, "LLMFLEET_SANDBOX_DIR": str(state_dir), "LLMFLEET_SANDBOX_INSTANCE": TEST_INSTANCE}
+
+
 def _environment(state_dir: Path) -> dict[str, str]:
-    env = {**os.environ, "LLMFLEET_SANDBOX_DIR": str(state_dir)}
+    env = _state_environment(state_dir)
     exports = subprocess.run([*LLMFLEET, "sandbox", "env"], env=env, capture_output=True,
                              text=True, check=True).stdout
     for line in exports.splitlines():
@@ -130,7 +138,7 @@ def sandbox() -> Sandbox:
     if os.geteuid() != 0:
         pytest.skip("the sandbox needs root for per-pod network namespaces")
     state_dir = Path(tempfile.mkdtemp(prefix="llmfleet-e2e-"))
-    env = {**os.environ, "LLMFLEET_SANDBOX_DIR": str(state_dir)}
+    env = _state_environment(state_dir)
     started = subprocess.run([*LLMFLEET, "sandbox", "up"], env=env, capture_output=True, text=True,
                              timeout=1800)
     if started.returncode != 0:

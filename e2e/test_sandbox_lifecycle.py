@@ -7,10 +7,13 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
+
+from conftest import LLMFLEET
 
 pytestmark = [pytest.mark.e2e, pytest.mark.sandbox_teardown]
 
@@ -53,6 +56,43 @@ def test_second_up_says_it_is_running(sandbox):
     assert "already running" in result.stderr
 
 
+def _sandbox_cli(state_dir: Path, instance: int, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "LLMFLEET_SANDBOX_DIR": str(state_dir), "LLMFLEET_SANDBOX_INSTANCE": str(instance)}
+    return subprocess.run([*LLMFLEET, "sandbox", *args], env=env, capture_output=True, text=True, timeout=600)
+
+
+def _serves(sandbox) -> bool:
+    return "gpu-node-1" in sandbox.kubectl("get", "nodes", "-o", "name")
+
+
+def test_a_second_sandbox_of_the_same_instance_fails_and_leaves_the_first_untouched(sandbox, tmp_path):
+    instance = json.loads((sandbox.state_dir / "sandbox.json").read_text())["config"]["instance"]
+    second = _sandbox_cli(tmp_path / "second", instance, "up")
+    assert second.returncode != 0
+    assert "already in use" in second.stderr or f"belongs to the sandbox in {sandbox.state_dir}" in second.stderr, \
+        second.stderr
+    _sandbox_cli(tmp_path / "second", instance, "down", "--purge")
+    assert subprocess.run(["ip", "link", "show", f"llmf{instance}"], capture_output=True).returncode == 0
+    assert _serves(sandbox), "the first sandbox's apiserver still answers at its bridge address"
+
+
+def test_another_instance_runs_beside_and_goes_without_touching_the_first(sandbox, tmp_path):
+    state = tmp_path / "beside"
+    try:
+        started = _sandbox_cli(state, 2, "up", "--nodes", "1")
+        assert started.returncode == 0, started.stderr
+        env = {**sandbox.env, "KUBECONFIG": str(state / "admin.kubeconfig")}
+        nodes = subprocess.run(["kubectl", "get", "nodes", "-o", "name"], env=env, capture_output=True,
+                               text=True, timeout=60)
+        assert nodes.stdout.split() == ["node/cpu-node-1", "node/gpu-node-1"], nodes.stderr
+        assert "10.246.0.1" in (state / "admin.kubeconfig").read_text()
+    finally:
+        stopped = _sandbox_cli(state, 2, "down", "--purge")
+    assert stopped.returncode == 0, stopped.stderr
+    assert subprocess.run(["ip", "link", "show", "llmf2"], capture_output=True).returncode != 0
+    assert _serves(sandbox)
+
+
 def test_down_after_a_crash_leaves_no_process_and_frees_ports(sandbox):
     pids = _recorded_pids(sandbox.state_dir)
     processes = set(pids.values())
@@ -71,6 +111,8 @@ def test_down_after_a_crash_leaves_no_process_and_frees_ports(sandbox):
     for name in ("etcd_client", "etcd_peer", "controller_manager", "scheduler", "prometheus",
                  "pod_discovery"):
         assert _port_free("127.0.0.1", ports[name]), name
-    assert not list(Path("/run/netns").glob("llmf-*")) if Path("/run/netns").exists() else True
+    instance = settings["config"]["instance"]
+    assert not list(Path("/run/netns").glob(f"llmf{instance}-*")) if Path("/run/netns").exists() else True
+    assert subprocess.run(["ip", "link", "show", f"llmf{instance}"], capture_output=True).returncode != 0
     status = sandbox.llmfleet("status", check=False)
     assert status.returncode == 1

@@ -24,18 +24,21 @@ NOT_FEASIBLE_EXIT_CODE = 1
 
 
 def _sandbox_config(args):
-    from llmfleet_sandbox.config import SandboxConfig
+    from llmfleet_sandbox.config import MAX_INSTANCE, SandboxConfig, default_state_dir
     from llmfleet_sandbox.manager import configured
 
+    if not 0 <= args.instance <= MAX_INSTANCE:
+        raise BadInput(f"--instance must be within 0..{MAX_INSTANCE}, got {args.instance}")
+    state_dir = args.state_dir or default_state_dir(args.instance)
     if args.sandbox_command != "up":
-        return configured(args.state_dir)
-    defaults = SandboxConfig()
+        return configured(state_dir)
     return SandboxConfig(
-        state_dir=args.state_dir or defaults.state_dir,
+        state_dir=state_dir,
         node_count=args.nodes,
         gpus_per_node=args.gpus_per_node,
         gpu_type=args.gpu_type,
         scrape_interval_seconds=args.scrape_interval,
+        instance=args.instance,
     )
 
 
@@ -253,7 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "proxy and Prometheus. Needs root for per-pod network namespaces.")
     sandbox.add_argument("--state-dir", type=Path, default=None,
                          help="where the sandbox keeps its state (default: $LLMFLEET_SANDBOX_DIR "
-                              "or ~/.local/state/llmfleet/sandbox)")
+                              "or ~/.local/state/llmfleet/sandbox, sandbox-N for --instance N)")
+    sandbox.add_argument("--instance", type=int, metavar="N",
+                         default=int(os.environ.get("LLMFLEET_SANDBOX_INSTANCE", "0")),
+                         help="run beside other sandboxes: instance N gets bridge llmfN, pods in "
+                              "10.(244+N).0.0/16, Services in 10.(96+N).0.0/24 and every port + N*100; "
+                              "N is 0 to 9 (default $LLMFLEET_SANDBOX_INSTANCE or 0; the tests and "
+                              "benchmarks use 1)")
     sandbox_commands = sandbox.add_subparsers(dest="sandbox_command", required=True, metavar="ACTION")
     sandbox_up = sandbox_commands.add_parser("up", help="start the sandbox (idempotent)")
     sandbox_up.add_argument("--nodes", type=int, default=2, help="number of GPU nodes (default 2)")

@@ -21,7 +21,7 @@ from kubernetes import client, config as kube_config, watch
 from kubernetes.client.exceptions import ApiException
 
 from llmfleet_sandbox import gpus, network
-from llmfleet_sandbox.config import BRIDGE_GATEWAY_IP, SandboxConfig
+from llmfleet_sandbox.config import SandboxConfig
 from llmfleet_sandbox.podworker import PodWorker, rfc3339
 
 LEASE_NAMESPACE = "kube-node-lease"
@@ -45,7 +45,7 @@ class NodeAgent:
         kube_config.load_kube_config(str(config.admin_kubeconfig))
         self.core = client.CoreV1Api()
         self.coordination = client.CoordinationV1Api()
-        self.host_ip = BRIDGE_GATEWAY_IP
+        self.host_ip = config.network.gateway_ip
         self.nodes = config.node_names()
         self.lock = threading.Lock()
         self.workers: dict[str, PodWorker] = {}
@@ -89,7 +89,7 @@ class NodeAgent:
 
     def node_pod_cidr(self, node_name: str) -> ipaddress.IPv4Network:
         index = self.nodes.index(node_name) + 1
-        return ipaddress.ip_network(f"10.244.{index}.0/24")
+        return ipaddress.ip_network(self.config.network.node_pod_cidr(index))
 
     def allocate_pod_ip(self, node_name: str, uid: str) -> str:
         with self.lock:
@@ -291,7 +291,7 @@ class NodeAgent:
     # -- lifecycle ------------------------------------------------------------------------
 
     def run(self) -> None:
-        for stale in network.list_pod_namespaces():
+        for stale in network.list_pod_namespaces(self.config.network):
             network.delete_pod_namespace(stale)
         self.register_nodes()
         self.renew_leases()
@@ -313,7 +313,7 @@ class NodeAgent:
                                 report_final_status=False)
         for worker in workers:
             worker.join(timeout=15)
-        for stale in network.list_pod_namespaces():
+        for stale in network.list_pod_namespaces(self.config.network):
             network.delete_pod_namespace(stale)
 
 

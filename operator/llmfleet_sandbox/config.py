@@ -12,23 +12,56 @@ from pathlib import Path
 
 DEFAULT_GPU_TYPE = "H100-SXM-80GB"
 
-# The pod network is a host-only bridge; its gateway address is also where the
-# apiserver listens, so that pods and the host reach it at the same address.
-BRIDGE_NAME = "llmf0"
-BRIDGE_CIDR = "10.244.0.0/16"
-BRIDGE_GATEWAY_IP = "10.244.0.1"
-SERVICE_CIDR = "10.96.0.0/24"
-KUBERNETES_SERVICE_IP = "10.96.0.1"
-NETNS_PREFIX = "llmf-"
 CLUSTER_DOMAIN = "cluster.local"
+# Sandboxes side by side on one machine: instance N has its own bridge, subnets and ports.
+MAX_INSTANCE = 9
+# Between two instances' ports, so that no default port of one is another's.
+INSTANCE_PORT_STRIDE = 100
 
 
-def default_state_dir() -> Path:
+def default_state_dir(instance: int = 0) -> Path:
     explicit = os.environ.get("LLMFLEET_SANDBOX_DIR")
     if explicit:
         return Path(explicit)
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "llmfleet" / "sandbox"
+    return Path(base) / "llmfleet" / ("sandbox" if instance == 0 else f"sandbox-{instance}")
+
+
+@dataclass(frozen=True)
+class Network:
+    """One sandbox's pod network, a host-only bridge whose gateway address is also where the
+    apiserver listens (pods and the host reach it at the same address), and its Service range.
+    Instance 0 is the default; instance N uses the next /16s, so that a test sandbox runs beside
+    a demo one."""
+
+    instance: int = 0
+
+    @property
+    def bridge_name(self) -> str:
+        return f"llmf{self.instance}"
+
+    @property
+    def pod_cidr(self) -> str:
+        return f"10.{244 + self.instance}.0.0/16"
+
+    @property
+    def gateway_ip(self) -> str:
+        return f"10.{244 + self.instance}.0.1"
+
+    def node_pod_cidr(self, node_index: int) -> str:
+        return f"10.{244 + self.instance}.{node_index}.0/24"
+
+    @property
+    def service_cidr(self) -> str:
+        return f"10.{96 + self.instance}.0.0/24"
+
+    @property
+    def kubernetes_service_ip(self) -> str:
+        return f"10.{96 + self.instance}.0.1"
+
+    @property
+    def netns_prefix(self) -> str:
+        return f"llmf{self.instance}-"
 
 
 @dataclass(frozen=True)
@@ -42,6 +75,11 @@ class Ports:
     pod_discovery: int = 19091
     object_store: int = 19000
 
+    @classmethod
+    def for_instance(cls, instance: int) -> "Ports":
+        base = cls()
+        return cls(**{name: port + instance * INSTANCE_PORT_STRIDE for name, port in asdict(base).items()})
+
 
 CPU_NODE = "cpu-node-1"
 
@@ -53,10 +91,24 @@ class SandboxConfig:
     gpus_per_node: int = 8
     gpu_type: str = DEFAULT_GPU_TYPE
     scrape_interval_seconds: int = 5
-    ports: Ports = field(default_factory=Ports)
+    instance: int = 0
+    # None: the instance's ports.
+    ports: Ports | None = None
     # Prometheus listens on the host-only bridge's gateway, like the apiserver: the host
-    # and pods (the in-cluster operator) reach it at the same address.
-    prometheus_ip: str = BRIDGE_GATEWAY_IP
+    # and pods (the in-cluster operator) reach it at the same address. Empty: the gateway.
+    prometheus_ip: str = ""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.instance <= MAX_INSTANCE:
+            raise ValueError(f"instance must be within 0..{MAX_INSTANCE}, got {self.instance}")
+        if self.ports is None:
+            object.__setattr__(self, "ports", Ports.for_instance(self.instance))
+        if not self.prometheus_ip:
+            object.__setattr__(self, "prometheus_ip", self.network.gateway_ip)
+
+    @property
+    def network(self) -> Network:
+        return Network(self.instance)
 
     @property
     def pki_dir(self) -> Path:
@@ -85,7 +137,7 @@ class SandboxConfig:
 
     @property
     def apiserver_url(self) -> str:
-        return f"https://{BRIDGE_GATEWAY_IP}:{self.ports.apiserver}"
+        return f"https://{self.network.gateway_ip}:{self.ports.apiserver}"
 
     @property
     def prometheus_url(self) -> str:
@@ -94,7 +146,7 @@ class SandboxConfig:
     @property
     def object_store_url(self) -> str:
         """The S3 endpoint, on the bridge's gateway: the host and pods reach it there."""
-        return f"http://{BRIDGE_GATEWAY_IP}:{self.ports.object_store}"
+        return f"http://{self.network.gateway_ip}:{self.ports.object_store}"
 
     @property
     def object_store_credentials_file(self) -> Path:
@@ -120,4 +172,5 @@ class SandboxConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "SandboxConfig":
-        return cls(**{**data, "state_dir": Path(data["state_dir"]), "ports": Ports(**data["ports"])})
+        return cls(**{**data, "state_dir": Path(data["state_dir"]), "ports": Ports(**data["ports"])
+                      if data.get("ports") else None})

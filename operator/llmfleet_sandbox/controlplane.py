@@ -16,11 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from llmfleet_sandbox.certs import CONTROLLER_MANAGER, SCHEDULER
-from llmfleet_sandbox.config import (
-    BRIDGE_GATEWAY_IP,
-    SERVICE_CIDR,
-    SandboxConfig,
-)
+from llmfleet_sandbox.config import SandboxConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "operator" / "controlplane" / "build.sh"
@@ -92,15 +88,15 @@ def apiserver_argv(bin_dir: Path, config: SandboxConfig) -> list[str]:
         # The apiserver listens on the pod bridge's gateway: host-only, and the
         # same address for the host and for pods (the `kubernetes` Service
         # endpoint must not be a loopback address).
-        f"--bind-address={BRIDGE_GATEWAY_IP}",
-        f"--advertise-address={BRIDGE_GATEWAY_IP}",
+        f"--bind-address={config.network.gateway_ip}",
+        f"--advertise-address={config.network.gateway_ip}",
         f"--secure-port={config.ports.apiserver}",
         f"--cert-dir={pki}",
         f"--tls-cert-file={pki / 'apiserver.crt'}",
         f"--tls-private-key-file={pki / 'apiserver.key'}",
         f"--client-ca-file={pki / 'ca.crt'}",
         "--authorization-mode=RBAC",
-        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        f"--service-cluster-ip-range={config.network.service_cidr}",
         "--allow-privileged=true",
         f"--service-account-issuer={config.apiserver_url}",
         f"--service-account-key-file={pki / 'sa.pub'}",

@@ -14,9 +14,7 @@ from pathlib import Path
 
 from llmfleet_sandbox import certs, controlplane, network, objectstore, prometheus
 from llmfleet_sandbox.config import (
-    BRIDGE_GATEWAY_IP,
     CLUSTER_DOMAIN,
-    KUBERNETES_SERVICE_IP,
     SandboxConfig,
 )
 from llmfleet_sandbox.processes import ProcessTable
@@ -88,10 +86,10 @@ def up(config: SandboxConfig) -> SandboxConfig:
     bin_dir = controlplane.ensure_binaries()
     kubernetes_version = _binary_version(bin_dir)
     config.state_dir.mkdir(parents=True, exist_ok=True)
-    network.setup_host_network()
+    network.setup_host_network(config.network, str(config.state_dir))
     certs.generate_pki(
         config.pki_dir,
-        serving_ips=[BRIDGE_GATEWAY_IP, "127.0.0.1", KUBERNETES_SERVICE_IP],
+        serving_ips=[config.network.gateway_ip, "127.0.0.1", config.network.kubernetes_service_ip],
         serving_dns=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
                      f"kubernetes.default.svc.{CLUSTER_DOMAIN}"],
     )
@@ -149,8 +147,8 @@ def ports_in_use(config: SandboxConfig) -> list[str]:
     wanted = [("127.0.0.1", ports.etcd_client), ("127.0.0.1", ports.etcd_peer),
               ("127.0.0.1", ports.controller_manager), ("127.0.0.1", ports.scheduler),
               (config.prometheus_ip, ports.prometheus), ("127.0.0.1", ports.pod_discovery),
-              (BRIDGE_GATEWAY_IP, ports.object_store),
-              (BRIDGE_GATEWAY_IP, ports.apiserver)]
+              (config.network.gateway_ip, ports.object_store),
+              (config.network.gateway_ip, ports.apiserver)]
     busy = []
     for host, port in wanted:
         with socket.socket() as probe:
@@ -218,7 +216,7 @@ def stop_everything(config: SandboxConfig, quiet: bool = False) -> None:
         grace = NODE_AGENT_STOP_SECONDS if name == "node-agent" else 10
         table.stop(name, grace_seconds=grace)
     if os.geteuid() == 0:
-        network.teardown_host_network()
+        network.teardown_host_network(config.network, str(config.state_dir))
 
 
 def down(config: SandboxConfig, purge: bool) -> None:

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from llmfleet_sandbox.config import BRIDGE_GATEWAY_IP, SandboxConfig
+from llmfleet_sandbox.config import SandboxConfig
 
 REQUIREMENTS = ("moto[s3,iam]==5.2.5", "flask==3.1.3", "flask-cors==6.0.5")
 AWS_CLI = "/usr/bin/aws"  # Debian's awscli package (v2), installed by `make`
@@ -64,7 +64,7 @@ def ensure_environment() -> Path:
 
 
 def argv(config: SandboxConfig, python: Path) -> list[str]:
-    return [str(python), "-m", "moto.server", "-H", BRIDGE_GATEWAY_IP, "-p", str(config.ports.object_store)]
+    return [str(python), "-m", "moto.server", "-H", config.network.gateway_ip, "-p", str(config.ports.object_store)]
 
 
 def server_env() -> dict[str, str]:

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 from kubernetes.client.exceptions import ApiException
 
 from llmfleet_sandbox import faults, images, network, rootfs
-from llmfleet_sandbox.config import KUBERNETES_SERVICE_IP
 from llmfleet_sandbox.probes import ProbeState, new_probe, run_lifecycle_hook, run_probe
 from llmfleet_sandbox.volumes import (
     Volume,
@@ -121,7 +120,7 @@ class PodWorker(threading.Thread):
         self.pod_name = metadata["name"]
         self.node_name = pod["spec"]["nodeName"]
         self.pod_root = agent.config.pods_dir / f"{self.namespace}_{self.pod_name}_{self.uid[:8]}"
-        self.netns = network.pod_namespace_name(self.uid)
+        self.netns = network.pod_namespace_name(self.agent.config.network, self.uid)
         self.pod_ip: str | None = None
         self.gpu_indices: list[int] = []
         self.start_time = time.time()
@@ -178,7 +177,7 @@ class PodWorker(threading.Thread):
         self.pod_root.mkdir(parents=True, exist_ok=True)
         for directory in ("logs", "run", "rootfs"):
             (self.pod_root / directory).mkdir(exist_ok=True)
-        network.create_pod_namespace(self.netns, self.pod_ip)
+        network.create_pod_namespace(self.agent.config.network, self.netns, self.pod_ip)
         self._report()
 
     def _gpu_request(self) -> int:
@@ -291,7 +290,7 @@ class PodWorker(threading.Thread):
             "PATH": image.search_path,
             "HOME": "/root",
             "HOSTNAME": self.pod_name,
-            "KUBERNETES_SERVICE_HOST": KUBERNETES_SERVICE_IP,
+            "KUBERNETES_SERVICE_HOST": self.agent.config.network.kubernetes_service_ip,
             "KUBERNETES_SERVICE_PORT": "443",
         }
         if self.gpu_indices:

@@ -75,3 +75,21 @@ def test_pid_records_do_not_match_a_reused_pid(tmp_path):
     table.stop("sleeper", grace_seconds=5)
     assert not record.alive()
     assert table.recorded() == []
+
+
+def test_each_instance_has_its_own_addresses_and_ports(tmp_path):
+    import pytest
+
+    from llmfleet_sandbox.config import SandboxConfig
+
+    default, beside = SandboxConfig(state_dir=tmp_path / "a"), SandboxConfig(state_dir=tmp_path / "b", instance=1)
+    assert (default.network.bridge_name, default.apiserver_url, default.prometheus_url) == (
+        "llmf0", "https://10.244.0.1:16443", "http://10.244.0.1:19090")
+    assert (beside.network.bridge_name, beside.apiserver_url, beside.prometheus_url) == (
+        "llmf1", "https://10.245.0.1:16543", "http://10.245.0.1:19190")
+    assert (beside.network.service_cidr, beside.network.node_pod_cidr(2)) == ("10.97.0.0/24", "10.245.2.0/24")
+    # No port of one instance is a port of another, and the settings file keeps the instance.
+    assert not set(vars(default.ports).values()) & set(vars(beside.ports).values())
+    assert SandboxConfig.from_dict(beside.to_dict()) == beside
+    with pytest.raises(ValueError, match="instance must be within 0..9"):
+        SandboxConfig(instance=10)
