@@ -100,7 +100,9 @@ def service_target(sandbox: "Sandbox", name: str, namespace: str, timeout: float
     come first; the service proxy learns their endpoints a moment later, as kube-proxy does."""
     from llmfleet.loadgen.transport import TargetUnavailable, check_endpoints
 
-    cluster_ip = sandbox.kubectl_json("get", "service", name, "-n", namespace)["spec"]["clusterIP"]
+    from llmfleet.render.identity import service_name
+
+    cluster_ip = sandbox.kubectl_json("get", "service", service_name(name), "-n", namespace)["spec"]["clusterIP"]
     target = f"{cluster_ip}:8001"
 
     deadline = time.monotonic() + timeout

@@ -15,11 +15,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from conftest import service_target, wait_for
+from llmfleet.render.identity import kubectl_kinds
 from operator_fixtures import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
 NAMESPACE = "serving"
-CHILD_KINDS = "configmaps,jobs.batch,deployments.apps,services,poddisruptionbudgets.policy"
+CHILD_KINDS = kubectl_kinds()
 
 
 def llm_deployment(name: str, tpot_p99_ms: int) -> dict:
@@ -171,16 +172,38 @@ def test_a_settled_deployment_is_neither_listed_nor_rewritten_on_timer_ticks(san
     assert _audited(sandbox, since, "patch", "llmdeployments", "status") == [], operator.log_tail()
 
 
-def test_operator_restart_creates_no_duplicates(sandbox, operator):
+def test_operator_restart_creates_no_duplicates_and_restores_what_went_while_it_was_down(sandbox, operator):
     before = sorted((c["kind"], c["metadata"]["name"], c["metadata"]["uid"]) for c in _children(sandbox, "chat"))
+    service = next(c for c in _children(sandbox, "chat") if c["kind"] == "Service")
     operator.stop(signal.SIGKILL)
+    sandbox.kubectl("delete", "service", service["metadata"]["name"], "-n", NAMESPACE)
     operator.start()
-    # Several reconcile passes (resume, then timer ticks) must change nothing.
-    generation = _get(sandbox, "chat")["metadata"]["generation"]
-    wait_for(lambda: _get(sandbox, "chat")["status"]["observedGeneration"] == generation, 30, "resume")
-    time.sleep(12)
+    restored = wait_for(lambda: next((c for c in _children(sandbox, "chat") if c["kind"] == "Service"), None),
+                        60, f"the deleted Service back\n{operator.log_tail()}")
+    assert restored["metadata"]["uid"] != service["metadata"]["uid"]
+    time.sleep(12)  # more passes (timer ticks) must change nothing else
     after = sorted((c["kind"], c["metadata"]["name"], c["metadata"]["uid"]) for c in _children(sandbox, "chat"))
-    assert after == before
+    assert after == sorted([entry for entry in before if entry[0] != "Service"]
+                           + [("Service", restored["metadata"]["name"], restored["metadata"]["uid"])])
+
+
+def test_a_200_character_name_is_served(sandbox, operator):
+    """Valid for a custom resource, too long for a label value or a Service: children get cut
+    names with a digest, and selection goes through the same identity labels."""
+    name = ("a-very-long-deployment-name-" * 8)[:199] + "x"
+    sandbox.apply([llm_deployment(name, tpot_p99_ms=40)], namespace=NAMESPACE)
+    ready = wait_for(lambda: (_condition(_get(sandbox, name), "Ready") or {}).get("status") == "True"
+                     and _get(sandbox, name), 180, f"Ready=True\n{operator.log_tail()}")
+    assert ready["status"]["readyReplicas"] == 1
+    owner = ready["metadata"]["uid"]
+    children = [c for c in sandbox.kubectl_json("get", CHILD_KINDS, "-n", NAMESPACE)["items"]
+                if [ref["uid"] for ref in c["metadata"].get("ownerReferences") or []] == [owner]]
+    assert sorted(c["kind"] for c in children) == ["ConfigMap", "Deployment", "Job", "PodDisruptionBudget",
+                                                    "Service"]
+    assert all(len(c["metadata"]["name"]) <= 63 for c in children)
+    tokens = _stream_tokens(service_target(sandbox, name, NAMESPACE), "a long name", max_tokens=4)
+    assert len(tokens) == 4
+    sandbox.kubectl("delete", "llmdeployment", name, "-n", NAMESPACE)
 
 
 def test_infeasible_spec_reports_and_creates_nothing_while_others_serve(sandbox, operator):

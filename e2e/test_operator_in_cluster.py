@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from conftest import service_target, wait_for
+from llmfleet.render.identity import kubectl_kinds
 from llmfleet_sandbox.manager import configured, operator_chart_values
 from operator_fixtures import IN_CLUSTER_NAMESPACE, REPO_ROOT, small_batch_70b
 
@@ -21,7 +22,7 @@ RELEASE = "llmfleet-ic"
 RELEASE_NAMESPACE = "llmfleet-system-ic"
 WATCHED_NAMESPACE = IN_CLUSTER_NAMESPACE
 NAME = "small"
-CHILD_KINDS = "configmaps,jobs.batch,deployments.apps,services,poddisruptionbudgets.policy"
+CHILD_KINDS = kubectl_kinds()
 OPERATOR_SELECTOR = f"app.kubernetes.io/instance={RELEASE}"
 # 6 requests/s is about twice what one replica of small_batch_70b serves within its SLO.
 LOAD_SECONDS = 120

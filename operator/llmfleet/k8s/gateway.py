@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-from dataclasses import dataclass
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -19,29 +18,6 @@ EVENT_SOURCE = "llmfleet-operator"
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class ChildKind:
-    api_version: str
-    kind: str
-    plural: str
-
-    @property
-    def group(self) -> str:
-        return self.api_version.rpartition("/")[0]
-
-    @property
-    def version(self) -> str:
-        return self.api_version.rpartition("/")[2]
-
-
-# Every kind the renderer may create: the operator watches (indexes) and prunes exactly these.
-CHILD_KINDS = (
-    ChildKind("v1", "ConfigMap", "configmaps"),
-    ChildKind("batch/v1", "Job", "jobs"),
-    ChildKind("apps/v1", "Deployment", "deployments"),
-    ChildKind("v1", "Service", "services"),
-    ChildKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
-)
 
 
 def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:

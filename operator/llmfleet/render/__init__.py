@@ -19,6 +19,7 @@ from llmfleet.render.identity import (
     fit_name,
     metadata,
     require_feasible,
+    service_name,
     revision_hash,
     revision_labels,
     selector_labels,
@@ -73,7 +74,7 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
     server = serving.serving_deployment(
         deployment, plan, child(serving_deployment_name(name, revision), serving.COMPONENT),
         config_map_name, volume_items(files), serving_replicas, settings, release)
-    service = serving.service(metadata(deployment, fit_name(name), deployment_labels(name, SERVICE_COMPONENT)),
+    service = serving.service(metadata(deployment, service_name(name), deployment_labels(name, SERVICE_COMPONENT)),
                               selector_labels(name))
     budget = serving.pod_disruption_budget(child(fit_name(name, revision), serving.COMPONENT))
     return [config_map, job, server, service, budget]

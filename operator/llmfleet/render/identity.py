@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from llmfleet.api import API_VERSION, KIND, LLMDeployment, LLMDeploymentSpec
@@ -24,6 +25,36 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 DEPLOYMENT_LABEL = "llmfleet.io/deployment"
 REVISION_LABEL = "llmfleet.io/revision"
 PROJECT = "llmfleet"
+
+
+@dataclass(frozen=True)
+class ChildKind:
+    api_version: str
+    kind: str
+    plural: str
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+
+# Every kind render may create: the operator watches (indexes) and prunes exactly these.
+CHILD_KINDS = (
+    ChildKind("v1", "ConfigMap", "configmaps"),
+    ChildKind("batch/v1", "Job", "jobs"),
+    ChildKind("apps/v1", "Deployment", "deployments"),
+    ChildKind("v1", "Service", "services"),
+    ChildKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+)
+
+
+def kubectl_kinds() -> str:
+    """CHILD_KINDS as `kubectl get` takes them (plural.group)."""
+    return ",".join(f"{kind.plural}.{kind.group}" if kind.group else kind.plural for kind in CHILD_KINDS)
 
 
 def _digest(value: Any) -> str:
@@ -50,6 +81,11 @@ def deployment_identity(deployment: LLMDeployment) -> tuple[str, str, str]:
         raise RenderError(f"LLMDeployment metadata lacks {', '.join(missing)}; render needs "
                           "the stored object (name, namespace and uid)")
     return metadata["name"], metadata["namespace"], metadata["uid"]
+
+
+def service_name(name: str) -> str:
+    """The Service every revision of the LLMDeployment `name` serves behind."""
+    return fit_name(name)
 
 
 def selector_labels(name: str) -> dict[str, str]:
