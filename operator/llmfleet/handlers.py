@@ -66,6 +66,10 @@ def _children(uid: str, indexes: dict) -> list[dict]:
 
 
 def _run(body, memo, indexes: dict) -> None:
+    if body["metadata"].get("deletionTimestamp"):
+        # Going: the garbage collector removes the children. Applying them again would fail in
+        # a terminating namespace and keep the timer (and so Kopf's finalizer) busy with retries.
+        return
     uid = body["metadata"]["uid"]
     with _object_locks[uid]:
         reconcile(dict(body), memo.gateway, memo.operator_settings, utc_now(), memo.metrics,
