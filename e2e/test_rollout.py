@@ -143,15 +143,29 @@ def test_an_aborted_canary_goes_to_zero_and_stable_pods_serve_on_untouched(sandb
     assert "RolledBack" in shown.stdout and canary in shown.stdout
 
 
+def _revision_of(body: dict) -> str:
+    """The revision the operator makes of `body`: the same plan and hash, computed here."""
+    from llmfleet.api import LLMDeployment
+    from llmfleet.planner import plan
+    from llmfleet.planner.spec_adapter import plan_request_from_spec
+    from llmfleet.render import revision_hash
+
+    spec = LLMDeployment.from_manifest(body).spec
+    return revision_hash(spec, plan(plan_request_from_spec(spec)))
+
+
 def _fault_the_new_revision(sandbox, name: str, stable: str, *flags: str) -> str:
-    """Change the engine revision and inject a fault into the new one before its pods start
-    (its build takes longer than this)."""
-    _new_engine_revision(sandbox, name)
-    canary = wait_for(lambda: (_status(sandbox, name).get("currentRevision") or stable) != stable
-                      and _status(sandbox, name)["currentRevision"], 30, "the new revision")
+    """Inject a fault into the revision that engine revision v2 makes, then change to it: its
+    pods start with the fault, however fast its prepare Job is."""
+    body = sandbox.kubectl_json("get", "llmdeployment", name, "-n", NAMESPACE)
+    body["spec"]["engine"]["revision"] = "v2"
+    canary = _revision_of(body)
+    assert canary != stable
     fault = subprocess.run([*LLMFLEET, "sandbox", "fault", "--namespace", NAMESPACE, "--revision", canary, *flags],
                            env=sandbox.env, capture_output=True, text=True, timeout=60)
     assert fault.returncode == 0, fault.stderr
+    _new_engine_revision(sandbox, name)
+    wait_for(lambda: _status(sandbox, name).get("currentRevision") == canary, 30, f"revision {canary}")
     return canary
 
 
