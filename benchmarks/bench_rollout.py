@@ -9,7 +9,7 @@
 Everything at the API's defaults except the steps themselves (gates: 10 % p99 TTFT regression,
 1 % errors, 20 requests, analysis interval 30 s unless the step says otherwise).
 Starts its own sandbox and operator. Prints markdown, writes docs/benchmarks/rollout.md.
-Needs root and no other sandbox running. Run: sudo .venv/bin/python benchmarks/bench_rollout.py
+Needs root; runs beside a default sandbox (instance 1). Run: sudo .venv/bin/python benchmarks/bench_rollout.py
 (about 35 minutes)
 """
 
@@ -89,6 +89,12 @@ def served_by_revision(env, name: str, revision: str) -> float:
     return float(result[0]["value"][1]) if result else 0.0
 
 
+def revision_of(env, body: dict) -> str:
+    """The revision the operator makes of `body`, as `llmfleet plan` names it."""
+    planned = run([sys.executable, "-m", "llmfleet", "plan", "-f", "-", "-o", "json"], env, input=json.dumps(body))
+    return json.loads(planned.stdout)["revision"]
+
+
 def change_under_load(env, name: str, target: str, until, output: Path, fault: bool, load_s: int) -> dict:
     """Start a `load_s` long load, change spec.engine.revision, optionally slow the new revision
     down, and sample the status every second until `until(status)`; then let the load finish."""
@@ -98,17 +104,15 @@ def change_under_load(env, name: str, target: str, until, output: Path, fault: b
                             stderr=subprocess.PIPE, text=True)
     time.sleep(20)  # steady state first
     stable = status(env, name)["currentRevision"]
+    body = json.loads(run(["kubectl", "get", "llmdeployment", name, "-n", NAMESPACE, "-o", "json"], env).stdout)
+    body["spec"]["engine"]["revision"] = "v2"
+    canary = revision_of(env, body)
+    if fault:  # before the change, so that the canary's first pod already has it
+        run([sys.executable, "-m", "llmfleet", "sandbox", "fault", "--namespace", NAMESPACE,
+             "--revision", canary, "--slowdown", str(SLOWDOWN)], env)
     run(["kubectl", "patch", "llmdeployment", name, "-n", NAMESPACE, "--type=merge",
          "-p", '{"spec": {"engine": {"revision": "v2"}}}'], env)
     changed = time.monotonic()
-    canary = None
-    while canary is None:
-        current = status(env, name).get("currentRevision")
-        canary = current if current and current != stable else None
-        time.sleep(0.2)
-    if fault:
-        run([sys.executable, "-m", "llmfleet", "sandbox", "fault", "--namespace", NAMESPACE,
-             "--revision", canary, "--slowdown", str(SLOWDOWN)], env)
     first_ready = finished = None
     deadline = changed + load_s
     while time.monotonic() < deadline:

@@ -143,15 +143,12 @@ def test_an_aborted_canary_goes_to_zero_and_stable_pods_serve_on_untouched(sandb
     assert "RolledBack" in shown.stdout and canary in shown.stdout
 
 
-def _revision_of(body: dict) -> str:
-    """The revision the operator makes of `body`: the same plan and hash, computed here."""
-    from llmfleet.api import LLMDeployment
-    from llmfleet.planner import plan
-    from llmfleet.planner.spec_adapter import plan_request_from_spec
-    from llmfleet.render import revision_hash
-
-    spec = LLMDeployment.from_manifest(body).spec
-    return revision_hash(spec, plan(plan_request_from_spec(spec)))
+def _revision_of(sandbox, body: dict) -> str:
+    """The revision the operator makes of `body`, as `llmfleet plan` names it."""
+    planned = subprocess.run([*LLMFLEET, "plan", "-f", "-", "-o", "json"], input=json.dumps(body), env=sandbox.env,
+                             capture_output=True, text=True, timeout=60)
+    assert planned.returncode == 0, planned.stderr
+    return json.loads(planned.stdout)["revision"]
 
 
 def _fault_the_new_revision(sandbox, name: str, stable: str, *flags: str) -> str:
@@ -159,7 +156,7 @@ def _fault_the_new_revision(sandbox, name: str, stable: str, *flags: str) -> str
     pods start with the fault, however fast its prepare Job is."""
     body = sandbox.kubectl_json("get", "llmdeployment", name, "-n", NAMESPACE)
     body["spec"]["engine"]["revision"] = "v2"
-    canary = _revision_of(body)
+    canary = _revision_of(sandbox, body)
     assert canary != stable
     fault = subprocess.run([*LLMFLEET, "sandbox", "fault", "--namespace", NAMESPACE, "--revision", canary, *flags],
                            env=sandbox.env, capture_output=True, text=True, timeout=60)

@@ -154,6 +154,7 @@ def _run_plan(args) -> int:
     from llmfleet.api import InvalidSpecError
     from llmfleet.planner import format_plan_table, plan
     from llmfleet.planner.spec_adapter import plan_request_from_spec
+    from llmfleet.render import revision_hash
 
     spec = _deployment_spec(_read_yaml_mapping(args.file), args.file)
     try:
@@ -161,10 +162,15 @@ def _run_plan(args) -> int:
     except InvalidSpecError as error:  # admission accepts it, but it leaves nothing to plan with
         raise _invalid_manifest(args.file, error) from None
     result = plan(request)
+    # The revision the operator makes of this spec and plan (status.currentRevision, the pods'
+    # llmfleet.io/revision label), e.g. for `llmfleet sandbox fault --revision`.
+    revision = revision_hash(spec, result) if result.feasible else None
     if args.output == "json":
-        _print_json(result.to_json_dict())
+        _print_json({**result.to_json_dict(), "revision": revision})
     else:
         print(format_plan_table(result))
+        if revision:
+            print(f"\nrevision: {revision}")
     if result.feasible:
         return 0
     print("llmfleet plan: no configuration meets the spec; the rationale above gives the reason and "
@@ -303,7 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
         "plan", help="choose GPU type, TP, quantisation and replicas for an LLMDeployment",
         description="Plan an LLMDeployment manifest exactly as the operator would: the configuration "
                     "with the fewest GPUs meeting p99 TTFT and TPOT at the peak workload, its predicted "
-                    "performance per replica, the rationale and the rejected alternatives. Exit 0 with a "
+                    "performance per replica, the rationale, the rejected alternatives and the revision "
+                    "the operator would name it (status.currentRevision). Exit 0 with a "
                     "plan, 1 when nothing meets the spec (the closest option is shown), 2 when the "
                     "manifest is invalid (each problem names its field).")
     plan.add_argument("-f", "--file", required=True, metavar="FILE",

@@ -16,7 +16,7 @@ INVALID_EXAMPLES = sorted((REPO_ROOT / "examples" / "invalid").glob("*.yaml"))
 CONSOLE_SCRIPT = Path(sys.executable).parent / "llmfleet"
 
 PLAN_KEYS = {"feasible", "gpuType", "tensorParallelSize", "pipelineParallelSize", "quantization", "kvCacheDtype",
-             "replicas", "gpusTotal", "predicted", "rationale", "rejected"}
+             "replicas", "gpusTotal", "predicted", "rationale", "rejected", "revision"}
 PREDICTED_KEYS = {"ttftP99Ms", "tpotP99Ms", "kvBytesPerToken", "kvCapacityTokens", "maxConcurrentRequests",
                   "maxThroughputTokensPerSec"}
 ESTIMATE_KEYS = {"kvBytesPerToken", "kvCapacityTokens", "maxConcurrentRequests", "maxThroughputTokensPerSec",
@@ -264,3 +264,20 @@ def test_help_describes_both_commands(capsys):
         main(["--help"])
     out = capsys.readouterr().out
     assert exited.value.code == 0 and "plan" in out and "estimate" in out
+
+
+def test_plan_names_the_revision_the_operator_makes(capsys, tmp_path):
+    from datetime import datetime, timezone
+
+    from llmfleet.reconcile import OperatorSettings, decide
+
+    code, out, _ = run(capsys, "plan", "-f", str(EXAMPLE), "-o", "json")
+    assert code == 0
+    manifest = yaml.safe_load(EXAMPLE.read_text())
+    manifest["metadata"].update(namespace="default", uid="uid-1", generation=1)
+    outcome = decide(manifest, [], OperatorSettings(), datetime(2026, 12, 3, tzinfo=timezone.utc))
+    assert json.loads(out)["revision"] == outcome.status["currentRevision"]
+    manifest["spec"]["engine"] = {**manifest["spec"].get("engine", {}), "revision": "v2"}
+    (tmp_path / "v2.yaml").write_text(yaml.safe_dump(manifest))
+    code, other, _ = run(capsys, "plan", "-f", str(tmp_path / "v2.yaml"), "-o", "json")
+    assert json.loads(other)["revision"] != json.loads(out)["revision"]
