@@ -1,6 +1,9 @@
 """The generated CRD: no drift, structural schema, CEL rules (evaluated by a real CEL engine)."""
 
 import copy
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,8 +58,13 @@ def test_check_mode_fails_on_a_changed_file_and_passes_once_regenerated(tmp_path
     assert "python -m llmfleet.api.crdgen" in captured.err
 
 
-def test_generation_is_deterministic():
-    assert crdgen.generated_files() == crdgen.generated_files()
+def test_generation_is_deterministic_across_processes():
+    """Different hash seeds (set and dict orders) give the same files."""
+    code = ("import hashlib; from llmfleet.api import crdgen; "
+            "print(sorted((str(p), hashlib.sha256(t.encode()).hexdigest()) for p, t in crdgen.generated_files().items()))")
+    outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    assert len(outputs) == 1 and "llmdeployments" in next(iter(outputs))
 
 
 # --- shape --------------------------------------------------------------------------------
