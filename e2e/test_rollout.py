@@ -308,3 +308,30 @@ def test_prometheus_down_mid_analysis_holds_the_canary_until_it_returns(sandbox,
         stdout, stderr = load.communicate(timeout=300)
     assert "RolledBack" not in phases, phases
     assert load.returncode == 0, stderr + stdout
+
+
+def test_an_http_route_splits_by_the_canarys_share_and_the_apiserver_accepts_it(sandbox):
+    """Gateway API routing: the real upstream CRDs (installed by the sandbox) validate the
+    HTTPRoute; its backends are the revisions' own Services."""
+    body = manifest("routed", "v1", [{"setWeight": 50}, {"pause": {"durationSeconds": 0}}])
+    body["spec"]["routing"] = {"httpRoute": {"parentRefs": [{"name": "inference", "sectionName": "http"}]}}
+    sandbox.apply([body], namespace=NAMESPACE)
+    stable = wait_until_ready(sandbox, "routed", NAMESPACE)["status"]["currentRevision"]
+
+    def backends() -> dict[str, int]:
+        route = sandbox.kubectl_json("get", "httproute", "routed", "-n", NAMESPACE)
+        return {ref["name"]: ref["weight"] for ref in route["spec"]["rules"][0]["backendRefs"]}
+
+    wait_for(lambda: backends() == {f"routed-{stable}": 100}, 30, "all weight on stable")
+    _new_engine_revision(sandbox, "routed")
+    _watch_phases(sandbox, "routed", "Paused", 240)
+    canary = _status(sandbox, "routed")["currentRevision"]
+    assert backends() == {f"routed-{stable}": 50, f"routed-{canary}": 50}
+    for revision in (stable, canary):
+        service = sandbox.kubectl_json("get", "service", f"routed-{revision}", "-n", NAMESPACE)
+        assert service["spec"]["selector"]["llmfleet.io/revision"] == revision
+    aborted = subprocess.run([*LLMFLEET, "rollout", "abort", "routed", "-n", NAMESPACE], env=sandbox.env,
+                             capture_output=True, text=True, timeout=60)
+    assert aborted.returncode == 0, aborted.stderr
+    _watch_phases(sandbox, "routed", "RolledBack", 60)
+    wait_for(lambda: backends() == {f"routed-{stable}": 100, f"routed-{canary}": 0}, 30, "weight back on stable")

@@ -399,6 +399,16 @@ def _canary(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, revision: str, bu
     return CanaryStep(decision.state, decision.split, events)
 
 
+def _route_weights(ctx: Context, revision: str, canary: CanaryStep) -> dict[str, int]:
+    """The HTTPRoute's weight per revision: a running canary's share of the replicas beside
+    stable; otherwise all on the serving revision (stable until a new one has replaced it)."""
+    state = canary.state
+    if canary.split is not None and state is not None and state.phase != CanaryPhase.PROMOTED:
+        weight = canary.split.weight_percent
+        return {state.stable_revision: 100 - weight, state.canary_revision: weight}
+    return {ctx.stored.stable_revision or revision: 100} if canary.split is None else {revision: 100}
+
+
 # --- conditions -----------------------------------------------------------------------------------
 
 def _scaling_up(ctx: Context, rollout: Rollout, scaling: Scaling) -> bool:
@@ -580,7 +590,8 @@ def decide(body: dict, children, settings: OperatorSettings, now: datetime,
     serving_replicas = (canary.split.canary_replicas if canary.split is not None
                         else scaling.desired_replicas if build.finished else 0)
     try:
-        manifests = render(deployment, plan, revision, settings.render, serving_replicas=serving_replicas)
+        manifests = render(deployment, plan, revision, settings.render, serving_replicas=serving_replicas,
+                           route_weights=_route_weights(ctx, revision, canary))
     except RenderError as error:
         return decide_invalid(ctx, Reason.RENDER_FAILED, str(error), choice.status)
     rollout = _roll_out(ctx, revision, build, scaling.desired_replicas, manifests, canary)

@@ -20,7 +20,16 @@ from llmfleet_sandbox.config import SandboxConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "operator" / "controlplane" / "build.sh"
+GATEWAY_CRDS_SCRIPT = REPO_ROOT / "operator" / "controlplane" / "gateway-crds.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+
+
+def ensure_gateway_crds() -> Path:
+    """The upstream Gateway API and InferencePool CRD files (fetched once into the cache)."""
+    result = subprocess.run([str(GATEWAY_CRDS_SCRIPT)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{GATEWAY_CRDS_SCRIPT.name} failed: {result.stderr.strip()[-2000:]}")
+    return Path(result.stdout.strip())
 
 
 def ensure_binaries() -> Path:

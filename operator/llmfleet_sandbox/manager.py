@@ -134,6 +134,10 @@ def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
         table.start("object-store", objectstore.argv(config, objectstore.ensure_environment()),
                     env=objectstore.server_env())
     _wait_for_nodes(config, bin_dir, timeout_seconds=60)
+    if "kube-apiserver" in wanted:
+        progress("installing the Gateway API and InferencePool CRDs")
+        _run([str(bin_dir / "kubectl"), "--kubeconfig", str(config.admin_kubeconfig), "apply", "--server-side",
+              "-f", str(controlplane.ensure_gateway_crds())], "the Gateway API CRDs were refused")
     provisioner.wait_for_storage_class(
         [str(bin_dir / "kubectl"), "--kubeconfig", str(config.admin_kubeconfig)], timeout_seconds=30)
     controlplane.wait_for_http_ok(f"{config.prometheus_url}/-/ready", 60, "prometheus")

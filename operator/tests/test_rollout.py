@@ -486,3 +486,41 @@ def test_the_reconcile_pass_looks_at_the_pods_only_when_the_canary_is_overdue():
                      not_ready_reason="pod x is Pending: Unschedulable: no GPUs")
     assert outcome.status["canary"]["phase"] == "RolledBack"
     assert "Unschedulable: no GPUs" in outcome.status["canary"]["message"]
+
+
+# --- Gateway API routing ------------------------------------------------------------------------
+
+def routed(revision: str, generation: int, status: dict | None = None) -> dict:
+    body = manifest(revision, generation, status)
+    body["spec"]["routing"] = {"httpRoute": {"parentRefs": [{"name": "inference", "namespace": "gateways",
+                                                             "sectionName": "http"}]}}
+    return body
+
+
+def route_backends(outcome) -> dict[str, int]:
+    route = kind(outcome, "HTTPRoute")
+    return {ref["name"]: ref["weight"] for ref in route["spec"]["rules"][0]["backendRefs"]}
+
+
+def test_the_http_route_sends_all_to_stable_then_the_canarys_share_then_all_to_the_promoted_revision():
+    stable, warming, children = canary_started(routed)
+    revision_a, revision_b = stable.status["stableRevision"], warming.status["currentRevision"]
+    assert route_backends(stable) == {f"chat-{revision_a}": 100}
+    route = kind(stable, "HTTPRoute")
+    assert route["spec"]["parentRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                                            "name": "inference", "namespace": "gateways", "sectionName": "http"}]
+    assert route["metadata"]["name"] == "chat" and route["spec"]["rules"][0]["backendRefs"][0]["port"] == 8000
+    backend = next(m for m in stable.apply if m["kind"] == "Service" and m["metadata"]["name"] == f"chat-{revision_a}")
+    assert backend["spec"]["selector"] == {"llmfleet.io/deployment": "chat", "llmfleet.io/revision": revision_a}
+    # Warming at setWeight 50: two canary replicas beside two stable ones.
+    assert route_backends(warming) == {f"chat-{revision_a}": 50, f"chat-{revision_b}": 50}
+    body = routed("v2", 2, warming.status)
+    body["metadata"]["annotations"] = {"llmfleet.io/rollout-command": "promote/1"}
+    promoted = decide(body, children, SETTINGS, NOW + timedelta(seconds=10))
+    assert promoted.status["canary"]["phase"] == "Promoted"
+    assert route_backends(promoted) == {f"chat-{revision_b}": 100}
+
+
+def test_without_routing_there_is_no_http_route():
+    stable, _, _ = canary_started()
+    assert not [m for m in stable.apply if m["kind"] == "HTTPRoute"]

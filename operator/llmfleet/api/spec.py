@@ -684,6 +684,43 @@ class RolloutSpec(ApiModel):
     )
 
 
+class GatewayParentReference(ApiModel):
+    """A Gateway (or a listener of one) the route attaches to, as Gateway API's parentRefs."""
+
+    name: str = Field(max_length=253, pattern=DNS_SUBDOMAIN_PATTERN, description="Name of the Gateway.")
+    namespace: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="Namespace of the Gateway; omit for the LLMDeployment's namespace.",
+    )
+    section_name: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="The Gateway listener to attach to; omit for all that allow the route.",
+    )
+
+
+class HttpRouteSpec(ApiModel):
+    """Traffic through a Gateway API HTTPRoute: one backend Service per revision, weighted."""
+
+    parent_refs: list[GatewayParentReference] = Field(
+        min_length=1, max_length=32, description="The Gateways the HTTPRoute attaches to."
+    )
+
+
+class RoutingSpec(ApiModel):
+    """How requests reach the revisions besides the deployment's Service."""
+
+    http_route: HttpRouteSpec | None = Field(
+        default=None,
+        description="Render an HTTPRoute (gateway.networking.k8s.io/v1) whose weighted backends are "
+        "per-revision Services: all weight on the serving revision, split by the canary's share "
+        "during a canary rollout. Needs the Gateway API CRDs in the cluster.",
+    )
+
+
 class LLMDeploymentSpec(ApiModel):
     """Desired state of an LLMDeployment."""
 
@@ -702,6 +739,9 @@ class LLMDeploymentSpec(ApiModel):
     )
     rollout: RolloutSpec | None = Field(
         default=None, description="Canary rollout of new revisions; omit to replace directly."
+    )
+    routing: RoutingSpec | None = Field(
+        default=None, description="Gateway API routing; omit to serve through the Service alone."
     )
 
     cel_rules = (

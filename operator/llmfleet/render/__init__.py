@@ -6,23 +6,25 @@ list of plain dicts, in a fixed order. docs/render.md describes what is rendered
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from llmfleet.api import LLMDeployment, Runtime
 from llmfleet.catalog.release_record import release_for
 from llmfleet.planner.types import Plan
-from llmfleet.render import engine_build, layout, llmapi, serving
+from llmfleet.render import engine_build, layout, llmapi, routing, serving
 from llmfleet.render.identity import (
+    REVISION_LABEL,
     deployment_identity,
     deployment_labels,
     engine_cache_key,
     fit_name,
     metadata,
     require_feasible,
-    service_name,
     revision_hash,
     revision_labels,
     selector_labels,
+    service_name,
 )
 from llmfleet.render.model_repo import config_map_key, model_repository_files, volume_items
 from llmfleet.render.settings import RenderError, RenderSettings
@@ -40,12 +42,18 @@ def serving_deployment_name(name: str, revision: str) -> str:
     return fit_name(name, revision)
 
 
-def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: RenderSettings, *,
-           serving_replicas: int) -> list[dict[str, Any]]:
-    """The LLMDeployment's children for one revision, in apply order: model repository
-    ConfigMap, engine build Job, serving Deployment, Service, PodDisruptionBudget.
+def revision_service_name(name: str, revision: str) -> str:
+    return fit_name(name, revision)
 
-    `serving_replicas` is the reconciler's decision (0 until the build Job has succeeded).
+
+def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: RenderSettings, *,
+           serving_replicas: int, route_weights: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
+    """The LLMDeployment's children for one revision, in apply order: model repository
+    ConfigMap, engine build Job, serving Deployment, Service, PodDisruptionBudget; with
+    spec.routing.httpRoute also the revision's own Service and the HTTPRoute.
+
+    `serving_replicas` is the reconciler's decision (0 until the build Job has succeeded);
+    `route_weights` the HTTPRoute's weight per revision (default: all on `revision`).
     """
     require_feasible(plan)
     if serving_replicas < 0:
@@ -77,7 +85,17 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
     service = serving.service(metadata(deployment, service_name(name), deployment_labels(name, SERVICE_COMPONENT)),
                               selector_labels(name))
     budget = serving.pod_disruption_budget(child(fit_name(name, revision), serving.COMPONENT))
-    return [config_map, job, server, service, budget]
+    children = [config_map, job, server, service, budget]
+    if spec.routing is not None and spec.routing.http_route is not None:
+        weights = route_weights if route_weights is not None else {revision: 100}
+        children.append(routing.revision_service(
+            child(revision_service_name(name, revision), routing.REVISION_SERVICE_COMPONENT),
+            {**selector_labels(name), REVISION_LABEL: revision}))
+        children.append(routing.http_route(
+            metadata(deployment, service_name(name), deployment_labels(name, routing.ROUTE_COMPONENT)),
+            spec.routing.http_route,
+            {revision_service_name(name, routed): weight for routed, weight in weights.items()}))
+    return children
 
 
 __all__ = [

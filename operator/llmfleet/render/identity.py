@@ -49,6 +49,8 @@ CHILD_KINDS = (
     ChildKind("apps/v1", "Deployment", "deployments"),
     ChildKind("v1", "Service", "services"),
     ChildKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+    # Only with spec.routing.httpRoute, in clusters with the Gateway API CRDs.
+    ChildKind("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes"),
 )
 
 
