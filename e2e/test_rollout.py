@@ -228,7 +228,9 @@ def test_canary_pods_that_cannot_be_scheduled_are_rolled_back_with_the_scheduler
     assert "Warming" in phases and "Progressing" not in phases, phases
     status = _status(sandbox, "pending")
     assert "canaryReadyDeadlineSeconds" in status["canary"]["message"]
-    assert "Unschedulable" in status["canary"]["message"] and "0/" in status["canary"]["message"], status["canary"]
+    pods = [(p["metadata"]["name"], p["status"]) for p in _serving(sandbox, "pending", "pods")]
+    assert "Unschedulable" in status["canary"]["message"] and "0/" in status["canary"]["message"], (status["canary"],
+                                                                                                   pods)
     assert status["stableRevision"] == stable
     assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"
 

@@ -12,6 +12,7 @@ condition, never as an exception Kopf would retry forever.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -62,6 +63,7 @@ from llmfleet.rollout import (
 from llmfleet.rollout import Outcome as AnalysisOutcome
 from llmfleet.rollout.quality import GoldenAnswers, judge_quality, parse_prompts
 
+log = logging.getLogger(__name__)
 SERVER_COMPONENT = serving.COMPONENT
 BUILD_COMPONENT = engine_build.COMPONENT
 TRUE, FALSE = ConditionStatus.TRUE, ConditionStatus.FALSE
@@ -767,8 +769,14 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
         kube.apply(manifest)
     for child in outcome.delete:
         kube.delete(child)
-    if outcome.status_changed:
-        kube.patch_status(namespace, name, outcome.status)
+    # Only from the version this pass read: a pass that started from a stale copy (one handler
+    # ran just before with news) must not write its decisions over the newer ones, nor tell
+    # them again in events.
+    if outcome.status_changed and not kube.patch_status(namespace, name, outcome.status,
+                                                        metadata.get("resourceVersion")):
+        log.debug("%s/%s changed while it was reconciled; the next pass starts from the new version",
+                 namespace, name)
+        return outcome
     for event in outcome.events:
         kube.emit_event(body, event.type, event.reason, event.message)
     return outcome

@@ -111,15 +111,22 @@ class KubeGateway:
                 return None
             raise
 
-    def patch_status(self, namespace: str, name: str, status: dict) -> None:
-        """One merge patch of the status subresource; lists in it replace the old ones."""
+    def patch_status(self, namespace: str, name: str, status: dict, resource_version: str | None = None) -> bool:
+        """One merge patch of the status subresource; lists in it replace the old ones. With
+        `resource_version`, only if the object is still at that version: False when it has
+        changed since (the pass worked from a stale copy; the next pass sees the new one)."""
+        patch = {"status": status}
+        if resource_version:
+            patch["metadata"] = {"resourceVersion": resource_version}
         try:
             self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, PLURAL, name, {"status": status},
-                _content_type="application/merge-patch+json")
+                GROUP, VERSION, namespace, PLURAL, name, patch, _content_type="application/merge-patch+json")
         except ApiException as error:
+            if error.status == 409:
+                return False
             if error.status != 404:
                 raise
+        return True
 
     def emit_event(self, body: dict, event_type: str, reason: str, message: str) -> None:
         metadata = body["metadata"]
