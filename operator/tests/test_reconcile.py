@@ -266,3 +266,40 @@ def test_autoscaler_holds_without_metrics_and_says_so():
     assert outcome.status["autoscaler"]["lastDecision"] == "Hold"
     metrics = condition(outcome, "MetricsAvailable")
     assert metrics["status"] == "False" and "Prometheus" in metrics["message"]
+
+
+class RecordingGateway:
+    """The k8s gateway's surface that `reconcile` uses, recording the writes; `current` says
+    whether the object is still at the version the pass read."""
+
+    def __init__(self, current: bool):
+        self.current = current
+        self.applied, self.patched, self.events = [], [], []
+
+    def ensure(self, manifest):
+        pass
+
+    def apply(self, manifest):
+        self.applied.append(manifest)
+
+    def delete(self, child):
+        pass
+
+    def patch_status(self, namespace, name, status, resource_version=None):
+        self.patched.append((status, resource_version))
+        return self.current
+
+    def emit_event(self, obj, event_type, reason, message):
+        self.events.append(reason)
+
+
+def test_a_pass_from_a_stale_copy_writes_status_only_from_that_version_and_tells_nothing():
+    from llmfleet.reconcile import reconcile
+
+    stored = body()
+    stored["metadata"]["resourceVersion"] = "41"
+    fresh, stale = RecordingGateway(current=True), RecordingGateway(current=False)
+    reconcile(copy.deepcopy(stored), fresh, SETTINGS, NOW)
+    reconcile(copy.deepcopy(stored), stale, SETTINGS, NOW)
+    assert [version for _, version in fresh.patched] == ["41"] and fresh.events
+    assert [version for _, version in stale.patched] == ["41"] and stale.events == []
