@@ -44,6 +44,8 @@ def llm_deployment(name: str, tpot_p99_ms: int) -> dict:
 @pytest.fixture(scope="module", autouse=True)
 def serving_namespace(sandbox, operator):
     sandbox.kubectl("create", "namespace", NAMESPACE)
+    # Every rendered pod must pass the restricted Pod Security Standard, enforced by the apiserver.
+    sandbox.kubectl("label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted")
     yield NAMESPACE
     sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
 

@@ -41,6 +41,8 @@ def manifest(name: str, engine_revision: str, steps: list[dict], quality: dict |
 @pytest.fixture(scope="module", autouse=True)
 def rollout_namespace(sandbox, operator):
     sandbox.kubectl("create", "namespace", NAMESPACE)
+    # Every rendered pod must pass the restricted Pod Security Standard, enforced by the apiserver.
+    sandbox.kubectl("label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted")
     yield NAMESPACE
     sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
 
