@@ -235,6 +235,10 @@ def sample(succeeded=100.0, failed=0.0, ttft=200.0) -> RevisionSample:
     (sample(), sample(succeeded=5.0), Outcome.INCONCLUSIVE, "canary: 5 requests"),
     (sample(succeeded=None, failed=None, ttft=None), sample(), Outcome.INCONCLUSIVE, "stable: 0 requests"),
     (sample(), sample(ttft=None), Outcome.INCONCLUSIVE, "no p99 TTFT"),
+    # +100 % interpolated, but within what the buckets can tell apart (10, 25, 50 ms): no failure.
+    (sample(ttft=24.8), sample(ttft=49.0), Outcome.SUCCESSFUL, "(+98%)"),
+    # 3x slower: the canary's bucket (50, 75] starts above stable's (10, 25] plus the margin.
+    (sample(ttft=24.0), sample(ttft=72.0), Outcome.FAILED, "bucket starts at 50 ms, stable's ends at 25 ms"),
 ])
 def test_the_gate_compares_canary_with_stable(stable, canary, outcome, words):
     verdict = judge(Samples(stable, canary, 60), GATES)

@@ -4,10 +4,12 @@ a failure: the rollout holds until the numbers are there."""
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from enum import Enum
 
 from llmfleet.api import RolloutGates
+from llmfleet.render.layout import TTFT_HISTOGRAM_BUCKETS_MS
 
 
 class Outcome(str, Enum):
@@ -51,6 +53,15 @@ class Verdict:
     message: str
 
 
+def bucket_bounds(value_ms: float, edges_ms: tuple[float, ...] = TTFT_HISTOGRAM_BUCKETS_MS) -> tuple[float, float]:
+    """The histogram bucket a quantile estimate lies in, (lower edge, upper edge]: all that the
+    counts say about the quantile; histogram_quantile interpolates within it."""
+    index = bisect.bisect_left(edges_ms, value_ms)
+    lower = edges_ms[index - 1] if index > 0 else 0.0
+    upper = edges_ms[index] if index < len(edges_ms) else float("inf")
+    return lower, upper
+
+
 def judge(samples: Samples, gates: RolloutGates) -> Verdict:
     if samples.error is not None:
         return Verdict(Outcome.ERROR, f"Prometheus: {samples.error}")
@@ -71,7 +82,12 @@ def judge(samples: Samples, gates: RolloutGates) -> Verdict:
     regression = 100.0 * (canary.ttft_p99_ms - stable.ttft_p99_ms) / stable.ttft_p99_ms
     numbers = (f"p99 TTFT canary {canary.ttft_p99_ms:.0f} ms vs stable {stable.ttft_p99_ms:.0f} ms "
                f"({regression:+.0f}%), error rate {errors:.1f}% {window}")
-    if regression > gates.max_ttft_p99_regression_percent:
+    # Both p99s are known only to within their histogram buckets: the canary fails only when
+    # even the lowest value its bucket allows is above the highest stable's allows, plus the margin.
+    canary_lowest, _ = bucket_bounds(canary.ttft_p99_ms)
+    _, stable_highest = bucket_bounds(stable.ttft_p99_ms)
+    if canary_lowest > stable_highest * (1 + gates.max_ttft_p99_regression_percent / 100):
         return Verdict(Outcome.FAILED, f"{numbers}: exceeds maxTtftP99RegressionPercent "
-                                       f"{gates.max_ttft_p99_regression_percent:g}%")
+                                       f"{gates.max_ttft_p99_regression_percent:g}% (canary's p99 bucket starts "
+                                       f"at {canary_lowest:g} ms, stable's ends at {stable_highest:g} ms)")
     return Verdict(Outcome.SUCCESSFUL, numbers)
