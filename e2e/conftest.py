@@ -64,12 +64,12 @@ class Sandbox:
         text = manifests if isinstance(manifests, str) else yaml.safe_dump_all(manifests)
         self.kubectl("apply", "-n", namespace, "-f", "-", input_text=text)
 
-    @property
     def stop_prometheus(self) -> None:
         """An outage: `llmfleet("up")` starts it again (only the stopped component)."""
         pid = json.loads((self.state_dir / "pids" / "prometheus.json").read_text())["pid"]
         os.kill(pid, signal.SIGTERM)
 
+    @property
     def prometheus_url(self) -> str:
         return self.env["LLMFLEET_PROMETHEUS_URL"]
 
