@@ -239,5 +239,13 @@ def test_a_namespace_with_llm_deployments_is_deleted_promptly(sandbox, operator)
     wait_for(lambda: (_condition(sandbox.kubectl_json("get", "llmdeployment", "doomed", "-n", "short-lived"),
                                  "Planned") or {}).get("status") == "True", 60, "Planned=True")
     sandbox.kubectl("delete", "namespace", "short-lived", "--wait=false")
-    wait_for(lambda: "NotFound" in sandbox.kubectl("get", "namespace", "short-lived", check=False), 90,
-             f"the namespace to go\n{operator.log_tail()}")
+
+    def gone() -> bool:
+        return "NotFound" in sandbox.kubectl("get", "namespace", "short-lived", check=False)
+    try:
+        wait_for(gone, 90, "the namespace to go")
+    except AssertionError:
+        namespace = sandbox.kubectl("get", "namespace", "short-lived", "-o", "jsonpath={.status.conditions}",
+                                    check=False)
+        left = sandbox.kubectl("get", "all,pvc,llmdeployments", "-n", "short-lived", check=False)
+        raise AssertionError(f"namespace still there: {namespace}\n{left}") from None

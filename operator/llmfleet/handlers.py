@@ -11,7 +11,7 @@ from collections import defaultdict
 import kopf
 
 from llmfleet.api import GROUP, KIND, PLURAL, VERSION
-from llmfleet.k8s import CHILD_KINDS, KubeGateway, load_api_client
+from llmfleet.k8s import CHILD_KINDS, KubeGateway, NamespaceTerminating, load_api_client
 from llmfleet.metrics import PrometheusMetrics
 from llmfleet.reconcile import OperatorSettings, reconcile
 from llmfleet.render.identity import MANAGED_BY_LABEL
@@ -72,8 +72,13 @@ def _run(body, memo, indexes: dict) -> None:
         return
     uid = body["metadata"]["uid"]
     with _object_locks[uid]:
-        reconcile(dict(body), memo.gateway, memo.operator_settings, utc_now(), memo.metrics,
-                  children=_children(uid, indexes))
+        try:
+            reconcile(dict(body), memo.gateway, memo.operator_settings, utc_now(), memo.metrics,
+                      children=_children(uid, indexes))
+        except NamespaceTerminating as going:
+            # The object goes with its namespace (deletion reaches it after its children):
+            # failing here would put the timer in backoff and hold Kopf's finalizer.
+            log.debug("namespace %s is being deleted; not reconciling %s", going, body["metadata"]["name"])
 
 
 @kopf.on.create(*RESOURCE)

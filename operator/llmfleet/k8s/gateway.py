@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import json
 import logging
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
+from kubernetes.dynamic.exceptions import ConflictError, ForbiddenError, NotFoundError
 
 from llmfleet.api import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
@@ -16,6 +18,25 @@ FIELD_MANAGER = "llmfleet"
 EVENT_SOURCE = "llmfleet-operator"
 
 log = logging.getLogger(__name__)
+
+
+class NamespaceTerminating(Exception):
+    """The namespace is being deleted: nothing new can be created in it, and its objects go."""
+
+
+@contextlib.contextmanager
+def _terminating_namespace_named(namespace: str):
+    """Turns the apiserver's refusal to create in a namespace being deleted into NamespaceTerminating."""
+    try:
+        yield
+    except ForbiddenError as error:
+        try:
+            causes = (json.loads(error.body).get("details") or {}).get("causes") or []
+        except (TypeError, ValueError):
+            causes = []
+        if any(cause.get("reason") == "NamespaceTerminating" for cause in causes):
+            raise NamespaceTerminating(namespace) from None
+        raise
 
 
 
@@ -51,12 +72,14 @@ class KubeGateway:
     # -- children -------------------------------------------------------------------------
 
     def apply(self, manifest: dict) -> dict:
-        """Server-side apply as field manager `llmfleet`, taking over conflicting fields."""
+        """Server-side apply as field manager `llmfleet`, taking over conflicting fields.
+        Raises NamespaceTerminating when the namespace is being deleted."""
         resource = self._resource(manifest["apiVersion"], manifest["kind"])
         metadata = manifest["metadata"]
-        applied = resource.server_side_apply(
-            body=manifest, name=metadata["name"], namespace=metadata.get("namespace"),
-            field_manager=FIELD_MANAGER, force_conflicts=True)
+        with _terminating_namespace_named(metadata.get("namespace", "")):
+            applied = resource.server_side_apply(
+                body=manifest, name=metadata["name"], namespace=metadata.get("namespace"),
+                field_manager=FIELD_MANAGER, force_conflicts=True)
         return applied.to_dict()
 
     def ensure(self, manifest: dict) -> None:
@@ -68,7 +91,8 @@ class KubeGateway:
             return
         resource = self._resource(manifest["apiVersion"], manifest["kind"])
         try:
-            resource.create(body=manifest, namespace=metadata.get("namespace"), field_manager=FIELD_MANAGER)
+            with _terminating_namespace_named(metadata.get("namespace", "")):
+                resource.create(body=manifest, namespace=metadata.get("namespace"), field_manager=FIELD_MANAGER)
         except ConflictError:
             pass  # it exists
         self._ensured.add(key)
