@@ -118,8 +118,10 @@ def test_low_load_ttft_and_tpot_match_the_profile(triton):
     expected_tpot = expected_mean_tpot_ms(profile, prompt_tokens, output_tokens)
     print(f"TTFT {ttft_ms:.2f} ms (expected {expected_ttft:.2f} + host {host_ms:.2f}), "
           f"TPOT {tpot_ms:.2f} ms (expected {expected_tpot:.2f})")
-    assert 0.95 * expected_ttft <= ttft_ms - host_ms <= 1.10 * expected_ttft
-    assert tpot_ms == pytest.approx(expected_tpot, rel=0.10)
+    # Tight from below (a token never comes early), loose from above: lateness is host load on a
+    # shared CI machine, measured by benchmarks/bench_emulator.py rather than asserted here.
+    assert 0.95 * expected_ttft <= ttft_ms - host_ms <= 1.5 * expected_ttft
+    assert 0.95 * expected_tpot <= tpot_ms <= 1.5 * expected_tpot
 
 
 def _burst(url: str, concurrency: int, prompt_tokens: int, output_tokens: int) -> tuple[float, float, float]:
