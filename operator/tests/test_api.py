@@ -61,7 +61,7 @@ def test_example_loads_with_defaults_filled_in():
     assert spec.workload.peak_requests_per_second == 4
     assert spec.engine.image is None and spec.engine.runtime.value == "llmapi"
     assert spec.engine.max_num_tokens == 8192  # not in the manifest: defaulted
-    assert spec.autoscaling.scale_down_stabilization_seconds == 300
+    assert spec.autoscaling.scale_down_stabilization_seconds == 60
 
 
 def test_round_trip_keeps_exactly_what_the_user_wrote():

@@ -26,8 +26,9 @@ from llmfleet.autoscale.state import in_force, record
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
 SLO_MS = 500
 UP, DOWN, HOLD = ScalingDecision.SCALE_UP, ScalingDecision.SCALE_DOWN, ScalingDecision.HOLD
-# Quick scaling, so that the tables isolate one rule at a time.
-SPEC = AutoscalingSpec(enabled=True, min_replicas=1, max_replicas=8, tolerance_percent=10,
+# Quick scaling, steering to the SLO itself, so that the tables isolate one rule at a time.
+SPEC = AutoscalingSpec(enabled=True, min_replicas=1, max_replicas=8, target_ttft_p99_ms=SLO_MS,
+                       tolerance_percent=10,
                        scale_down_stabilization_seconds=0, max_scale_up_step=4,
                        max_scale_down_step=1, cooldown_seconds=0)
 
@@ -52,8 +53,8 @@ def run(snapshot: MetricsSnapshot, current: int = 2, ready: int | None = None,
 
 # --- target and tolerance band ---------------------------------------------------------------
 
-@pytest.mark.parametrize("spec_target, expected", [(None, 500), (300, 300), (800, 500)])
-def test_target_is_the_spec_target_capped_by_the_slo(spec_target, expected):
+@pytest.mark.parametrize("spec_target, expected", [(None, 300), (400, 400), (800, 500)])
+def test_target_is_the_spec_target_or_60_percent_of_the_slo_capped_by_the_slo(spec_target, expected):
     assert target_ttft_p99_ms(SPEC.model_copy(update={"target_ttft_p99_ms": spec_target}),
                               SLO_MS) == expected
 
@@ -253,15 +254,21 @@ def test_scale_up_stabilisation_takes_the_lowest_recommendation_in_the_window():
 # --- cooldown and warming replicas -----------------------------------------------------------
 
 @pytest.mark.parametrize("seconds_since_change, desired, words", [
-    (60, 2, "holding 2 replicas for the cooldown, 60 s left"),
-    (120, 4, "from 2 to 4"),
+    (60, 4, "holding 4 replicas for the cooldown, 60 s left"),
+    (120, 3, "from 4 to 3"),
 ])
-def test_cooldown_after_any_change(seconds_since_change, desired, words):
+def test_cooldown_holds_a_scale_down_after_any_change(seconds_since_change, desired, words):
     state = AutoscalerState(last_scale_time=at(0))
-    result = run(fresh(at(seconds_since_change), ttft_p99_ms=1000.0), state=state,
-                 now=at(seconds_since_change), cooldown_seconds=120)
+    result = run(fresh(at(seconds_since_change), ttft_p99_ms=100.0, kv_cache_utilization=None),
+                 current=4, state=state, now=at(seconds_since_change), cooldown_seconds=120)
     assert result.desired_replicas == desired and words in result.reason
-    assert result.state.last_scale_time == (at(0) if desired == 2 else at(seconds_since_change))
+    assert result.state.last_scale_time == (at(0) if desired == 4 else at(seconds_since_change))
+
+
+def test_cooldown_never_holds_a_scale_up():
+    state = AutoscalerState(last_scale_time=at(0))
+    result = run(fresh(at(10), ttft_p99_ms=1000.0), state=state, now=at(10), cooldown_seconds=120)
+    assert result.desired_replicas == 4 and "from 2 to 4" in result.reason
 
 
 @pytest.mark.parametrize("ready, warming_since, desired, words", [
@@ -515,6 +522,6 @@ def test_properties_over_a_run_of_passes(spec, run_snapshots, start):
             snapshot = dataclasses.replace(snapshot, sample_time=now - (T0 - snapshot.sample_time))
         result = decide(spec, SLO_MS, snapshot, state, current, current, now)
         assert spec.min_replicas <= result.desired_replicas <= spec.max_replicas
-        if result.desired_replicas != current and state.last_scale_time is not None:
+        if result.desired_replicas < current and state.last_scale_time is not None:
             assert (now - state.last_scale_time).total_seconds() >= spec.cooldown_seconds
         state, current = result.state, result.desired_replicas

@@ -485,7 +485,8 @@ class AutoscalingSpec(ApiModel):
         default=None,
         ge=1,
         description="p99 TTFT the autoscaler steers to, in milliseconds; at most "
-        "spec.slo.ttftP99Ms. Defaults to spec.slo.ttftP99Ms.",
+        "spec.slo.ttftP99Ms. Defaults to 60 % of spec.slo.ttftP99Ms, so that scaling starts "
+        "before the SLO breaks.",
     )
     tolerance_percent: float = Field(
         default=10.0,
@@ -500,7 +501,7 @@ class AutoscalingSpec(ApiModel):
         description="Window whose lowest recommendation is used for scaling up, in seconds.",
     )
     scale_down_stabilization_seconds: int = Field(
-        default=300,
+        default=60,
         ge=0,
         le=3600,
         description="Window whose highest recommendation is used for scaling down, in seconds.",
@@ -512,11 +513,12 @@ class AutoscalingSpec(ApiModel):
         default=1, ge=1, description="Most replicas removed by one scaling decision."
     )
     cooldown_seconds: int = Field(
-        default=120,
+        default=30,
         ge=0,
         le=3600,
-        description="Quiet time after any scaling decision, in seconds, so that new replicas "
-        "load their engine and show up in the metrics before the next decision.",
+        description="Quiet time after any scaling decision before replicas are removed, in "
+        "seconds, so that the metrics show the fleet the last decision left. Scale-ups never "
+        "wait for it; they wait only while new replicas load their engine.",
     )
 
     cel_rules = (

@@ -1,7 +1,7 @@
 """The p99-TTFT scaling policy: one pure decision per reconcile pass.
 
 Pipeline: bounds -> metrics check -> raw recommendation -> stabilisation windows (HPA-style) ->
-per-step limits -> cooldown and warm-up gates. docs/autoscaling.md explains each step and
+per-step limits -> cooldown (scale-down) and warm-up (scale-up) gates. docs/autoscaling.md explains each step and
 its numbers.
 """
 
@@ -68,9 +68,17 @@ class _Proposal:
     reason: str
 
 
+# Reactive scaling needs seconds to add capacity (scrape, pass, engine load) while TTFT climbs
+# steeply near saturation: without a target of its own, the autoscaler steers this far under the
+# SLO, so that scaling starts before users see a breach.
+DEFAULT_TARGET_SHARE_OF_SLO = 0.6
+
+
 def target_ttft_p99_ms(spec: AutoscalingSpec, slo_ttft_p99_ms: int) -> int:
-    """The p99 TTFT the autoscaler steers to: spec.autoscaling's target, never above the SLO."""
-    return min(spec.target_ttft_p99_ms or slo_ttft_p99_ms, slo_ttft_p99_ms)
+    """The p99 TTFT the autoscaler steers to: spec.autoscaling's target, else 60 % of the SLO;
+    never above the SLO."""
+    default_ms = max(1, round(slo_ttft_p99_ms * DEFAULT_TARGET_SHARE_OF_SLO))
+    return min(spec.target_ttft_p99_ms or default_ms, slo_ttft_p99_ms)
 
 
 def decide(spec: AutoscalingSpec, slo_ttft_p99_ms: int, snapshot: MetricsSnapshot,
@@ -250,7 +258,8 @@ def _stabilise_and_limit(spec: AutoscalingSpec, state: AutoscalerState,
                          history: tuple[Recommendation, ...], proposal: _Proposal, current: int,
                          ready: int, now: datetime, tuning: PolicyTuning) -> tuple[int, str]:
     """HPA's stabilisation (lowest recommendation over the scale-up window, highest over the
-    scale-down window), then per-step limits and bounds, then the cooldown and warm-up gates."""
+    scale-down window), then per-step limits and bounds, then the cooldown (scale-down) and
+    warm-up (scale-up) gates."""
     # A window counts only once the history reaches back to its start, so a fresh history
     # (new deployment, lost status) waits a whole window before scaling down.
     up_candidates, up_covered = in_force(history, spec.scale_up_stabilization_seconds, now)
@@ -280,7 +289,9 @@ def _stabilise_and_limit(spec: AutoscalingSpec, state: AutoscalerState,
         bound = (f"maxReplicas is {spec.max_replicas}" if stabilised > current
                  else f"minReplicas is {spec.min_replicas}")
         return current, f"{reason}; holding {current} replicas: {bound}"
-    if state.last_scale_time is not None:
+    # The cooldown holds only scale-downs: a breach is never left waiting for it, and a
+    # scale-up's new replicas are covered by the warm-up gate below.
+    if desired < current and state.last_scale_time is not None:
         quiet_until = state.last_scale_time + timedelta(seconds=spec.cooldown_seconds)
         if now < quiet_until:
             return current, (f"{reason}; holding {current} replicas for the cooldown, "
