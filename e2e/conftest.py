@@ -25,12 +25,26 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 LLMFLEET = [sys.executable, "-m", "llmfleet"]
 
 
+# How many tests a -k or -m expression deselected: checks of the whole suite's traffic skip then.
+DESELECTED = pytest.StashKey[int]()
+
+
 def pytest_configure(config):
+    config.addinivalue_line("markers", "after_other_e2e: runs after the other e2e tests, before teardown")
     config.addinivalue_line("markers", "sandbox_teardown: runs after every other e2e test")
 
 
+def pytest_deselected(items):
+    if items:
+        config = items[0].config
+        config.stash[DESELECTED] = config.stash.get(DESELECTED, 0) + len(items)
+
+
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: item.get_closest_marker("sandbox_teardown") is not None)
+    def phase(item) -> int:
+        return (2 if item.get_closest_marker("sandbox_teardown") else
+                1 if item.get_closest_marker("after_other_e2e") else 0)
+    items.sort(key=phase)
 
 
 @dataclass

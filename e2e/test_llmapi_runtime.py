@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from conftest import service_target, wait_for, wait_until_ready
+from llmfleet.render.identity import kubectl_kinds
 from llmfleet.catalog.client_record import load_client_record
 from llmfleet_sandbox import hub, objectstore
 from llmfleet_sandbox.manager import configured
@@ -103,8 +104,8 @@ def test_a_checkpoint_on_a_claim_is_served_without_the_hub(sandbox, ready_deploy
     assert result.returncode == 0, result.stderr + result.stdout
 
 
-def test_a_checkpoint_in_an_object_store_is_downloaded_with_the_secrets_credentials(sandbox, ready_deployment,
-                                                                                     tmp_path):
+def test_a_checkpoint_in_an_object_store_is_downloaded_with_the_secrets_credentials(sandbox, operator,
+                                                                                     ready_deployment, tmp_path):
     """s3://<bucket>/<prefix>: the Job's init container (the AWS CLI image) syncs the prefix from
     the sandbox's S3 server, which accepts only requests signed with its user's key: the one in
     the Secret that secretRef names. The copy is then served like a checkpoint on a claim."""
@@ -134,9 +135,32 @@ def test_a_checkpoint_in_an_object_store_is_downloaded_with_the_secrets_credenti
          "--input-tokens", "fixed:64", "--output-tokens", "fixed:8"],
         env=sandbox.env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr + result.stdout
+    _assert_secret_appears_nowhere(sandbox, operator, config.object_store_credentials_file, "stored")
 
     # The store refuses a key it does not know: the same download with a wrong Secret fails.
     wrong = tmp_path / "wrong-credentials"
     wrong.write_text("[default]\naws_access_key_id = AKIAWRONG\naws_secret_access_key = wrong\n")
     with pytest.raises(objectstore.ObjectStoreError, match="InvalidAccessKeyId"):
         objectstore.aws(config, "s3", "ls", "s3://models/llama-8b/", credentials_file=wrong)
+
+
+def _assert_secret_appears_nowhere(sandbox, operator, credentials_file, name: str) -> None:
+    """The Secret's values reach the download container through a mounted file only: not the
+    LLMDeployment (spec or status), its children, the events, the operator's log, the
+    containers' logs or the apiserver's logs."""
+    values = [line.split("=", 1)[1].strip() for line in credentials_file.read_text().splitlines()
+              if line.strip().startswith(("aws_access_key_id", "aws_secret_access_key"))]
+    assert len(values) == 2 and all(len(value) >= 8 for value in values), "no credentials planted"
+    surfaces = {
+        "the LLMDeployment": sandbox.kubectl("get", "llmdeployment", name, "-n", NAMESPACE, "-o", "json"),
+        "its children": sandbox.kubectl("get", ",".join(kubectl_kinds()), "-n", NAMESPACE, "-l",
+                                        f"llmfleet.io/deployment={name}", "-o", "json"),
+        "the events": sandbox.kubectl("get", "events", "-n", NAMESPACE, "-o", "json"),
+        **{f"log {path.relative_to(sandbox.state_dir)}": path.read_text(errors="replace")
+           for path in [*sandbox.state_dir.glob(f"pods/{NAMESPACE}_*/logs/*.log"),
+                        *sandbox.state_dir.glob("logs/kube-apiserver*.log")]},
+        "the operator's log": operator.log_path.read_text(errors="replace"),
+    }
+    leaks = [where for where, text in surfaces.items() if any(value in text for value in values)]
+    assert not leaks, f"a credential from the Secret appears in: {leaks}"
+    assert any(where.startswith("log pods/") for where in surfaces), "no container log was searched"

@@ -339,3 +339,13 @@ def test_an_http_route_splits_by_the_canarys_share_and_the_apiserver_accepts_it(
     assert aborted.returncode == 0, aborted.stderr
     _watch_phases(sandbox, "routed", "RolledBack", 60)
     wait_for(lambda: backends() == {f"routed-{stable}": 100, f"routed-{canary}": 0}, 30, "weight back on stable")
+
+    # Routing switched off: the route and the revisions' own Services go, the Service stays.
+    sandbox.kubectl("patch", "llmdeployment", "routed", "-n", NAMESPACE, "--type=json",
+                    "-p", '[{"op": "remove", "path": "/spec/routing"}]')
+
+    def routing_gone():
+        services = sandbox.kubectl_json("get", "services", "-n", NAMESPACE, "-l", "llmfleet.io/deployment=routed")
+        route = sandbox.kubectl("get", "httproute", "routed", "-n", NAMESPACE, check=False)
+        return "NotFound" in route and [s["metadata"]["name"] for s in services["items"]] == ["routed"]
+    wait_for(routing_gone, 60, "the HTTPRoute and the per-revision Services to be deleted")

@@ -67,11 +67,13 @@ def etcd_argv(bin_dir: Path, config: SandboxConfig) -> list[str]:
 
 
 # The apiserver's audit log records who listed or wrote the kinds an LLMDeployment owns (and its
-# status): how tests see what the operator asks of the API, and where a user looks when
-# something changed that should not have. Reads of everything else and watches are not logged.
+# status), and every request of an in-cluster client (a ServiceAccount, as the operator runs):
+# how tests see what the operator asks of the API and what RBAC refused it, and where a user
+# looks when something changed that should not have. Other users' reads are not logged.
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
     "rules": [
+        {"level": "Metadata", "userGroups": ["system:serviceaccounts"]},
         {"level": "Metadata", "verbs": ["list", "create", "update", "patch", "delete"],
          "resources": [{"group": "", "resources": ["configmaps", "services"]},
                        {"group": "apps", "resources": ["deployments"]},

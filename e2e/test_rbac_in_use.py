@@ -1,0 +1,75 @@
+"""The chart's RBAC is what the operator uses, no more and no less, as the apiserver saw it.
+
+Both operators of an e2e session (the host one, with the chart's ServiceAccount token, and the
+Helm-installed one of test_operator_in_cluster.py) run under the chart's ClusterRole, and the
+sandbox's apiserver audits every request of a ServiceAccount. Once every other e2e test has run,
+each verb the ClusterRole grants must have been used on its resource, and RBAC must have refused
+nothing: a grant without use fails here, and so does a grant missing."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import DESELECTED
+from operator_fixtures import OPERATOR_NAMESPACE, REPO_ROOT, SERVICE_ACCOUNT, chart_rbac_manifests
+from test_operator_in_cluster import RELEASE as IN_CLUSTER_RELEASE
+from test_operator_in_cluster import RELEASE_NAMESPACE as IN_CLUSTER_NAMESPACE
+
+pytestmark = [pytest.mark.e2e, pytest.mark.after_other_e2e]
+OPERATOR_USERS = {f"system:serviceaccount:{OPERATOR_NAMESPACE}:{SERVICE_ACCOUNT}",
+                  f"system:serviceaccount:{IN_CLUSTER_NAMESPACE}:{IN_CLUSTER_RELEASE}-operator"}
+
+Grant = tuple[str, str, str]  # (API group, resource[/subresource], verb)
+
+
+def granted(sandbox) -> set[Grant]:
+    (role,) = [doc for doc in yaml.safe_load_all(chart_rbac_manifests(sandbox))
+               if doc and doc["kind"] == "ClusterRole"]
+    return {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
+            for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def operator_requests(audit_logs: list[Path]) -> list[dict]:
+    """The audit events of the operators' requests on API resources (not discovery paths)."""
+    events = []
+    for path in audit_logs:
+        for line in path.read_text().splitlines():
+            event = json.loads(line)
+            if event["user"]["username"] in OPERATOR_USERS and event.get("objectRef", {}).get("resource"):
+                events.append(event)
+    return events
+
+
+def grant_of(event: dict) -> Grant:
+    ref = event["objectRef"]
+    resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+    return ref.get("apiGroup", ""), resource, event["verb"]
+
+
+def test_the_operator_uses_every_verb_the_chart_grants_and_is_refused_none(sandbox, request):
+    every_module = {path.name for path in (REPO_ROOT / "e2e").glob("test_*.py")}
+    ran = {item.path.name for item in request.session.items}
+    if ran != every_module or request.config.stash.get(DESELECTED, 0):
+        pytest.skip("needs the traffic of the whole e2e suite: run it without selecting tests")
+
+    events = operator_requests(sorted((sandbox.state_dir / "logs").glob("kube-apiserver-audit*.log")))
+    assert events, "no request of the operator's ServiceAccount in the audit log"
+    refused = [f"{event['verb']} {event['requestURI']}" for event in events
+               if event.get("annotations", {}).get("authorization.k8s.io/decision") == "forbid"]
+    used = Counter(grant_of(event) for event in events)
+    grants = granted(sandbox)
+    example = {grant_of(event): event["requestURI"] for event in events}
+    print("\n".join(f"{verb:7} {group or 'core'}/{resource}: {used[(group, resource, verb)]} requests, "
+                    f"e.g. {example.get((group, resource, verb), '-')}"
+                    for group, resource, verb in sorted(grants, key=lambda g: (g[0], g[1], g[2]))))
+
+    assert not refused, f"RBAC refused the operator (grant these in the chart): {sorted(set(refused))}"
+    unused = sorted(grants - set(used))
+    assert not unused, (
+        "the chart grants verbs the operator never used in the e2e suite; remove them from "
+        f"charts/llmfleet/templates/rbac.yaml, or test the path that needs them: {unused}")
