@@ -186,7 +186,7 @@ def operator(sandbox, tmp_path_factory):
     sandbox.kubectl("apply", "-f", "-", input_text=chart_rbac_manifests(sandbox))
     directory = tmp_path_factory.mktemp("operator")
     process = OperatorProcess(sandbox, operator_kubeconfig(sandbox, directory / "kubeconfig"),
-                              directory / "operator.log")
+                              directory / "operator.log", identity="e2e-session-operator")
     process.start()
     yield process
     process.stop()

@@ -70,16 +70,22 @@ def operator_kubeconfig(sandbox, path: Path) -> Path:
 
 
 class OperatorProcess:
-    def __init__(self, sandbox, kubeconfig: Path, log_path: Path):
+    """An operator replica on the host, leader-elected on the chart's Lease. `identity` names
+    it in the Lease: the session's operator keeps one across restarts, so a restart takes its
+    lease back at once instead of waiting out the dead process's."""
+
+    def __init__(self, sandbox, kubeconfig: Path, log_path: Path, identity: str):
         self.sandbox = sandbox
         self.kubeconfig = kubeconfig
         self.log_path = log_path
+        self.identity = identity
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "llmfleet", "run", "--kubeconfig", str(self.kubeconfig),
+             "--leader-election-namespace", OPERATOR_NAMESPACE, "--leader-election-identity", self.identity,
              # The helm-installed operator of test_operator_in_cluster.py alone serves that namespace.
              "--namespace", f"!{IN_CLUSTER_NAMESPACE}"],
             env={**self.sandbox.env, "PYTHONUNBUFFERED": "1"}, stdout=log, stderr=subprocess.STDOUT,

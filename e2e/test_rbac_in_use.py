@@ -28,10 +28,12 @@ Grant = tuple[str, str, str]  # (API group, resource[/subresource], verb)
 
 
 def granted(sandbox) -> set[Grant]:
-    (role,) = [doc for doc in yaml.safe_load_all(chart_rbac_manifests(sandbox))
-               if doc and doc["kind"] == "ClusterRole"]
-    return {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
-            for resource in rule["resources"] for verb in rule["verbs"]}
+    """What the chart's ClusterRole and Role (the Lease, in the release namespace) allow."""
+    roles = [doc for doc in yaml.safe_load_all(chart_rbac_manifests(sandbox))
+             if doc and doc["kind"] in ("ClusterRole", "Role")]
+    assert len(roles) == 2, [role["kind"] for role in roles]
+    return {(group, resource, verb) for role in roles for rule in role["rules"]
+            for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
 
 
 def operator_requests(audit_logs: list[Path]) -> list[dict]:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -371,6 +374,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--prometheus-url", default=os.environ.get("LLMFLEET_PROMETHEUS_URL"),
                      metavar="URL", help="Prometheus for autoscaling (default: "
                                          "$LLMFLEET_PROMETHEUS_URL; without it autoscaling holds)")
+    run.add_argument("--leader-election-namespace", default=None, metavar="NS",
+                     help="run as one of several replicas: act only while holding the Lease "
+                          "llmfleet-operator in this namespace, stand by otherwise (default: no "
+                          "leader election; run exactly one replica)")
+    run.add_argument("--leader-election-identity", default=None, metavar="ID",
+                     help="this replica's name in the Lease; unique per process (default: "
+                          "hostname and a random suffix). A process restarted with the same "
+                          "identity takes its lease back without waiting for it to expire")
     run.add_argument("--liveness", default=None, metavar="URL",
                      help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
     run.add_argument("--verbose", action="store_true", help="debug logging")
@@ -509,6 +520,38 @@ def _add_load_parser(commands) -> None:
     load.set_defaults(handler=_run_load)
 
 
+# The Lease that operator replicas elect their leader with (--leader-election-namespace).
+LEADER_LEASE_NAME = "llmfleet-operator"
+
+
+@contextlib.contextmanager
+def _liveness_while_standing_by(url: str | None):
+    """Answer 200 on the liveness URL's path until the block ends (then Kopf serves it)."""
+    if url is None:
+        yield
+        return
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == (parsed.path or "/") else 404)
+            self.end_headers()
+
+        def log_message(self, *_):
+            pass
+
+    server = ThreadingHTTPServer((parsed.hostname or "0.0.0.0", parsed.port or 80), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def _run_operator(args) -> int:
     if args.kubeconfig:
         # Kopf's own login reads the same file. Set before the kubernetes client is imported:
@@ -524,10 +567,31 @@ def _run_operator(args) -> int:
         engine_cache_size=args.engine_cache_size, model_code_image=args.model_code_image,
         object_store_client_image=args.object_store_client_image))
     kopf.configure(verbose=args.verbose)
-    kopf.run(standalone=True, clusterwide=not args.namespace, namespaces=args.namespace,
-             liveness_endpoint=args.liveness,
-             memo=kopf.Memo(operator_settings=settings, kubeconfig=args.kubeconfig,
-                            prometheus_url=args.prometheus_url))
+    elector = None
+    if args.leader_election_namespace:
+        from llmfleet.k8s import leader, load_api_client
+
+        elector = leader.LeaderElector(
+            load_api_client(args.kubeconfig), args.leader_election_namespace, LEADER_LEASE_NAME,
+            args.leader_election_identity or leader.default_identity())
+        stopping = threading.Event()
+        for signal_number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signal_number, lambda *_: stopping.set())
+        # A standby is alive too: it answers the liveness probe until Kopf takes the port over.
+        with _liveness_while_standing_by(args.liveness):
+            if not elector.acquire(stopping):
+                return 0
+        for signal_number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signal_number, signal.SIG_DFL)  # Kopf installs its own
+        elector.keep_renewing(leader.exit_on_lost_lease)
+    try:
+        kopf.run(standalone=True, clusterwide=not args.namespace, namespaces=args.namespace,
+                 liveness_endpoint=args.liveness,
+                 memo=kopf.Memo(operator_settings=settings, kubeconfig=args.kubeconfig,
+                                prometheus_url=args.prometheus_url))
+    finally:
+        if elector is not None:
+            elector.release()
     return 0
 
 

@@ -104,7 +104,9 @@ def _operator_flags(rendered: dict[str, dict]):
 def test_defaults_render_the_operator_under_its_own_account():
     rendered = _template()
     assert set(rendered) == {"ServiceAccount/llmfleet-operator", "ClusterRole/llmfleet-operator",
-                             "ClusterRoleBinding/llmfleet-operator", "Deployment/llmfleet-operator"}
+                             "ClusterRoleBinding/llmfleet-operator", "Role/llmfleet-operator",
+                             "RoleBinding/llmfleet-operator", "Deployment/llmfleet-operator"}
+    assert rendered["Deployment/llmfleet-operator"]["spec"]["replicas"] == 1
     pod = rendered["Deployment/llmfleet-operator"]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "llmfleet-operator"
     assert pod["securityContext"]["runAsUser"] == 1000
@@ -116,6 +118,12 @@ def test_defaults_render_the_operator_under_its_own_account():
         "llmfleet-engine-cache", None, "500Gi")
     assert flags.namespace == []
     assert flags.liveness == "http://0.0.0.0:8080/healthz"
+    # Leader election on a Lease in the release namespace, named by the downward API.
+    assert flags.leader_election_namespace == "$(POD_NAMESPACE)"
+    assert {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}} in container["env"]
+    (lease_rule,) = rendered["Role/llmfleet-operator"]["rules"]
+    assert rendered["Role/llmfleet-operator"]["metadata"]["namespace"] == "llmfleet-system"
+    assert (lease_rule["apiGroups"], lease_rule["resources"]) == (["coordination.k8s.io"], ["leases"])
     # Serving pods copy the Triton model code from the operator's own image.
     assert flags.model_code_image == container["image"]
     assert "--prometheus-url" not in " ".join(container["args"])
