@@ -78,10 +78,19 @@ class Sandbox:
         text = manifests if isinstance(manifests, str) else yaml.safe_dump_all(manifests)
         self.kubectl("apply", "-n", namespace, "-f", "-", input_text=text)
 
-    def stop_prometheus(self) -> None:
-        """An outage: `llmfleet("up")` starts it again (only the stopped component)."""
-        pid = json.loads((self.state_dir / "pids" / "prometheus.json").read_text())["pid"]
+    def stop_component(self, name: str) -> None:
+        """An outage of one sandbox component (`prometheus`, `kube-apiserver`, `etcd`, ...):
+        `llmfleet("up")` starts it again, alone, on the data it left."""
+        pid = json.loads((self.state_dir / "pids" / f"{name}.json").read_text())["pid"]
         os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"{name} (pid {pid}) did not stop within 30 s of SIGTERM")
 
     @property
     def prometheus_url(self) -> str:

@@ -149,7 +149,7 @@ def test_steady_load_does_not_flap_and_a_prometheus_outage_holds_replicas(sandbo
     assert watcher.replica_changes() == [], watcher.timeline()
 
     replicas_before = _status(sandbox, "steady")["replicas"]
-    sandbox.stop_prometheus()
+    sandbox.stop_component("prometheus")
 
     def metrics_unavailable():
         condition = next((c for c in _status(sandbox, "steady").get("conditions") or []

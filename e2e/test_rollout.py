@@ -295,7 +295,7 @@ def test_prometheus_down_mid_analysis_holds_the_canary_until_it_returns(sandbox,
         _new_engine_revision(sandbox, "outage")
         wait_for(lambda: (_status(sandbox, "outage").get("canary") or {}).get("stepIndex") == 1, 180,
                  "the analysis step")
-        sandbox.stop_prometheus()
+        sandbox.stop_component("prometheus")
         try:
             held = wait_for(lambda: (canary := _status(sandbox, "outage")["canary"]).get("analysisVerdict") == "Error"
                             and canary, 60, "an Error verdict")

@@ -70,7 +70,8 @@ def _run_sandbox(args) -> int:
     if args.sandbox_command == "fault":
         from llmfleet_sandbox import faults
 
-        fault = faults.Fault(args.namespace, args.revision, args.slowdown, args.drift, args.error_percent)
+        fault = faults.Fault(args.namespace, args.revision, args.slowdown, args.drift, args.error_percent,
+                             args.fail_load)
         if fault.problems():
             raise BadInput("; ".join(fault.problems()))
         faults.set_fault(config.state_dir, fault)
@@ -291,12 +292,13 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox_commands.add_parser("env", help="print shell exports: KUBECONFIG, PATH with the "
                                             "matching kubectl first, LLMFLEET_PROMETHEUS_URL")
     sandbox_fault = sandbox_commands.add_parser(
-        "fault", help="make one revision's emulated engines slow, drifting or failing (for testing canaries)",
+        "fault", help="make one revision's emulated engines slow, drifting, failing or unloadable (for testing)",
         description="Inject faults into the engines of one revision (pods labelled llmfleet.io/revision); "
                     "containers started afterwards get them, and each call replaces the revision's faults: "
                     "--slowdown multiplies every prefill and decode cost, --drift adds a per-token chance "
                     "that the answer leaves the model's reference answer, --error-percent fails that share "
-                    "of requests. A sandbox knob, not part of the LLMDeployment API; the defaults remove it.")
+                    "of requests, --fail-load makes the engine fail to load (Triton exits, the container "
+                    "crash-loops). A sandbox knob, not part of the LLMDeployment API; the defaults remove it.")
     sandbox_fault.add_argument("--namespace", required=True, help="the pods' namespace")
     sandbox_fault.add_argument("--revision", required=True, help="the revision (status.currentRevision)")
     sandbox_fault.add_argument("--slowdown", type=float, default=1.0, metavar="FACTOR",
@@ -306,6 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(default 0)")
     sandbox_fault.add_argument("--error-percent", type=float, default=0.0, metavar="PERCENT",
                                help="share of requests the engine fails, e.g. 20 (default 0)")
+    sandbox_fault.add_argument("--fail-load", action="store_true",
+                               help="the engine fails to load, as on a GPU without the memory for it")
     sandbox.set_defaults(handler=_run_sandbox)
 
     plan = commands.add_parser(

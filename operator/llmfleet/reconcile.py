@@ -444,10 +444,12 @@ def _canary_conditions(rollout: Rollout, canary: CanaryStep) -> tuple[tuple, tup
 
 
 def _conditions(ctx: Context, plan_status: dict, build: BuildState, rollout: Rollout, scaling: Scaling,
-                canary: CanaryStep) -> list[Condition]:
-    """Every condition of a plannable spec, from the pass's facts and the reason constants."""
+                canary: CanaryStep, pods_say: str | None) -> list[Condition]:
+    """Every condition of a plannable spec, from the pass's facts and the reason constants.
+    `pods_say` is why the revision's pods are not ready, when they say."""
     desired, ready = scaling.desired_replicas, rollout.ready
     counts = f"{ready}/{desired} replicas ready"
+    short = f"{counts}; {pods_say}" if pods_say and ready < desired else counts
     scaling_up = _scaling_up(ctx, rollout, scaling)
     after = ctx.condition(ctx.conditions_before, ConditionType.PLANNED, TRUE, Reason.PLAN_FOUND,
                           f"{plan_status.get('summary', '')} x{desired}: " + (plan_status.get("rationale") or [""])[0])
@@ -477,7 +479,7 @@ def _conditions(ctx: Context, plan_status: dict, build: BuildState, rollout: Rol
     if build.failed:
         degraded = (TRUE, Reason.BUILD_FAILED, build.message)
     elif rollout.rolled_out and ready < desired and not scaling_up:
-        degraded = (TRUE, Reason.BELOW_DESIRED_REPLICAS, counts)
+        degraded = (TRUE, Reason.BELOW_DESIRED_REPLICAS, short)
     else:
         degraded = (FALSE, Reason.AS_PLANNED, counts)
     after = ctx.condition(after, ConditionType.DEGRADED, *degraded)
@@ -486,7 +488,7 @@ def _conditions(ctx: Context, plan_status: dict, build: BuildState, rollout: Rol
     elif not build.finished:
         ready_condition = (FALSE, build.reason, build.message)
     else:
-        ready_condition = (FALSE, Reason.REPLICAS_NOT_READY, counts)
+        ready_condition = (FALSE, Reason.REPLICAS_NOT_READY, short)
     after = ctx.condition(after, ConditionType.READY, *ready_condition)
     return _autoscaling_conditions(ctx, after, scaling)
 
@@ -567,7 +569,8 @@ def decide(body: dict, children, settings: OperatorSettings, now: datetime,
     Prometheus configured, which the autoscaler treats like an outage: hold); `samples` the
     canary and stable revisions' requests when an analysis step is due (`analysis_query`);
     `golden` their answers to the golden prompts when the quality gate is due (`quality_query`);
-    `not_ready_reason` what the canary's pods say when its replicas are overdue (`overdue_canary`)."""
+    `not_ready_reason` what the pods say when the canary's replicas are overdue (`overdue_canary`)
+    or the current revision is short of ready replicas (`short_of_ready`)."""
     ctx = Context(body, tuple(children), settings, now, snapshot)
     try:
         deployment = _validate(ctx)
@@ -597,7 +600,8 @@ def decide(body: dict, children, settings: OperatorSettings, now: datetime,
     except RenderError as error:
         return decide_invalid(ctx, Reason.RENDER_FAILED, str(error), choice.status)
     rollout = _roll_out(ctx, revision, build, scaling.desired_replicas, manifests, canary)
-    conditions = _conditions(ctx, choice.status, build, rollout, scaling, canary)
+    pods_say = not_ready_reason if revision == ctx.stored.current_revision else None
+    conditions = _conditions(ctx, choice.status, build, rollout, scaling, canary, pods_say)
     revisions = [{"name": rev, "planSummary": choice.status.get("summary") if rev == revision else None,
                   "engineRevision": spec.engine.revision if rev == revision else None,
                   "replicas": (d.get("spec") or {}).get("replicas", 0), "readyReplicas": _ready_replicas(d)}
@@ -697,8 +701,29 @@ def not_ready_reason(pods: list[dict]) -> str | None:
             for entry in container:
                 waiting = (entry.get("state") or {}).get("waiting") or {}
                 if waiting.get("reason") and waiting["reason"] not in ("ContainerCreating", "PodInitializing"):
-                    return f"pod {name} container {entry['name']}: {waiting['reason']}: {waiting.get('message', '')}"
+                    return (f"pod {name} container {entry['name']}: {waiting['reason']}{_restarts(entry)}: "
+                            f"{waiting.get('message', '')}").rstrip(": ")
     return None
+
+
+def _restarts(container_status: dict) -> str:
+    """' (restarted N times, last exit code C)' for a container that has restarted, else ''."""
+    count = container_status.get("restartCount") or 0
+    if not count:
+        return ""
+    last = ((container_status.get("lastState") or {}).get("terminated") or {})
+    exit_code = f", last exit code {last['exitCode']}" if last.get("exitCode") is not None else ""
+    return f" (restarted {count} time{'s' if count != 1 else ''}{exit_code})"
+
+
+def short_of_ready(body: dict, children) -> str | None:
+    """The stored current revision when its serving Deployment has fewer ready replicas than it
+    asks for: its pods are then asked why (and only then, not on every pass)."""
+    revision = ((body.get("status") or {}).get("currentRevision"))
+    deployment = _serving_deployments(children).get(revision)
+    if revision is None or deployment is None:
+        return None
+    return revision if (deployment.get("spec") or {}).get("replicas", 0) > _ready_replicas(deployment) else None
 
 
 def _pods_of(kube, namespace: str, name: str, revision: str) -> list[dict]:
@@ -760,8 +785,8 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
     quality = quality_query(body)
     golden = (golden_answers(kube, namespace, name, quality, REQUEST_MODEL[release.runtime])
               if quality is not None and release is not None else None)
-    overdue = overdue_canary(body, now)
-    why_not_ready = not_ready_reason(_pods_of(kube, namespace, name, overdue)) if overdue else None
+    asked = overdue_canary(body, now) or short_of_ready(body, children)
+    why_not_ready = not_ready_reason(_pods_of(kube, namespace, name, asked)) if asked else None
     outcome = decide(body, children, settings, now, snapshot, samples, golden, why_not_ready)
     for manifest in outcome.ensure:
         kube.ensure(manifest)

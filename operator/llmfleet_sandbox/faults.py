@@ -1,5 +1,6 @@
-"""Faults the sandbox injects into one revision's engines, for testing rollouts: a canary that
-is slower than its stable revision, one whose answers drift, one that fails requests. They live
+"""Faults the sandbox injects into one revision's engines, for testing rollouts and recovery: a
+canary that is slower than its stable revision, one whose answers drift, one that fails
+requests, an engine that fails to load (its container crash-loops). They live
 at the runtime boundary, not in the product's API: the node agent reads them when it starts a
 container, as a fault-injecting container runtime would, and hands them to the engine stand-in
 in its environment."""
@@ -18,6 +19,8 @@ SLOWDOWN_VARIABLE = "LLMFLEET_SANDBOX_SLOWDOWN"
 DRIFT_VARIABLE = "LLMFLEET_SANDBOX_DRIFT"
 # The share of requests the engine fails, in percent.
 ERROR_PERCENT_VARIABLE = "LLMFLEET_SANDBOX_ERROR_PERCENT"
+# "1": the engine fails to load, as on a GPU without the memory for it; Triton exits.
+FAIL_LOAD_VARIABLE = "LLMFLEET_SANDBOX_FAIL_LOAD"
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,7 @@ class Fault:
     slowdown: float = 1.0
     drift: float = 0.0
     error_percent: float = 0.0
+    fail_load: bool = False
 
     def problems(self) -> list[str]:
         """What is out of range, by flag."""
@@ -41,12 +45,13 @@ class Fault:
 
     @property
     def harmless(self) -> bool:
-        return self.slowdown == 1.0 and self.drift == 0.0 and self.error_percent == 0.0
+        return self.slowdown == 1.0 and self.drift == 0.0 and self.error_percent == 0.0 and not self.fail_load
 
     def describe(self) -> str:
         effects = [f"{self.slowdown:g}x slower"] if self.slowdown != 1.0 else []
         effects += [f"answers drifting {self.drift:g} per token"] if self.drift else []
         effects += [f"failing {self.error_percent:g}% of requests"] if self.error_percent else []
+        effects += ["failing to load"] if self.fail_load else []
         return ", ".join(effects) or "no fault"
 
 
@@ -75,11 +80,12 @@ def environment(state_dir: Path, namespace: str, labels: dict[str, str]) -> dict
         return {}
     variables = {SLOWDOWN_VARIABLE: fault.slowdown, DRIFT_VARIABLE: fault.drift,
                  ERROR_PERCENT_VARIABLE: fault.error_percent}
-    return {name: repr(value) for name, value in variables.items()}
+    return {**{name: repr(value) for name, value in variables.items()},
+            FAIL_LOAD_VARIABLE: "1" if fault.fail_load else "0"}
 
 
 def injected(environ: dict[str, str]) -> Fault:
     """The faults a container was started with (`environment`); its namespace and revision are
     not known there."""
     return Fault("", "", float(environ.get(SLOWDOWN_VARIABLE, "1")), float(environ.get(DRIFT_VARIABLE, "0")),
-                 float(environ.get(ERROR_PERCENT_VARIABLE, "0")))
+                 float(environ.get(ERROR_PERCENT_VARIABLE, "0")), environ.get(FAIL_LOAD_VARIABLE) == "1")

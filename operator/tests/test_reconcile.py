@@ -178,6 +178,21 @@ def test_replicas_lost_after_the_rollout_are_degraded_and_still_serving():
     assert ("Warning", "BelowDesiredReplicas") in [(e.type, e.reason) for e in outcome.events]
 
 
+def test_replicas_that_crash_loop_say_why_in_degraded_and_only_their_pods_are_asked():
+    from llmfleet.reconcile import short_of_ready
+
+    manifest = body()
+    manifest["spec"]["plan"] = {"replicas": 3}
+    status, built, serving = rolled_out(manifest=lambda status=None: {**manifest, **({"status": status} if status else {})})
+    assert short_of_ready({**manifest, "status": status}, [built, serving]) is None  # all ready: no pod list
+    down = ready_deployment(serving, 1)
+    assert short_of_ready({**manifest, "status": status}, [built, down]) == status["currentRevision"]
+    why = "pod x container triton: CrashLoopBackOff (restarted 4 times, last exit code 1): back-off 1m20s"
+    outcome = decide({**manifest, "status": status}, [built, down], SETTINGS, NOW + timedelta(seconds=30),
+                     not_ready_reason=why)
+    assert condition(outcome, "Degraded")["message"] == f"1/3 replicas ready; {why}"
+
+
 def test_status_is_written_only_when_it_changes():
     status, built, serving = rolled_out()
     again = decide(body(status=status), [built, serving], SETTINGS, NOW + timedelta(seconds=5))

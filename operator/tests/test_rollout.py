@@ -473,6 +473,11 @@ def test_the_pods_say_why_they_are_not_ready():
         "pod a is Pending: Unschedulable: 0/3 nodes are available: 3 node(s) didn't match Pod's node "
         "affinity/selector.")
     assert not_ready_reason([crashing]) == "pod b container triton: CrashLoopBackOff: back-off 40s"
+    restarted = pod("d", phase="Running", containerStatuses=[
+        {"name": "triton", "restartCount": 3, "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+         "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}}}])
+    assert not_ready_reason([restarted]) == (
+        "pod d container triton: CrashLoopBackOff (restarted 3 times, last exit code 1): back-off 40s")
     assert not_ready_reason([starting]) is None
 
 

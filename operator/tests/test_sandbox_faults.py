@@ -42,3 +42,13 @@ def test_out_of_range_faults_name_their_flag():
     assert faults.Fault("ns", "abc", slowdown=0, drift=2, error_percent=-1).problems() == [
         "--slowdown must be greater than 0, got 0", "--drift is a per-token probability within [0, 1], got 2",
         "--error-percent must be within [0, 100], got -1"]
+
+
+def test_a_load_failure_reaches_the_container_and_alone_is_a_fault(tmp_path):
+    unloadable = faults.Fault("rollout", "abc", fail_load=True)
+    assert not unloadable.harmless and unloadable.describe() == "failing to load"
+    faults.set_fault(tmp_path, unloadable)
+    environment = faults.environment(tmp_path, "rollout", {"llmfleet.io/revision": "abc"})
+    assert faults.injected(environment).fail_load
+    faults.set_fault(tmp_path, faults.Fault("rollout", "abc", 3.0))
+    assert not faults.injected(faults.environment(tmp_path, "rollout", {"llmfleet.io/revision": "abc"})).fail_load

@@ -117,8 +117,12 @@ def start_engine(profile: EngineProfile, config: EngineConfig, observer: EngineO
     """The running engine for `config`, with the faults the sandbox injected into this container."""
     from llmfleet_sandbox.faults import injected
 
+    fault = injected(dict(os.environ))
+    if fault.fail_load:
+        raise pb_utils.TritonModelException(
+            "emulated engine: failed to load: out of GPU memory (fault injected by the sandbox)")
     engine = EmulatedEngine(profile, observer, output_model_for_engine(config, os.environ),
-                            injected(dict(os.environ)).error_percent)
+                            fault.error_percent)
     engine.start()
     return engine
 
