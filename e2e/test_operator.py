@@ -162,16 +162,18 @@ def _audited(sandbox, since: datetime.datetime, verb: str, resource: str, subres
 
 
 def test_a_settled_deployment_is_neither_listed_nor_rewritten_on_timer_ticks(sandbox, operator):
-    """Children come from the operator's watch-fed indexes, and a status equal to the stored one
-    is not patched: over several 5 s timer ticks the apiserver's audit log shows no status
-    PATCH, and at most the one LIST per kind with which a watch is re-established (the old
-    per-tick listing made one per tick)."""
+    """Children come from the operator's watch-fed indexes, and neither a status equal to the
+    stored one nor an unchanged child is written again: over several 5 s timer ticks the
+    apiserver's audit log shows no PATCH, and at most the one LIST per kind with which a watch is
+    re-established (the old per-tick listing made one per tick, the old apply five PATCHes)."""
     wait_for(lambda: (_condition(_get(sandbox, "chat"), "Ready") or {}).get("status") == "True", 120, "Ready")
     time.sleep(6)  # the pass that follows the last child change
     since = datetime.datetime.now(datetime.timezone.utc)
     time.sleep(22)
     assert len(_audited(sandbox, since, "list", "poddisruptionbudgets")) <= 1
     assert _audited(sandbox, since, "patch", "llmdeployments", "status") == [], operator.log_tail()
+    for kind in ("configmaps", "services", "deployments", "jobs", "poddisruptionbudgets"):
+        assert _audited(sandbox, since, "patch", kind) == [], f"{kind} re-applied while nothing changed"
 
 
 def test_operator_restart_creates_no_duplicates_and_restores_what_went_while_it_was_down(sandbox, operator):

@@ -790,8 +790,9 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
     outcome = decide(body, children, settings, now, snapshot, samples, golden, why_not_ready)
     for manifest in outcome.ensure:
         kube.ensure(manifest)
+    live = {(child["kind"], child["metadata"]["name"]): child for child in children}
     for manifest in outcome.apply:
-        kube.apply(manifest)
+        kube.apply(manifest, live.get((manifest["kind"], manifest["metadata"]["name"])))
     for child in outcome.delete:
         kube.delete(child)
     # Only from the version this pass read: a pass that started from a stale copy (one handler

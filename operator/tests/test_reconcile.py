@@ -294,7 +294,7 @@ class RecordingGateway:
     def ensure(self, manifest):
         pass
 
-    def apply(self, manifest):
+    def apply(self, manifest, live=None):
         self.applied.append(manifest)
 
     def delete(self, child):

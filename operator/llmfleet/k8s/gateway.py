@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import hashlib
 import json
 import logging
 
@@ -41,6 +42,23 @@ def _terminating_namespace_named(namespace: str):
 
 
 
+def _object_key(obj: dict) -> tuple[str, str, str]:
+    metadata = obj["metadata"]
+    return obj["kind"], metadata.get("namespace", ""), metadata["name"]
+
+
+def _digest(manifest: dict) -> str:
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+
+
+def _fingerprint(obj: dict) -> str:
+    """What changes when anyone changes the object's desired state: its generation where the
+    kind keeps one (status updates leave it alone), else its resourceVersion."""
+    metadata = obj.get("metadata") or {}
+    generation = metadata.get("generation")
+    return f"generation {generation}" if generation else f"version {metadata.get('resourceVersion')}"
+
+
 def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
     """In-cluster config when running in a pod, else the kubeconfig (or $KUBECONFIG)."""
     if kubeconfig is None:
@@ -62,6 +80,8 @@ class KubeGateway:
         self._resources = {}
         # Objects known to exist: ensure() asks the API once per object and operator process.
         self._ensured: set[tuple[str, str, str]] = set()
+        # What this process last applied to each child, and the child's fingerprint after it.
+        self._applied: dict[tuple[str, str, str], tuple[str, str]] = {}
 
     def _resource(self, api_version: str, kind: str):
         key = (api_version, kind)
@@ -71,16 +91,22 @@ class KubeGateway:
 
     # -- children -------------------------------------------------------------------------
 
-    def apply(self, manifest: dict) -> dict:
-        """Server-side apply as field manager `llmfleet`, taking over conflicting fields.
-        Raises NamespaceTerminating when the namespace is being deleted."""
+    def apply(self, manifest: dict, live: dict | None = None) -> None:
+        """Server-side apply as field manager `llmfleet`, taking over conflicting fields; skipped
+        when `live` (the object as last seen) is unchanged since this process applied the same
+        manifest, so that a settled deployment costs no writes. A child changed by anyone else,
+        or deleted, is applied again. Raises NamespaceTerminating when the namespace is being
+        deleted."""
+        key, digest = _object_key(manifest), _digest(manifest)
+        if live is not None and self._applied.get(key) == (digest, _fingerprint(live)):
+            return
         resource = self._resource(manifest["apiVersion"], manifest["kind"])
         metadata = manifest["metadata"]
         with _terminating_namespace_named(metadata.get("namespace", "")):
             applied = resource.server_side_apply(
                 body=manifest, name=metadata["name"], namespace=metadata.get("namespace"),
                 field_manager=FIELD_MANAGER, force_conflicts=True)
-        return applied.to_dict()
+        self._applied[key] = (digest, _fingerprint(applied.to_dict()))
 
     def ensure(self, manifest: dict) -> None:
         """Create the object unless it exists; never change or take over an existing one (a
@@ -100,6 +126,7 @@ class KubeGateway:
     def delete(self, child: dict) -> None:
         resource = self._resource(child["apiVersion"], child["kind"])
         metadata = child["metadata"]
+        self._applied.pop(_object_key(child), None)
         try:
             resource.delete(name=metadata["name"], namespace=metadata["namespace"],
                             body={"propagationPolicy": "Background"})
