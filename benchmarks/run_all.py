@@ -25,6 +25,7 @@ BENCHMARKS = (
     ("bench_reconcile.py", "reconcile.md"),
     ("bench_autoscaling.py", "autoscaling.md"),
     ("bench_rollout.py", "rollout.md"),
+    ("bench_scale.py", "scale.md"),
 )
 
 
