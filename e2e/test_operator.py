@@ -230,3 +230,27 @@ def test_delete_garbage_collects_children(sandbox, operator):
     wait_for(lambda: not _children(sandbox, "chat"), 60, "children to be garbage-collected")
     wait_for(lambda: not sandbox.kubectl_json("get", "pods", "-n", NAMESPACE)["items"], 60,
              "pods to be gone")
+
+
+def test_a_namespace_with_llm_deployments_is_deleted_promptly(sandbox, operator):
+    """The operator keeps no finalizer (no per-object timers), so nothing holds the namespace
+    Terminating, even under the namespace pattern this operator watches with."""
+    sandbox.kubectl("create", "namespace", "short-lived")
+    body = llm_deployment("doomed", tpot_p99_ms=40)
+    body["metadata"]["namespace"] = "short-lived"
+    sandbox.apply([body], namespace="short-lived")
+    planned = wait_for(lambda: (_condition(stored := sandbox.kubectl_json("get", "llmdeployment", "doomed", "-n",
+                                                                           "short-lived"), "Planned") or {}
+                                ).get("status") == "True" and stored, 60, "Planned=True")
+    assert not planned["metadata"].get("finalizers")
+    sandbox.kubectl("delete", "namespace", "short-lived", "--wait=false")
+
+    def gone() -> bool:
+        return "NotFound" in sandbox.kubectl("get", "namespace", "short-lived", check=False)
+    try:
+        wait_for(gone, 90, "the namespace to go")
+    except AssertionError:
+        namespace = sandbox.kubectl("get", "namespace", "short-lived", "-o", "jsonpath={.status.conditions}",
+                                    check=False)
+        left = sandbox.kubectl("get", "all,pvc,llmdeployments", "-n", "short-lived", check=False)
+        raise AssertionError(f"namespace still there: {namespace}\n{left}") from None

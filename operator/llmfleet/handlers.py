@@ -1,11 +1,21 @@
-"""Kopf wiring only: every trigger runs the same reconcile pipeline."""
+"""Kopf wiring only: every trigger runs the same reconcile pipeline.
+
+Triggers: a change of an LLMDeployment (create, update, resume at startup), an event of one
+of its children, and one operator-wide ticker. The ticker passes every `timer_interval_seconds`
+the deployments whose decisions depend on time (`needs_periodic_pass`: autoscaling, a running
+canary, replicas short of ready) and every deployment once per `resync_seconds`. There are no
+per-object timers: they cost a wake-up per object per tick at any scale, and Kopf guards them
+with a finalizer, which it cannot remove once it stops watching a namespace being deleted.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import datetime
 import logging
 import threading
+import time
 from collections import defaultdict
 
 import kopf
@@ -13,13 +23,19 @@ import kopf
 from llmfleet.api import GROUP, KIND, PLURAL, VERSION
 from llmfleet.k8s import CHILD_KINDS, KubeGateway, NamespaceTerminating, load_api_client
 from llmfleet.metrics import PrometheusMetrics
-from llmfleet.reconcile import OperatorSettings, reconcile
+from llmfleet.reconcile import OperatorSettings, needs_periodic_pass, reconcile
 from llmfleet.render.identity import MANAGED_BY_LABEL
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 log = logging.getLogger(__name__)
-# Change handlers and the timer run in different tasks; one object reconciles at a time.
+# Change handlers, child events and the ticker run in different threads; one object
+# reconciles at a time.
 _object_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
+# When each object's last pass ended (monotonic seconds), for the resync.
+_last_pass: dict[str, float] = {}
+# Set by the first change handler: by then Kopf has filled the indexes (it runs resource
+# handlers only after), so the ticker never reads a half-listed cluster.
+_indexes_ready = threading.Event()
 
 
 def utc_now() -> datetime.datetime:
@@ -61,14 +77,19 @@ for _child in CHILD_KINDS:
                when=lambda body, **_: _controller(body) is not None)(_child_by_owner)
 
 
-def _children(uid: str, indexes: dict) -> list[dict]:
+@kopf.index(*RESOURCE, id="llm_deployments")
+def _deployment_by_uid(body, **_) -> dict:
+    return {body["metadata"]["uid"]: copy.deepcopy(dict(body))}
+
+
+def _children(uid: str, indexes) -> list[dict]:
     return [child for kind in CHILD_KINDS for child in indexes[f"children_{kind.plural}"].get(uid, ())]
 
 
-def _run(body, memo, indexes: dict) -> None:
+def _run(body, memo, indexes) -> None:
     if body["metadata"].get("deletionTimestamp"):
-        # Going: the garbage collector removes the children. Applying them again would fail in
-        # a terminating namespace and keep the timer (and so Kopf's finalizer) busy with retries.
+        # Going: the garbage collector removes the children; applying them again would fail
+        # in a terminating namespace.
         return
     uid = body["metadata"]["uid"]
     with _object_locks[uid]:
@@ -76,41 +97,80 @@ def _run(body, memo, indexes: dict) -> None:
             reconcile(dict(body), memo.gateway, memo.operator_settings, utc_now(), memo.metrics,
                       children=_children(uid, indexes))
         except NamespaceTerminating as going:
-            # The object goes with its namespace (deletion reaches it after its children):
-            # failing here would put the timer in backoff and hold Kopf's finalizer.
+            # The object goes with its namespace (deletion reaches it after its children).
             log.debug("namespace %s is being deleted; not reconciling %s", going, body["metadata"]["name"])
+        finally:
+            _last_pass[uid] = time.monotonic()
 
 
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE)
 @kopf.on.resume(*RESOURCE)
 def on_change(body, memo, **kwargs) -> None:
+    _indexes_ready.set()
     _run(body, memo, kwargs)
 
 
-def _timer_interval() -> float:
-    return OperatorSettings().timer_interval_seconds
+def _due(indexes, settings: OperatorSettings, now_s: float) -> list[dict]:
+    """The deployments the ticker passes now."""
+    due = []
+    for store in list(indexes["llm_deployments"].values()):
+        for body in list(store):
+            uid = body["metadata"]["uid"]
+            stale = now_s - _last_pass.get(uid, 0.0) >= settings.resync_seconds
+            if stale or needs_periodic_pass(body, _children(uid, indexes)):
+                due.append(body)
+    return due
 
 
-@kopf.timer(*RESOURCE, interval=_timer_interval(), idle=0)
-def on_timer(body, memo, **kwargs) -> None:
-    _run(body, memo, kwargs)
+@kopf.on.startup()
+async def start_ticker(memo: kopf.Memo, settings: kopf.OperatorSettings, **indexes) -> None:
+    async def tick_forever() -> None:
+        loop = asyncio.get_running_loop()
+        interval = memo.operator_settings.timer_interval_seconds
+        while not _indexes_ready.is_set():
+            await asyncio.sleep(0.5)
+        while True:
+            await asyncio.sleep(interval)
+            due = _due(indexes, memo.operator_settings, time.monotonic())
+            # A tick that takes longer than the interval delays the next instead of piling up.
+            results = await asyncio.gather(*(loop.run_in_executor(settings.execution.executor, _run, body, memo,
+                                                                   indexes) for body in due),
+                                           return_exceptions=True)
+            for body, result in zip(due, results):
+                if isinstance(result, Exception):
+                    log.error("periodic pass of %s/%s failed: %r", body["metadata"]["namespace"],
+                              body["metadata"]["name"], result)
+
+    memo.ticker = asyncio.create_task(tick_forever())
 
 
-# A build Job finishing or a serving Deployment becoming ready is a reason to
-# reconcile the owner now rather than at the next timer tick.
-@kopf.on.event("batch", "v1", "jobs", labels={MANAGED_BY_LABEL: "llmfleet"})
-@kopf.on.event("apps", "v1", "deployments", labels={MANAGED_BY_LABEL: "llmfleet"})
+@kopf.on.cleanup()
+async def stop_ticker(memo: kopf.Memo, **_) -> None:
+    ticker = memo.get("ticker")
+    if ticker is not None:
+        ticker.cancel()
+
+
 def on_child_event(body, event, memo, **kwargs) -> None:
+    """A child changed or went (a build Job finished, a Deployment's replicas became ready, a
+    Service was deleted by hand): reconcile its owner now, read from the index."""
     controller = _controller(body)
     if event["type"] not in ("MODIFIED", "DELETED") or controller is None:
         return
-    owner = memo.gateway.get_llm_deployment(body["metadata"]["namespace"], controller["name"])
-    if owner is not None and not owner["metadata"].get("deletionTimestamp"):
+    owner = next(iter(kwargs["llm_deployments"].get(controller["uid"], ())), None)
+    if owner is not None:
         _run(owner, memo, kwargs)
+
+
+for _child in CHILD_KINDS:
+    kopf.on.event(*([_child.group] if _child.group else []), _child.version, _child.plural,
+                  labels={MANAGED_BY_LABEL: "llmfleet"})(on_child_event)
 
 
 @kopf.on.delete(*RESOURCE, optional=True)
 def on_delete(body, **_) -> None:
     # Children carry ownerReferences: the garbage collector removes them.
-    _object_locks.pop(body["metadata"]["uid"], None)
+    uid = body["metadata"]["uid"]
+    _object_locks.pop(uid, None)
+    _last_pass.pop(uid, None)

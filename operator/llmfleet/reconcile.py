@@ -78,7 +78,11 @@ ROLLOUT_COMMAND_ANNOTATION = "llmfleet.io/rollout-command"
 @dataclass(frozen=True)
 class OperatorSettings:
     render: RenderSettings = field(default_factory=RenderSettings)
+    # How often deployments whose decisions depend on time (`needs_periodic_pass`) are passed.
     timer_interval_seconds: float = 5.0
+    # Every deployment is passed at least this often, whatever happened: a safety net for an
+    # event missed or a change no watch shows.
+    resync_seconds: float = 300.0
     # The window of the p99 TTFT query: a few scrapes, short enough to react within ~20 s.
     metrics_window_seconds: int = 30
     # How long added replicas may take to become ready (engine load, warm-up) before missing
@@ -714,6 +718,24 @@ def _restarts(container_status: dict) -> str:
     last = ((container_status.get("lastState") or {}).get("terminated") or {})
     exit_code = f", last exit code {last['exitCode']}" if last.get("exitCode") is not None else ""
     return f" (restarted {count} time{'s' if count != 1 else ''}{exit_code})"
+
+
+# Canary phases after which nothing happens until the spec or a command changes.
+_SETTLED_CANARY_PHASES = {CanaryPhase.PROMOTED.value, CanaryPhase.ROLLED_BACK.value,
+                          CanaryPhase.SUPERSEDED.value}
+
+
+def needs_periodic_pass(body: dict, children) -> bool:
+    """Whether time alone can change this deployment's decisions, so that it is passed every
+    tick: the autoscaler reads metrics, a canary walks timed steps and deadlines, replicas short
+    of ready change their story (restarts, the scale-up grace). Anything else moves only on a
+    change of the object or one of its children, which triggers a pass by itself."""
+    if ((body.get("spec") or {}).get("autoscaling") or {}).get("enabled"):
+        return True
+    phase = (((body.get("status") or {}).get("canary")) or {}).get("phase")
+    if phase is not None and phase not in _SETTLED_CANARY_PHASES:
+        return True
+    return short_of_ready(body, children) is not None
 
 
 def short_of_ready(body: dict, children) -> str | None:

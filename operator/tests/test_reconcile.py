@@ -318,3 +318,18 @@ def test_a_pass_from_a_stale_copy_writes_status_only_from_that_version_and_tells
     reconcile(copy.deepcopy(stored), stale, SETTINGS, NOW)
     assert [version for _, version in fresh.patched] == ["41"] and fresh.events
     assert [version for _, version in stale.patched] == ["41"] and stale.events == []
+
+
+def test_only_deployments_whose_decisions_depend_on_time_are_passed_every_tick():
+    from llmfleet.reconcile import needs_periodic_pass
+
+    status, built, serving = rolled_out()
+    settled = body(status=status)
+    assert not needs_periodic_pass(settled, [built, serving])
+    assert needs_periodic_pass(settled, [built, ready_deployment(serving, 0)])  # short of ready
+    autoscaled = body(status=status)
+    autoscaled["spec"]["autoscaling"] = {"enabled": True}
+    assert needs_periodic_pass(autoscaled, [built, serving])
+    for phase, periodic in (("Warming", True), ("Paused", True), ("Promoted", False), ("RolledBack", False)):
+        canary = body(status={**status, "canary": {"phase": phase}})
+        assert needs_periodic_pass(canary, [built, serving]) is periodic, phase
