@@ -87,7 +87,7 @@ def test_control_plane_restarts_lose_no_request_status_or_decision(sandbox, faul
 def test_a_crash_looping_engine_is_named_with_its_restarts_and_the_fleet_serves_on(sandbox, faults_namespace):
     sandbox.apply([small_batch_70b("crashing", NAMESPACE, 1000, plan={"replicas": 2})], namespace=NAMESPACE)
     revision = wait_until_ready(sandbox, "crashing", NAMESPACE)["status"]["currentRevision"]
-    selector = f"llmfleet.io/deployment=crashing,llmfleet.io/revision={revision},llmfleet.io/component=server"
+    selector = f"llmfleet.io/deployment=crashing,llmfleet.io/revision={revision},app.kubernetes.io/component=server"
     victim = sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "-l", selector)["items"][0]["metadata"]["name"]
 
     def fault(*flags: str) -> None:
