@@ -27,12 +27,12 @@ COOLDOWN_S = 15
 RECOVERED_FOR_S = 30  # the operator's p99 window
 
 
-def scaler(name: str, min_replicas: int = 1) -> dict:
-    # Steered to the SLO itself (the default target is 60 % of it) and with quicker windows:
-    # these tests check the mechanisms; benchmarks/bench_autoscaling.py measures the defaults.
+def scaler(name: str, min_replicas: int = 1, target_ttft_p99_ms: int | None = None) -> dict:
+    # Quicker windows than the defaults: these tests check the mechanisms;
+    # benchmarks/bench_autoscaling.py measures the defaults.
+    target = {} if target_ttft_p99_ms is None else {"targetTtftP99Ms": target_ttft_p99_ms}
     return small_batch_70b(name, NAMESPACE, SLO_TTFT_MS, autoscaling={
-        "enabled": True, "minReplicas": min_replicas, "maxReplicas": MAX_REPLICAS,
-        "targetTtftP99Ms": SLO_TTFT_MS,
+        "enabled": True, "minReplicas": min_replicas, "maxReplicas": MAX_REPLICAS, **target,
         "scaleDownStabilizationSeconds": SCALE_DOWN_STABILIZATION_S, "cooldownSeconds": COOLDOWN_S})
 
 
@@ -98,8 +98,8 @@ def _status(sandbox, name: str) -> dict:
     return sandbox.kubectl_json("get", "llmdeployment", name, "-n", NAMESPACE).get("status") or {}
 
 
-def _deploy_ready(sandbox, name: str, min_replicas: int = 1) -> str:
-    sandbox.apply([scaler(name, min_replicas)], namespace=NAMESPACE)
+def _deploy_ready(sandbox, name: str, min_replicas: int = 1, target_ttft_p99_ms: int | None = None) -> str:
+    sandbox.apply([scaler(name, min_replicas, target_ttft_p99_ms)], namespace=NAMESPACE)
     wait_for(lambda: any(c["type"] == "Ready" and c["status"] == "True"
                          for c in _status(sandbox, name).get("conditions") or []), 180, f"{name} Ready")
     return service_target(sandbox, name, NAMESPACE)
@@ -154,7 +154,8 @@ def test_scales_up_on_a_breach_recovers_and_scales_down_without_cutting_requests
 
 def test_steady_load_does_not_flap_and_a_prometheus_outage_holds_replicas(sandbox, tmp_path):
     # Two replicas at 1.5 requests/s each: p99 TTFT well inside the target, too busy for one.
-    target = _deploy_ready(sandbox, "steady", min_replicas=2)
+    # Steered to the SLO itself, above the default target (60 % of it): this load sits between.
+    target = _deploy_ready(sandbox, "steady", min_replicas=2, target_ttft_p99_ms=SLO_TTFT_MS)
     watcher = Watcher(sandbox, "steady")
     started = time.monotonic()
     thread = threading.Thread(target=watcher.run, args=(started,), daemon=True)
