@@ -38,11 +38,9 @@ def engine_build_job_name(name: str, revision: str, runtime: str = Runtime.ENGIN
     return fit_name(name, revision, "engine-build" if runtime == Runtime.ENGINE.value else "prepare")
 
 
-def serving_deployment_name(name: str, revision: str) -> str:
-    return fit_name(name, revision)
-
-
-def revision_service_name(name: str, revision: str) -> str:
+def revision_object_name(name: str, revision: str) -> str:
+    """`<name>-<revision>`, cut to fit: the name of a revision's serving Deployment and of its
+    own Service (with HTTPRoute routing)."""
     return fit_name(name, revision)
 
 
@@ -80,7 +78,7 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
         settings,
         release)
     server = serving.serving_deployment(
-        deployment, plan, child(serving_deployment_name(name, revision), serving.COMPONENT),
+        deployment, plan, child(revision_object_name(name, revision), serving.COMPONENT),
         config_map_name, volume_items(files), serving_replicas, settings, release)
     service = serving.service(metadata(deployment, service_name(name), deployment_labels(name, SERVICE_COMPONENT)),
                               selector_labels(name))
@@ -89,16 +87,16 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
     if spec.routing is not None and spec.routing.http_route is not None:
         weights = route_weights if route_weights is not None else {revision: 100}
         children.append(routing.revision_service(
-            child(revision_service_name(name, revision), routing.REVISION_SERVICE_COMPONENT),
+            child(revision_object_name(name, revision), routing.REVISION_SERVICE_COMPONENT),
             {**selector_labels(name), REVISION_LABEL: revision}))
         children.append(routing.http_route(
             metadata(deployment, service_name(name), deployment_labels(name, routing.ROUTE_COMPONENT)),
             spec.routing.http_route,
-            {revision_service_name(name, routed): weight for routed, weight in weights.items()}))
+            {revision_object_name(name, routed): weight for routed, weight in weights.items()}))
     return children
 
 
 __all__ = [
     "RenderError", "RenderSettings", "engine_build_job_name", "engine_cache_key",
-    "layout", "render", "revision_hash", "serving_deployment_name",
+    "layout", "render", "revision_hash", "revision_object_name",
 ]
