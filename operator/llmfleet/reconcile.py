@@ -805,8 +805,11 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
         samples = (metrics.revision_samples(namespace, name, *query, now, REQUEST_MODEL[release.runtime])
                    if metrics is not None else Samples(error="no Prometheus URL configured"))
     quality = quality_query(body)
+    # The canary's pods are listed (and asked) only once its Deployment reports them ready.
     golden = (golden_answers(kube, namespace, name, quality, REQUEST_MODEL[release.runtime])
-              if quality is not None and release is not None else None)
+              if quality is not None and release is not None
+              and _ready_replicas(_serving_deployments(children).get(quality.canary_revision))
+              >= quality.canary_replicas else None)
     asked = overdue_canary(body, now) or short_of_ready(body, children)
     why_not_ready = not_ready_reason(_pods_of(kube, namespace, name, asked)) if asked else None
     outcome = decide(body, children, settings, now, snapshot, samples, golden, why_not_ready)
