@@ -224,7 +224,12 @@ def build_state(children: tuple[dict, ...] | list[dict], revision: str) -> Build
             return BuildState(False, True, Reason.BUILD_FAILED,
                               f"Job {job['metadata']['name']} failed ({reason}): "
                               f"{condition.get('message') or 'see the Job pod logs'}")
-    return BuildState(False, False, Reason.BUILDING, f"Job {job['metadata']['name']} is filling the engine cache")
+    failed_attempts = status.get("failed") or 0
+    retrying = (f"; {failed_attempts} attempt{'s' if failed_attempts != 1 else ''} failed, retried with the "
+                f"Job's backoff (backoffLimit {(job.get('spec') or {}).get('backoffLimit', 6)})"
+                if failed_attempts else "")
+    return BuildState(False, False, Reason.BUILDING,
+                      f"Job {job['metadata']['name']} is filling the engine cache{retrying}")
 
 
 # --- scale ----------------------------------------------------------------------------------------

@@ -87,6 +87,16 @@ def test_failed_build_sets_a_condition_with_the_job_reason():
     assert by_kind(outcome.apply, "Deployment")["spec"]["replicas"] == 0
 
 
+def test_a_build_retried_after_failed_attempts_says_so_while_it_retries():
+    first = decide(body(), [], SETTINGS, NOW)
+    job = copy.deepcopy(by_kind(first.apply, "Job"))
+    job["status"] = {"failed": 2, "active": 1}
+    built = condition(decide(body(), [job], SETTINGS, NOW), "EngineBuilt")
+    assert (built["status"], built["reason"]) == ("False", "Building")
+    assert built["message"].endswith(
+        f"2 attempts failed, retried with the Job's backoff (backoffLimit {job['spec']['backoffLimit']})")
+
+
 def test_ready_replicas_make_it_ready_and_events_report_transitions():
     first = decide(body(), [], SETTINGS, NOW)
     built = finished_job(by_kind(first.apply, "Job"))
