@@ -573,16 +573,18 @@ def decide_invalid(ctx: Context, reason: str, message: str, plan_status: dict | 
 
 def decide(body: dict, children, settings: OperatorSettings, now: datetime,
            snapshot: MetricsSnapshot | None = None, samples: Samples | None = None,
-           golden: GoldenAnswers | None = None, not_ready_reason: str | None = None) -> Outcome:
+           golden: GoldenAnswers | None = None, not_ready_reason: str | None = None,
+           deployment: LLMDeployment | None = None) -> Outcome:
     """`snapshot` is the deployment's metrics when autoscaling is enabled (None: no
     Prometheus configured, which the autoscaler treats like an outage: hold); `samples` the
     canary and stable revisions' requests when an analysis step is due (`analysis_query`);
     `golden` their answers to the golden prompts when the quality gate is due (`quality_query`);
     `not_ready_reason` what the pods say when the canary's replicas are overdue (`overdue_canary`)
-    or the current revision is short of ready replicas (`short_of_ready`)."""
+    or the current revision is short of ready replicas (`short_of_ready`). `deployment` is the
+    body already parsed, if the caller has it."""
     ctx = Context(body, tuple(children), settings, now, snapshot)
     try:
-        deployment = _validate(ctx)
+        deployment = _validate(ctx) if deployment is None else deployment
     except InvalidSpecError as error:
         return decide_invalid(ctx, Reason.INVALID_SPEC, "; ".join(f"{path}: {text}" for path, text in error.problems))
     spec = deployment.spec
@@ -635,10 +637,10 @@ def decide(body: dict, children, settings: OperatorSettings, now: datetime,
                     delete=rollout.delete)
 
 
-def _rollout_view(body: dict) -> tuple[LLMDeploymentSpec, CanaryState] | None:
+def _rollout_view(body: dict, deployment: LLMDeployment | None) -> tuple[LLMDeploymentSpec, CanaryState] | None:
     """The spec and the stored canary of a body whose canary has steps; None otherwise."""
     try:
-        spec = LLMDeployment.from_manifest(body).spec
+        spec = (LLMDeployment.from_manifest(body) if deployment is None else deployment).spec
         stored = LLMDeploymentStatus.model_validate(body.get("status") or {})
     except (InvalidSpecError, ValidationError):
         return None
@@ -648,11 +650,12 @@ def _rollout_view(body: dict) -> tuple[LLMDeploymentSpec, CanaryState] | None:
     return spec, state
 
 
-def analysis_query(body: dict, now: datetime) -> tuple[str, str, int] | None:
+def analysis_query(body: dict, now: datetime, deployment: LLMDeployment | None = None
+                   ) -> tuple[str, str, int] | None:
     """(stable revision, canary revision, window seconds) when the canary's current step is an
     analysis whose next evaluation is due; the window is the time since the step began (at least
     a few scrapes)."""
-    view = _rollout_view(body)
+    view = _rollout_view(body, deployment)
     if view is None:
         return None
     spec, state = view
@@ -671,9 +674,9 @@ class QualityQuery:
     gate: QualityGate
 
 
-def quality_query(body: dict) -> QualityQuery | None:
+def quality_query(body: dict, deployment: LLMDeployment | None = None) -> QualityQuery | None:
     """What to ask when a warming canary still owes its golden prompts."""
-    view = _rollout_view(body)
+    view = _rollout_view(body, deployment)
     if view is None:
         return None
     spec, state = view
@@ -682,10 +685,10 @@ def quality_query(body: dict) -> QualityQuery | None:
     return QualityQuery(state.stable_revision, state.canary_revision, state.canary_replicas, spec.rollout.quality)
 
 
-def overdue_canary(body: dict, now: datetime) -> str | None:
+def overdue_canary(body: dict, now: datetime, deployment: LLMDeployment | None = None) -> str | None:
     """The canary revision when the replicas its phase or step waits for are past
     canaryReadyDeadlineSeconds (its pods then say why)."""
-    view = _rollout_view(body)
+    view = _rollout_view(body, deployment)
     if view is None:
         return None
     spec, state = view
@@ -796,28 +799,30 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
     deployment autoscales or a canary analysis is due."""
     metadata = body["metadata"]
     namespace, name = metadata["namespace"], metadata["name"]
+    # Parsed once for the whole pass; an invalid body is left to decide, which says why.
     try:
-        release = serving_release(LLMDeployment.from_manifest(body).spec)
+        deployment = LLMDeployment.from_manifest(body)
     except InvalidSpecError:
-        release = None  # decide says why
+        deployment = None
+    release = serving_release(deployment.spec) if deployment is not None else None
     snapshot = None
     if ((body.get("spec") or {}).get("autoscaling") or {}).get("enabled") and metrics is not None \
             and release is not None:
         snapshot = metrics.snapshot(namespace, name, settings.metrics_window_seconds, now, release.metrics)
-    query = analysis_query(body, now)
+    query = analysis_query(body, now, deployment)
     samples = None
     if query is not None and release is not None:
         samples = (metrics.revision_samples(namespace, name, *query, now, REQUEST_MODEL[release.runtime])
                    if metrics is not None else Samples(error="no Prometheus URL configured"))
-    quality = quality_query(body)
+    quality = quality_query(body, deployment)
     # The canary's pods are listed (and asked) only once its Deployment reports them ready.
     golden = (golden_answers(kube, namespace, name, quality, REQUEST_MODEL[release.runtime])
               if quality is not None and release is not None
               and _ready_replicas(_serving_deployments(children).get(quality.canary_revision))
               >= quality.canary_replicas else None)
-    asked = overdue_canary(body, now) or short_of_ready(body, children)
+    asked = overdue_canary(body, now, deployment) or short_of_ready(body, children)
     why_not_ready = not_ready_reason(_pods_of(kube, namespace, name, asked)) if asked else None
-    outcome = decide(body, children, settings, now, snapshot, samples, golden, why_not_ready)
+    outcome = decide(body, children, settings, now, snapshot, samples, golden, why_not_ready, deployment)
     for manifest in outcome.ensure:
         kube.ensure(manifest)
     live = {(child["kind"], child["metadata"]["name"]): child for child in children}
