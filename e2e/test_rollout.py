@@ -169,10 +169,13 @@ def _fault_the_new_revision(sandbox, name: str, stable: str, *flags: str) -> str
 
 
 def test_a_drifting_canary_fails_its_golden_prompts_before_any_step(sandbox):
-    """Normal latency, different answers: only the quality gate can see it."""
+    """Normal latency, different answers: only the quality gate can see it. The golden prompts
+    come from a ConfigMap, one per line."""
     steps = [{"setWeight": 50}, {"pause": {"durationSeconds": 0}}]
-    sandbox.apply([manifest("drift", "v1", steps, {"prompts": GOLDEN_PROMPTS, "maxTokens": 16})],
-                  namespace=NAMESPACE)
+    sandbox.apply([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "golden", "namespace": NAMESPACE},
+                    "data": {"prompts.txt": "\n".join(GOLDEN_PROMPTS) + "\n"}},
+                   manifest("drift", "v1", steps, {"promptsFrom": {"name": "golden", "key": "prompts.txt"},
+                                                   "maxTokens": 16})], namespace=NAMESPACE)
     stable = wait_until_ready(sandbox, "drift", NAMESPACE)["status"]["currentRevision"]
     canary = _fault_the_new_revision(sandbox, "drift", stable, "--drift", "0.2")
     phases = _watch_phases(sandbox, "drift", "RolledBack", 240)
