@@ -411,8 +411,8 @@ class PodWorker(threading.Thread):
     # -- stopping -------------------------------------------------------------------------
 
     def _terminate_all(self) -> None:
-        """Like the kubelet: each container runs its preStop hook, then gets SIGTERM;
-        whatever still runs when the grace period ends gets SIGKILL."""
+        """Like the kubelet: each container runs its preStop hook, then its main process gets
+        SIGTERM; whatever still runs in it when the grace period ends gets SIGKILL."""
         runs = [run for run in self.init_runs + self.app_runs if run.running]
         stoppers = [threading.Thread(target=self._stop_container, args=(run,), daemon=True)
                     for run in runs]
@@ -424,6 +424,7 @@ class PodWorker(threading.Thread):
             if run.running:
                 _signal_group(run.process, signal.SIGKILL)
             run.process.wait()
+            _kill_leftovers(run.process)  # a container ends with its main process, children too
             self._record_terminated_by_stop(run)
 
     def _stop_container(self, run: ContainerRun) -> None:
@@ -437,7 +438,10 @@ class PodWorker(threading.Thread):
             if not ok:
                 self.agent.event(self.pod, "Warning", "FailedPreStopHook",
                                  f"PreStop hook for container {run.name} failed: {message}")
-        _signal_group(run.process, signal.SIGTERM)
+        # Only the container's main process, as a runtime signals PID 1: its children are its
+        # own to stop. (Signalling the group stopped Triton's Python backend stubs under it, and
+        # streams in flight on a draining replica stalled until the grace period ended.)
+        _signal_main(run.process, signal.SIGTERM)
 
     def _record_terminated_by_stop(self, run: ContainerRun) -> None:
         code = run.process.returncode
@@ -531,6 +535,23 @@ def _expand_env(text: str, env: dict[str, str]) -> str:
         return env.get(match.group(1), match.group(0))
 
     return re.sub(r"\$\$?\(([A-Za-z_][A-Za-z0-9_.-]*)\)", replace, text)
+
+
+def _signal_main(process: subprocess.Popen | None, sig: int) -> None:
+    if process is None or process.poll() is not None:
+        return
+    try:
+        os.kill(process.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _kill_leftovers(process: subprocess.Popen) -> None:
+    """SIGKILL what is left of an exited main process's group (its group id is its pid)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _signal_group(process: subprocess.Popen | None, sig: int) -> None:
