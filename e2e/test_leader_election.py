@@ -35,7 +35,7 @@ def _planned_with_one_child_per_kind(sandbox, name: str):
     obj = sandbox.kubectl_json("get", "llmdeployment", name, "-n", NAMESPACE)
     planned = next((c for c in (obj.get("status") or {}).get("conditions") or []
                     if c["type"] == "Planned" and c["status"] == "True"), None)
-    children = sandbox.kubectl_json("get", ",".join(kubectl_kinds()), "-n", NAMESPACE, "-l",
+    children = sandbox.kubectl_json("get", kubectl_kinds(), "-n", NAMESPACE, "-l",
                                     f"llmfleet.io/deployment={name}")["items"]
     return sorted(child["kind"] for child in children) if planned else None
 

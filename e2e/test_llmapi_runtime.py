@@ -153,7 +153,7 @@ def _assert_secret_appears_nowhere(sandbox, operator, credentials_file, name: st
     assert len(values) == 2 and all(len(value) >= 8 for value in values), "no credentials planted"
     surfaces = {
         "the LLMDeployment": sandbox.kubectl("get", "llmdeployment", name, "-n", NAMESPACE, "-o", "json"),
-        "its children": sandbox.kubectl("get", ",".join(kubectl_kinds()), "-n", NAMESPACE, "-l",
+        "its children": sandbox.kubectl("get", kubectl_kinds(), "-n", NAMESPACE, "-l",
                                         f"llmfleet.io/deployment={name}", "-o", "json"),
         "the events": sandbox.kubectl("get", "events", "-n", NAMESPACE, "-o", "json"),
         **{f"log {path.relative_to(sandbox.state_dir)}": path.read_text(errors="replace")

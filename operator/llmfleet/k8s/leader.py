@@ -120,9 +120,9 @@ class LeaderElector:
         while not stop.is_set():
             try:
                 held, holder = self.try_acquire_or_renew()
-            except ApiException as error:
+            except Exception as error:  # the API refusing, or unreachable: try again
                 log.warning("leader election: the lease %s/%s is unreadable: %s", self.namespace,
-                            self.name, error.reason)
+                            self.name, getattr(error, "reason", None) or error)
                 held, holder = False, announced
             if held:
                 log.info("leader election: %s holds the lease %s/%s; acting", self.identity,
@@ -142,9 +142,9 @@ class LeaderElector:
             while not self._stop_renewing.wait(self.timing.retry_seconds):
                 try:
                     held, holder = self.try_acquire_or_renew()
-                except ApiException as error:
+                except Exception as error:  # an unreachable API must not end renewing silently
                     held, holder = False, None
-                    log.warning("leader election: renewing failed: %s", error.reason)
+                    log.warning("leader election: renewing failed: %s", getattr(error, "reason", None) or error)
                 if held:
                     last_renewed = self.clock()
                 elif holder:
@@ -167,9 +167,9 @@ class LeaderElector:
                 lease.spec.lease_duration_seconds = 1
                 self.api.replace_namespaced_lease(self.name, self.namespace, lease)
                 log.info("leader election: released the lease %s/%s", self.namespace, self.name)
-        except ApiException as error:
+        except Exception as error:
             log.warning("leader election: the lease was not released (%s); a standby takes it "
-                        "once it expires", error.reason)
+                        "once it expires", getattr(error, "reason", None) or error)
 
 
 def exit_on_lost_lease(why: str) -> None:
