@@ -83,22 +83,27 @@ class OperatorProcess:
         self.process: subprocess.Popen | None = None
         self.restarts = 0
         self._stopped = threading.Event()
+        # start, stop and the supervisor's check-and-restart exclude each other: a restart must
+        # never launch a second process beside the one `start` just launched.
+        self._lock = threading.Lock()
         self._supervisor: threading.Thread | None = None
 
     def start(self) -> None:
         """Start it, and restart it whenever it exits until `stop`, as the kubelet restarts the
         chart's pod: a leader that cannot renew its Lease for 10 s (the API down) exits."""
-        self._stopped.clear()
-        self._launch()
-        if self._supervisor is None or not self._supervisor.is_alive():
-            self._supervisor = threading.Thread(target=self._supervise, daemon=True)
-            self._supervisor.start()
+        with self._lock:
+            self._stopped.clear()
+            self._launch()
+            if self._supervisor is None or not self._supervisor.is_alive():
+                self._supervisor = threading.Thread(target=self._supervise, daemon=True)
+                self._supervisor.start()
 
     def _supervise(self) -> None:
         while not self._stopped.wait(1.0):
-            if self.process is not None and self.process.poll() is not None and not self._stopped.is_set():
-                self.restarts += 1
-                self._launch()
+            with self._lock:
+                if not self._stopped.is_set() and self.process is not None and self.process.poll() is not None:
+                    self.restarts += 1
+                    self._launch()
 
     def _launch(self) -> None:
         log = open(self.log_path, "ab")
@@ -112,7 +117,8 @@ class OperatorProcess:
         log.close()
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        self._stopped.set()
+        with self._lock:
+            self._stopped.set()
         if self.process and self.process.poll() is None:
             os.killpg(self.process.pid, sig)
             try:
