@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import yaml
@@ -99,7 +100,8 @@ class OperatorProcess:
                 self._supervisor.start()
 
     def _supervise(self) -> None:
-        while not self._stopped.wait(1.0):
+        while True:  # for the life of the test session (a daemon thread)
+            time.sleep(1.0)
             with self._lock:
                 if not self._stopped.is_set() and self.process is not None and self.process.poll() is not None:
                     self.restarts += 1
