@@ -270,7 +270,8 @@ def test_an_operator_killed_in_each_phase_resumes_with_no_duplicate_pods_lost_st
                     assert after["stepStartedTime"] == canary["stepStartedTime"], (where, canary, after)
             time.sleep(0.5)
         else:
-            raise AssertionError(f"not promoted; killed at {killed}")
+            raise AssertionError(f"not promoted; killed at {killed}; canary: "
+                                 f"{(_status(sandbox, 'restarts').get('canary') or {}).get('message')}")
     finally:
         stdout, stderr = load.communicate(timeout=300)
     assert {"Preparing", "Warming", "Progressing"} <= {phase for phase, _ in killed}, killed
