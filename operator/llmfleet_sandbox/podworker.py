@@ -441,7 +441,7 @@ class PodWorker(threading.Thread):
         # Only the container's main process, as a runtime signals PID 1: its children are its
         # own to stop. (Signalling the group stopped Triton's Python backend stubs under it, and
         # streams in flight on a draining replica stalled until the grace period ended.)
-        _signal_main(run.process, signal.SIGTERM)
+        _signal_group(run.process, signal.SIGTERM, main_only=True)
 
     def _record_terminated_by_stop(self, run: ContainerRun) -> None:
         code = run.process.returncode
@@ -537,15 +537,6 @@ def _expand_env(text: str, env: dict[str, str]) -> str:
     return re.sub(r"\$\$?\(([A-Za-z_][A-Za-z0-9_.-]*)\)", replace, text)
 
 
-def _signal_main(process: subprocess.Popen | None, sig: int) -> None:
-    if process is None or process.poll() is not None:
-        return
-    try:
-        os.kill(process.pid, sig)
-    except ProcessLookupError:
-        pass
-
-
 def _kill_leftovers(process: subprocess.Popen) -> None:
     """SIGKILL what is left of an exited main process's group (its group id is its pid)."""
     try:
@@ -554,11 +545,12 @@ def _kill_leftovers(process: subprocess.Popen) -> None:
         pass
 
 
-def _signal_group(process: subprocess.Popen | None, sig: int) -> None:
+def _signal_group(process: subprocess.Popen | None, sig: int, main_only: bool = False) -> None:
+    """Signal a running container's process group, or with `main_only` its main process."""
     if process is None or process.poll() is not None:
         return
     try:
-        os.killpg(process.pid, sig)
+        (os.kill if main_only else os.killpg)(process.pid, sig)
     except ProcessLookupError:
         pass
 
