@@ -44,7 +44,7 @@ from llmfleet.planner.spec_adapter import (
 from llmfleet.planner.types import Plan
 from llmfleet.inference import ask_golden_prompts
 from llmfleet.inference.golden import Replica
-from llmfleet.render import RenderError, RenderSettings, engine_build, render, revision_hash, routing, serving
+from llmfleet.render import RenderError, RenderSettings, engine_build, render, revision_hash, serving
 from llmfleet.render.identity import COMPONENT_LABEL, REVISION_LABEL, selector_labels
 from llmfleet.render.layout import GRPC_PORT, REQUEST_MODEL
 from llmfleet.render.pod import GPU_RESOURCE, engine_cache_claim
@@ -316,6 +316,9 @@ def _roll_out(ctx: Context, revision: str, build: BuildState, desired: int, mani
         stable = revision
     rolled_out = stable == revision
     wanted = {_key(m) for m in manifests}
+    # Components an older revision keeps while it still serves: never its build Job, and its
+    # own Service only while routing is on (switched off, every revision's Service goes).
+    kept_components = {_labels(m).get(COMPONENT_LABEL) for m in manifests} - {BUILD_COMPONENT}
     delete = []
     for child in ctx.children:
         if _key(child) in wanted:
@@ -323,12 +326,9 @@ def _roll_out(ctx: Context, revision: str, build: BuildState, desired: int, mani
         child_revision = _labels(child).get(REVISION_LABEL)
         # Until the new revision is stable only the stable one keeps serving (every older one
         # while no stable revision is recorded, as for objects of an older operator).
-        # A revision's own Service exists only for routing: unwanted, it goes at once (routing
-        # switched off), whatever the rollout keeps serving.
         keep_serving = (not rolled_out and child_revision in serving and child_revision != revision
                         and (child_revision == stable or ctx.stored.stable_revision is None)
-                        and _labels(child).get(COMPONENT_LABEL) not in (BUILD_COMPONENT,
-                                                                        routing.REVISION_SERVICE_COMPONENT))
+                        and _labels(child).get(COMPONENT_LABEL) in kept_components)
         if not keep_serving:
             delete.append(child)
     ready_anywhere = sum(_ready_replicas(d) for rev, d in serving.items() if rev == revision or not rolled_out)

@@ -533,3 +533,15 @@ def test_the_http_route_sends_all_to_stable_then_the_canarys_share_then_all_to_t
 def test_without_routing_there_is_no_http_route():
     stable, _, _ = canary_started()
     assert not [m for m in stable.apply if m["kind"] == "HTTPRoute"]
+
+
+def test_the_stable_revisions_own_service_serves_the_canary_and_goes_when_routing_is_switched_off():
+    stable, warming, children = canary_started(routed)
+    revision_a = stable.status["stableRevision"]
+    service_a = next(m for m in stable.apply if m["kind"] == "Service" and m["metadata"]["name"] == f"chat-{revision_a}")
+    children = [*children, service_a]
+    running = decide(routed("v2", 2, warming.status), children, SETTINGS, NOW + timedelta(seconds=10))
+    assert service_a not in running.delete, "the route still sends the stable revision its share"
+    unrouted = decide(manifest("v2", 3, running.status), children, SETTINGS, NOW + timedelta(seconds=20))
+    assert service_a in unrouted.delete
+    assert children[1] not in unrouted.delete, "the stable revision's Deployment still serves"
