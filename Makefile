@@ -58,7 +58,7 @@ unit: python-env
 	@$(BIN)/pytest operator/tests -q $(PYTEST_OPTS) || [ $$? -eq 5 ]
 
 e2e: setup
-	@$(BIN)/pytest e2e -q $(PYTEST_OPTS) || [ $$? -eq 5 ]
+	@$(BIN)/pytest e2e -q --durations=30 $(PYTEST_OPTS) || [ $$? -eq 5 ]
 
 crds: python-env
 	$(BIN)/python -m llmfleet.api.crdgen
