@@ -7,6 +7,11 @@ expected outcome before it runs:
 - an engine that fails to load (its Triton exits, the container crash-loops): the fleet keeps
   serving on its other replica; Degraded names the pod, CrashLoopBackOff and the restart count;
   once the engine loads again, Degraded clears.
+- a node powered off (its agent's heartbeats stop, its pods' processes die): the node goes
+  NotReady within the sandbox's 30 s grace; Degraded says the node stopped reporting, then that
+  the pod is evicted (30 s tolerations); the replacement runs on another node and Degraded
+  clears; a replica on another node is never restarted. Powered on again, the node is Ready
+  and the evicted pod object is gone.
 """
 
 from __future__ import annotations
@@ -114,3 +119,57 @@ def test_a_crash_looping_engine_is_named_with_its_restarts_and_the_fleet_serves_
         fault()  # the defaults remove it
     wait_for(lambda: _condition(sandbox, "crashing", "Degraded")["status"] == "False", 180,
              "Degraded to clear once the engine loads again", 1)
+
+
+def test_a_lost_node_is_named_its_pods_replaced_elsewhere_and_other_replicas_untouched(sandbox, faults_namespace):
+    sandbox.apply([small_batch_70b("unplugged", NAMESPACE, 1000, plan={"replicas": 2})], namespace=NAMESPACE)
+    wait_until_ready(sandbox, "unplugged", NAMESPACE)
+    selector = "llmfleet.io/deployment=unplugged,app.kubernetes.io/component=server"
+
+    def pods() -> list[dict]:
+        return sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "-l", selector)["items"]
+
+    before = pods()
+    lost = before[0]["spec"]["nodeName"]
+    on_lost = {p["metadata"]["uid"] for p in before if p["spec"]["nodeName"] == lost}
+    elsewhere = {p["metadata"]["uid"]: p["status"]["containerStatuses"][0]["restartCount"]
+                 for p in before if p["spec"]["nodeName"] != lost}
+    stories: list[str] = []
+
+    def degraded_says(words: str):
+        def check():
+            condition = _condition(sandbox, "unplugged", "Degraded")
+            if condition["status"] == "True" and condition["message"] not in stories:
+                stories.append(condition["message"])
+            return condition["status"] == "True" and words in condition["message"]
+        return check
+
+    def node_ready() -> str:
+        conditions = sandbox.kubectl_json("get", "node", lost)["status"]["conditions"]
+        return next(c["status"] for c in conditions if c["type"] == "Ready")
+
+    sandbox.llmfleet("node-power", "off", lost)
+    try:
+        wait_for(lambda: node_ready() != "True", 60, f"{lost} to go NotReady")
+        wait_for(degraded_says(f"its node {lost} stopped reporting"), 60, "Degraded naming the silent node", 1)
+        wait_for(degraded_says("is being evicted"), 90, "Degraded naming the eviction", 1)
+
+        def replaced():
+            serving = [p for p in pods() if not p["metadata"].get("deletionTimestamp")]
+            ready = [p for p in serving if any(c["type"] == "Ready" and c["status"] == "True"
+                                               for c in p["status"].get("conditions") or ())]
+            return len(ready) == 2 and ready
+        now_serving = wait_for(replaced, 240, "two ready replicas again, none on the lost node", 2)
+        assert all(p["spec"]["nodeName"] != lost for p in now_serving), now_serving
+        for pod in now_serving:
+            if pod["metadata"]["uid"] in elsewhere:  # never restarted by another node's loss
+                assert pod["status"]["containerStatuses"][0]["restartCount"] == elsewhere[pod["metadata"]["uid"]]
+        assert not on_lost & {p["metadata"]["uid"] for p in now_serving}
+        wait_for(lambda: _condition(sandbox, "unplugged", "Degraded")["status"] == "False", 60,
+                 "Degraded to clear", 1)
+    finally:
+        sandbox.llmfleet("node-power", "on", lost)
+    wait_for(lambda: node_ready() == "True", 60, f"{lost} to be Ready again")
+    wait_for(lambda: not on_lost & {p["metadata"]["uid"] for p in pods()}, 60,
+             "the evicted pods' objects to go once their node reports again")
+    assert _condition(sandbox, "unplugged", "Ready")["status"] == "True", stories

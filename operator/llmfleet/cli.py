@@ -67,6 +67,16 @@ def _run_sandbox(args) -> int:
         llmfleet = Path(sys.executable).parent / "llmfleet"
         print(f"\nUse it:  eval \"$({llmfleet} sandbox env)\" && kubectl get nodes")
         return 0
+    if args.sandbox_command == "node-power":
+        from llmfleet_sandbox import faults
+
+        if args.node not in config.node_names():
+            raise BadInput(f"node-power: no node {args.node!r}; the nodes are {', '.join(config.node_names())}")
+        faults.set_node_power(config.state_dir, args.node, args.state == "on")
+        print(f"node {args.node}: power {args.state}" + (
+            "; its pods' processes die and its heartbeats stop" if args.state == "off" else
+            "; it heartbeats again and runs the pods still bound to it"))
+        return 0
     if args.sandbox_command == "fault":
         from llmfleet_sandbox import faults
 
@@ -310,6 +320,14 @@ def build_parser() -> argparse.ArgumentParser:
                                help="share of requests the engine fails, e.g. 20 (default 0)")
     sandbox_fault.add_argument("--fail-load", action="store_true",
                                help="the engine fails to load, as on a GPU without the memory for it")
+    node_power = sandbox_commands.add_parser(
+        "node-power", help="unplug a node or plug it back in (for testing node loss)",
+        description="Power a sandbox node off: its pods' processes die at once and its agent stops "
+                    "heartbeating, so the control plane marks it NotReady and evicts its pods once their "
+                    "tolerations run out (30 s in the sandbox). Powered on, it heartbeats again, finishes "
+                    "the deletion of evicted pods and runs the pods still bound to it.")
+    node_power.add_argument("state", choices=("off", "on"))
+    node_power.add_argument("node", help="the node's name, e.g. gpu-node-1 (kubectl get nodes)")
     sandbox.set_defaults(handler=_run_sandbox)
 
     plan = commands.add_parser(

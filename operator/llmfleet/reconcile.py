@@ -704,20 +704,30 @@ def overdue_canary(body: dict, now: datetime, deployment: LLMDeployment | None =
 
 def not_ready_reason(pods: list[dict]) -> str | None:
     """Why pods are not ready, from the first that says: the scheduler's message for a Pending
-    pod, or a waiting or crashed container's reason."""
+    pod, an eviction, a waiting or crashed container's reason, or a node gone silent."""
     for pod in pods:
         status = pod.get("status") or {}
         name = pod["metadata"]["name"]
-        for condition in status.get("conditions") or ():
-            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-                return f"pod {name} is {status.get('phase', 'Pending')}: {condition.get('reason', '')}: " \
-                       f"{condition.get('message', '')}".strip()
-        for container in status.get("initContainerStatuses") or [], status.get("containerStatuses") or []:
-            for entry in container:
-                waiting = (entry.get("state") or {}).get("waiting") or {}
-                if waiting.get("reason") and waiting["reason"] not in ("ContainerCreating", "PodInitializing"):
-                    return (f"pod {name} container {entry['name']}: {waiting['reason']}{_restarts(entry)}: "
-                            f"{waiting.get('message', '')}").rstrip(": ")
+        conditions = {c.get("type"): c for c in status.get("conditions") or ()}
+        scheduled = conditions.get("PodScheduled") or {}
+        if scheduled.get("status") == "False":
+            return f"pod {name} is {status.get('phase', 'Pending')}: {scheduled.get('reason', '')}: " \
+                   f"{scheduled.get('message', '')}".strip()
+        disruption = conditions.get("DisruptionTarget") or {}
+        if disruption.get("status") == "True":
+            return f"pod {name} is being evicted: {disruption.get('reason', '')}: {disruption.get('message', '')}"
+        containers = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+        for entry in containers:
+            waiting = (entry.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") and waiting["reason"] not in ("ContainerCreating", "PodInitializing"):
+                return (f"pod {name} container {entry['name']}: {waiting['reason']}{_restarts(entry)}: "
+                        f"{waiting.get('message', '')}").rstrip(": ")
+        # The node lifecycle controller marks a silent node's pods not ready and leaves what its
+        # kubelet last reported: containers that say ready in a pod that is not.
+        if (conditions.get("Ready") or {}).get("status") == "False" and (status.get("containerStatuses") or []) \
+                and all(entry.get("ready") for entry in status["containerStatuses"]):
+            return (f"pod {name} is not ready though its containers last reported ready: its node "
+                    f"{(pod.get('spec') or {}).get('nodeName', '?')} stopped reporting")
     return None
 
 

@@ -20,14 +20,15 @@ import time
 from kubernetes import client, config as kube_config, watch
 from kubernetes.client.exceptions import ApiException
 
-from llmfleet_sandbox import gpus, network
+from llmfleet_sandbox import faults, gpus, network
 from llmfleet_sandbox.config import SandboxConfig
 from llmfleet_sandbox.podworker import PodWorker, rfc3339
 
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_SECONDS = 40
-LEASE_RENEW_SECONDS = 10
+LEASE_RENEW_SECONDS = 5
 NODE_STATUS_SECONDS = 30
+POWER_POLL_SECONDS = 1
 # Every sandbox node looks like a GPU server to the scheduler; pods do not
 # really get these CPUs, they share the machine.
 NODE_CPU = "64"
@@ -53,6 +54,8 @@ class NodeAgent:
         self.ip_by_uid: dict[str, str] = {}
         self.gpus_by_uid: dict[str, tuple[str, list[int]]] = {}
         self.stopping = threading.Event()
+        # Nodes whose power is off (`llmfleet sandbox node off`): no heartbeat, no pods run.
+        self.powered_off = faults.powered_off_nodes(config.state_dir) & set(self.nodes)
 
     # -- logging and events ---------------------------------------------------------------
 
@@ -188,8 +191,12 @@ class NodeAgent:
             },
         }}
 
+    def powered_nodes(self) -> list[str]:
+        with self.lock:
+            return [node for node in self.nodes if node not in self.powered_off]
+
     def register_nodes(self) -> None:
-        for node_name in self.nodes:
+        for node_name in self.powered_nodes():
             manifest = self.node_manifest(node_name)
             try:
                 self.core.create_node(manifest)
@@ -201,8 +208,8 @@ class NodeAgent:
             self.log(f"registered node {node_name}" + (f" with {self.config.gpus_per_node} x {self.config.gpu_type}"
                                                         if self._is_gpu_node(node_name) else " (no GPU)"))
 
-    def renew_leases(self) -> None:
-        for node_name in self.nodes:
+    def renew_leases(self, nodes: list[str]) -> None:
+        for node_name in nodes:
             now = datetime.datetime.now(datetime.timezone.utc)
             spec = client.V1LeaseSpec(holder_identity=node_name, renew_time=now,
                                       lease_duration_seconds=LEASE_DURATION_SECONDS)
@@ -225,13 +232,57 @@ class NodeAgent:
         last_status = time.monotonic()
         while not self.stopping.wait(LEASE_RENEW_SECONDS):
             try:
-                self.renew_leases()
+                self.renew_leases(self.powered_nodes())
                 if time.monotonic() - last_status >= NODE_STATUS_SECONDS:
-                    for node_name in self.nodes:
+                    for node_name in self.powered_nodes():
                         self.core.patch_node_status(node_name, self.node_status(node_name))
                     last_status = time.monotonic()
             except Exception as error:  # noqa: BLE001 - keep beating through apiserver blips
                 self.log(f"heartbeat failed: {error!r}")
+
+    def power_loop(self) -> None:
+        while not self.stopping.wait(POWER_POLL_SECONDS):
+            try:
+                wanted_off = faults.powered_off_nodes(self.config.state_dir) & set(self.nodes)
+            except (OSError, ValueError) as error:
+                self.log(f"reading the powered-off nodes failed: {error!r}")
+                continue
+            for node_name in sorted(wanted_off - self.powered_off):
+                self.power_off(node_name)
+            for node_name in sorted(self.powered_off - wanted_off):
+                self.power_on(node_name)
+
+    def power_off(self, node_name: str) -> None:
+        """As when a machine is unplugged: its processes die at once and nothing reports
+        anything; the control plane notices only the missing heartbeats."""
+        with self.lock:
+            self.powered_off.add(node_name)
+            workers = [w for w in self.workers.values() if w.pod["spec"].get("nodeName") == node_name]
+        for worker in workers:
+            worker.request_stop(0, delete_object=False, report_final_status=False)
+        for worker in workers:
+            worker.join(timeout=15)
+        with self.lock:
+            # Its pods start again when the power returns, as after a reboot, unless evicted.
+            self.finished_uids -= {worker.uid for worker in workers}
+        self.log(f"node {node_name} powered off ({len(workers)} pods' processes killed)")
+
+    def power_on(self, node_name: str) -> None:
+        with self.lock:
+            self.powered_off.discard(node_name)
+        try:
+            self.renew_leases([node_name])
+            self.core.patch_node_status(node_name, self.node_status(node_name))
+            listing = self.core.api_client.sanitize_for_serialization(
+                self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node_name}"))
+        except Exception as error:  # noqa: BLE001 - the next poll tries again
+            self.log(f"node {node_name}: power-on heartbeat or pod list failed, retrying: {error!r}")
+            with self.lock:
+                self.powered_off.add(node_name)
+            return
+        for pod in listing["items"]:
+            self.handle_pod("ADDED", pod)
+        self.log(f"node {node_name} powered on")
 
     # -- pods -----------------------------------------------------------------------------
 
@@ -239,6 +290,8 @@ class NodeAgent:
         metadata = pod["metadata"]
         uid = metadata["uid"]
         with self.lock:
+            if pod["spec"].get("nodeName") in self.powered_off:
+                return  # nothing runs there; powered on, it lists its pods again
             worker = self.workers.get(uid)
             finished = uid in self.finished_uids
         if event_type == "DELETED":
@@ -294,8 +347,9 @@ class NodeAgent:
         for stale in network.list_pod_namespaces(self.config.network):
             network.delete_pod_namespace(stale)
         self.register_nodes()
-        self.renew_leases()
-        threads = [threading.Thread(target=self.heartbeat_loop, daemon=True)]
+        self.renew_leases(self.powered_nodes())
+        threads = [threading.Thread(target=self.heartbeat_loop, daemon=True),
+                   threading.Thread(target=self.power_loop, daemon=True)]
         threads += [threading.Thread(target=self.watch_node_pods, args=(node,), daemon=True)
                     for node in self.nodes]
         for thread in threads:

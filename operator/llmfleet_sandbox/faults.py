@@ -1,9 +1,10 @@
 """Faults the sandbox injects into one revision's engines, for testing rollouts and recovery: a
 canary that is slower than its stable revision, one whose answers drift, one that fails
-requests, an engine that fails to load (its container crash-loops). They live
-at the runtime boundary, not in the product's API: the node agent reads them when it starts a
-container, as a fault-injecting container runtime would, and hands them to the engine stand-in
-in its environment."""
+requests, an engine that fails to load (its container crash-loops); and nodes that lose power.
+They live at the runtime boundary, not in the product's API: the node agent reads them when it
+starts a container, as a fault-injecting container runtime would, and hands them to the engine
+stand-in in its environment; a powered-off node's agent stops heartbeating and its pods'
+processes die, as when a machine is unplugged."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 FAULTS_FILE = "faults.json"
+POWERED_OFF_FILE = "nodes-powered-off.json"
 REVISION_LABEL = "llmfleet.io/revision"
 # Every prefill and decode cost of the emulated engine is multiplied by this.
 SLOWDOWN_VARIABLE = "LLMFLEET_SANDBOX_SLOWDOWN"
@@ -89,3 +91,17 @@ def injected(environ: dict[str, str]) -> Fault:
     not known there."""
     return Fault("", "", float(environ.get(SLOWDOWN_VARIABLE, "1")), float(environ.get(DRIFT_VARIABLE, "0")),
                  float(environ.get(ERROR_PERCENT_VARIABLE, "0")), environ.get(FAIL_LOAD_VARIABLE) == "1")
+
+
+def powered_off_nodes(state_dir: Path) -> set[str]:
+    path = state_dir / POWERED_OFF_FILE
+    return set(json.loads(path.read_text())) if path.exists() else set()
+
+
+def set_node_power(state_dir: Path, node_name: str, on: bool) -> None:
+    nodes = powered_off_nodes(state_dir)
+    nodes = nodes - {node_name} if on else nodes | {node_name}
+    # Written whole, then renamed: the node agent polls this file.
+    staging = state_dir / f"{POWERED_OFF_FILE}.new"
+    staging.write_text(json.dumps(sorted(nodes)))
+    staging.replace(state_dir / POWERED_OFF_FILE)

@@ -479,6 +479,19 @@ def test_the_pods_say_why_they_are_not_ready():
     assert not_ready_reason([restarted]) == (
         "pod d container triton: CrashLoopBackOff (restarted 3 times, last exit code 1): back-off 40s")
     assert not_ready_reason([starting]) is None
+    evicted = pod("e", phase="Running", conditions=[
+        {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
+         "message": "Taint manager: deleting due to NoExecute taint"}])
+    assert not_ready_reason([starting, evicted]) == (
+        "pod e is being evicted: DeletionByTaintManager: Taint manager: deleting due to NoExecute taint")
+    on_a_silent_node = {**pod("f", phase="Running", conditions=[{"type": "Ready", "status": "False"}],
+                              containerStatuses=[{"name": "triton", "ready": True, "state": {"running": {}}}]),
+                        "spec": {"nodeName": "gpu-node-2"}}
+    assert not_ready_reason([on_a_silent_node]) == (
+        "pod f is not ready though its containers last reported ready: its node gpu-node-2 stopped reporting")
+    still_loading = pod("g", phase="Running", conditions=[{"type": "Ready", "status": "False"}],
+                        containerStatuses=[{"name": "triton", "ready": False, "state": {"running": {}}}])
+    assert not_ready_reason([still_loading]) is None
 
 
 def test_the_reconcile_pass_looks_at_the_pods_only_when_the_canary_is_overdue():
