@@ -148,6 +148,38 @@ def test_slo_update_makes_a_new_revision(sandbox, operator):
     assert deployments[0]["metadata"]["labels"]["llmfleet.io/revision"] == status["currentRevision"]
 
 
+def test_a_network_policy_selects_the_serving_pods_and_goes_when_removed(sandbox, operator):
+    """The apiserver accepts the rendered NetworkPolicy and it selects exactly this deployment's
+    serving pods. (The sandbox's network does not enforce NetworkPolicy, as a cluster without a
+    policy-enforcing network plugin; that part is the plugin's.)"""
+    def namespace_named(name: str) -> dict:
+        return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+    policy = {"clients": [namespace_named("gateways")], "metricsScrapers": [namespace_named("monitoring")]}
+    sandbox.kubectl("patch", "llmdeployment", "chat", "-n", NAMESPACE, "--type=merge",
+                    "-p", json.dumps({"spec": {"networkPolicy": policy}}))
+
+    def policies() -> list[dict]:
+        return sandbox.kubectl_json("get", "networkpolicies", "-n", NAMESPACE, "-l",
+                                    "llmfleet.io/deployment=chat")["items"]
+    (network_policy,) = wait_for(policies, 30, "the NetworkPolicy")
+    assert network_policy["spec"]["ingress"][1]["from"] == [namespace_named("monitoring")]
+    selector = ",".join(f"{k}={v}" for k, v in network_policy["spec"]["podSelector"]["matchLabels"].items())
+
+    def pod_names(labels: str) -> list[str]:
+        return sorted(p["metadata"]["name"] for p in sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "-l",
+                                                                          labels)["items"])
+    serving = pod_names("llmfleet.io/deployment=chat,app.kubernetes.io/component=server")
+    assert serving and pod_names(selector) == serving
+    # A changed policy is carried to the object.
+    sandbox.kubectl("patch", "llmdeployment", "chat", "-n", NAMESPACE, "--type=merge",
+                    "-p", json.dumps({"spec": {"networkPolicy": {"metricsScrapers": [namespace_named("prometheus")]}}}))
+    wait_for(lambda: [p["spec"]["ingress"][1]["from"] for p in policies()] == [[namespace_named("prometheus")]],
+             30, "the NetworkPolicy to let the new scrapers in")
+    sandbox.kubectl("patch", "llmdeployment", "chat", "-n", NAMESPACE, "--type=json",
+                    "-p", '[{"op": "remove", "path": "/spec/networkPolicy"}]')
+    wait_for(lambda: not policies(), 30, "the NetworkPolicy to be deleted")
+
+
 def _audited(sandbox, since: datetime.datetime, verb: str, resource: str, subresource: str | None = None) -> list:
     """The apiserver's audit events (its own log) for `verb` on `resource` in this namespace."""
     events = []

@@ -378,3 +378,45 @@ def test_render_is_a_pure_layer():
                 continue
             for module in modules:
                 assert module.split(".")[0] not in FORBIDDEN_IMPORTS, f"{path.name} imports {module}"
+
+
+# --- spec.networkPolicy ---------------------------------------------------------------------------
+
+def with_network_policy(policy: dict, settings: RenderSettings = REAL) -> dict:
+    body = manifest(1)
+    body["spec"]["networkPolicy"] = policy
+    deployment = LLMDeployment.from_manifest(body)
+    chosen = plan(plan_request_from_spec(deployment.spec))
+    objects = render(deployment, chosen, revision_hash(deployment.spec, chosen), settings, serving_replicas=1)
+    (policy_object,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    serving = next(o for o in objects if o["kind"] == "Deployment")
+    pod_labels = serving["spec"]["template"]["metadata"]["labels"]
+    selected = policy_object["spec"]["podSelector"]["matchLabels"]
+    assert selected.items() <= pod_labels.items(), "the policy selects the serving pods"
+    assert "llmfleet.io/revision" not in selected, "one policy covers every revision"
+    return policy_object
+
+
+PROMETHEUS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+
+
+def test_a_network_policy_lets_in_only_the_clients_the_operator_and_the_scrapers():
+    gateway = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gateways"}},
+               "podSelector": {"matchLabels": {"app": "envoy"}}}
+    policy = with_network_policy({"clients": [gateway], "metricsScrapers": [PROMETHEUS]},
+                                 replace(REAL, operator_namespace="llmfleet-system"))
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    inference, metrics = policy["spec"]["ingress"]
+    assert inference["from"] == [gateway, {"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "llmfleet-system"}}}]
+    assert sorted(p["port"] for p in inference["ports"]) == [8000, 8001]
+    assert metrics == {"from": [PROMETHEUS], "ports": [{"protocol": "TCP", "port": 8002}]}
+
+
+def test_without_clients_the_namespaces_own_pods_may_send_requests():
+    policy = with_network_policy({"metricsScrapers": [PROMETHEUS]})
+    assert policy["spec"]["ingress"][0]["from"] == [{"podSelector": {}}]  # no operator namespace known
+
+
+def test_without_a_network_policy_none_is_rendered():
+    assert not [o for o in rendered(1, REAL) if o["kind"] == "NetworkPolicy"]

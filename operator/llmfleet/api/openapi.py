@@ -25,6 +25,7 @@ _PASSTHROUGH_KEYS = frozenset(
         "pattern",
         "minItems",
         "maxItems",
+        "maxProperties",
         "format",
     }
 )
@@ -51,9 +52,12 @@ def structural_schema(schema: dict[str, Any], definitions: dict[str, Any]) -> di
         elif key == "items":
             result[key] = structural_schema(value, definitions)
         elif key == "additionalProperties":
-            # Unknown fields are pruned by the apiserver (and rejected by kubectl's strict
-            # field validation); `false` is not allowed in a structural schema.
-            if value is not False:
+            # A schema here is a map's values (a dict field); `false` (a closed model) is not
+            # allowed in a structural schema: unknown fields are pruned by the apiserver (and
+            # rejected by kubectl's strict field validation).
+            if isinstance(value, dict):
+                result[key] = structural_schema(value, definitions)
+            elif value is not False:
                 raise UnsupportedSchemaError(f"additionalProperties={value!r} is not mapped")
         elif key in ("exclusiveMinimum", "exclusiveMaximum"):
             # JSON Schema 2020-12 gives the bound; OpenAPI v3.0 a flag on minimum/maximum.

@@ -12,8 +12,9 @@ from typing import Any
 from llmfleet.api import LLMDeployment, Runtime
 from llmfleet.catalog.release_record import release_for
 from llmfleet.planner.types import Plan
-from llmfleet.render import engine_build, layout, llmapi, routing, serving
+from llmfleet.render import engine_build, layout, llmapi, network_policy, routing, serving
 from llmfleet.render.identity import (
+    COMPONENT_LABEL,
     REVISION_LABEL,
     deployment_identity,
     deployment_labels,
@@ -48,7 +49,8 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
            serving_replicas: int, route_weights: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
     """The LLMDeployment's children for one revision, in apply order: model repository
     ConfigMap, engine build Job, serving Deployment, Service, PodDisruptionBudget; with
-    spec.routing.httpRoute also the revision's own Service and the HTTPRoute.
+    spec.routing.httpRoute also the revision's own Service and the HTTPRoute; with
+    spec.networkPolicy a NetworkPolicy.
 
     `serving_replicas` is the reconciler's decision (0 until the build Job has succeeded);
     `route_weights` the HTTPRoute's weight per revision (default: all on `revision`).
@@ -93,6 +95,11 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
             metadata(deployment, service_name(name), deployment_labels(name, routing.ROUTE_COMPONENT)),
             spec.routing.http_route,
             {revision_object_name(name, routed): weight for routed, weight in weights.items()}))
+    if spec.network_policy is not None:
+        children.append(network_policy.network_policy(
+            metadata(deployment, service_name(name), deployment_labels(name, network_policy.COMPONENT)),
+            {**selector_labels(name), COMPONENT_LABEL: serving.COMPONENT}, spec.network_policy,
+            settings.operator_namespace))
     return children
 
 

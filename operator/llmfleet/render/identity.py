@@ -51,6 +51,8 @@ CHILD_KINDS = (
     ChildKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
     # Only with spec.routing.httpRoute, in clusters with the Gateway API CRDs.
     ChildKind("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes"),
+    # Only with spec.networkPolicy.
+    ChildKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
 )
 
 

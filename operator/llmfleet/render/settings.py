@@ -37,3 +37,6 @@ class RenderSettings:
     # Finished and failed build Jobs stay for the reconciler to read: no TTL; a small retry.
     engine_build_backoff_limit: int = 1
     termination_grace_period_seconds: int = 120
+    # The namespace the operator runs in (in-cluster): a rendered NetworkPolicy lets it reach
+    # the serving pods for the canary's golden prompts. None outside a cluster.
+    operator_namespace: str | None = None
