@@ -74,11 +74,12 @@ def test_example_maps_every_field():
     assert (space.max_batch_size, space.max_num_tokens) == (256, 8192)  # engine defaults
 
 
-def test_omitted_limits_allow_every_catalog_value():
+def test_omitted_limits_allow_every_catalog_value_but_lossy_formats():
     space = plan_request_from_spec(spec_of(minimal())).space
     assert space.gpu_types == tuple(CATALOG.gpus)
     assert space.tensor_parallel_sizes == (1, 2, 4, 8)
-    assert space.quantizations == ALL_QUANTIZATIONS
+    # No quality budget: only the formats the catalog calls near-lossless.
+    assert space.quantizations == ("BF16", "FP16", "FP8")
     assert space.kv_cache_dtypes == ("BF16", "FP16", "FP8", "INT8")
     assert space.gpu_budget is None
     assert (space.pinned_gpu_type, space.pinned_tensor_parallel_size, space.pinned_quantization,
@@ -112,6 +113,25 @@ def test_quality_loss_budget_excludes_lossy_formats():
     result = plan(request)
     assert result.feasible and result.quantization in ("BF16", "FP16") and result.kv_cache_dtype in ("BF16", "FP16")
     assert any(r.reason.startswith("quality:") for r in result.rejected)
+
+
+def test_a_quality_budget_opens_the_lossy_formats_and_a_pin_is_the_users_choice():
+    manifest = minimal()
+    manifest["spec"]["slo"]["quality"] = {"maxQualityLossPercent": 10}
+    assert plan_request_from_spec(spec_of(manifest)).space.quantizations == ALL_QUANTIZATIONS
+    pinned = on_engine_runtime(minimal())
+    pinned["spec"]["plan"] = {"quantization": "INT4AWQ"}
+    assert "INT4AWQ" in plan_request_from_spec(spec_of(pinned)).space.quantizations
+
+
+def test_only_lossy_formats_allowed_without_a_budget_names_the_fix():
+    manifest = minimal()
+    manifest["spec"]["resources"] = {"allowedQuantizations": ["INT4AWQ", "NVFP4"]}
+    with pytest.raises(InvalidSpecError) as error:
+        plan_request_from_spec(spec_of(manifest))
+    ((field, message),) = error.value.problems
+    assert field == "spec.resources.allowedQuantizations"
+    assert "INT4AWQ, NVFP4" in message and "BF16, FP16, FP8" in message and "maxQualityLossPercent" in message
 
 
 def test_no_quantization_in_both_lists_names_the_field():

@@ -346,7 +346,7 @@ class QualityBudget(ApiModel):
     allowed_quantizations: set_of(Quantization, len(Quantization)) | None = Field(
         default=None,
         description="Quantisations whose quality is acceptable for this model. Omit to allow "
-        "any within maxQualityLossPercent.",
+        "any within maxQualityLossPercent (with neither set: BF16, FP16 and FP8 only).",
     )
     max_quality_loss_percent: float | None = Field(
         default=None,
@@ -378,7 +378,8 @@ class SloSpec(ApiModel):
         "in percent.",
     )
     quality: QualityBudget | None = Field(
-        default=None, description="Quality budget; omit to allow any quantisation."
+        default=None, description="Quality budget; omit (or leave both fields unset) to allow "
+        "only the near-lossless formats (BF16, FP16, FP8) unless spec.plan.quantization pins another."
     )
 
 

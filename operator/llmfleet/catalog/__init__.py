@@ -135,6 +135,8 @@ class QuantizationFormat:
     quality_cost_percent: float
     qformat: str
     source: str
+    # Near-lossless as published: the planner may pick it when the spec sets no quality budget.
+    allowed_without_quality_budget: bool
 
     @property
     def is_weight_only(self) -> bool:

@@ -81,14 +81,27 @@ def model_arch_from_architecture(architecture: ModelArchitecture, *,
     return min((untied, tied), key=lambda arch: abs(arch.total_params - declared_params))
 
 
-def _quantizations_within_quality_budget(spec: LLMDeploymentSpec) -> tuple[str, ...]:
-    """Quantisations allowed by both spec.resources and spec.slo.quality, in API order."""
+def _quantizations_within_quality_budget(spec: LLMDeploymentSpec, catalog: Catalog) -> tuple[str, ...]:
+    """Quantisations allowed by both spec.resources and spec.slo.quality, in API order. Without
+    a quality budget (and no pinned quantisation) only the catalog's near-lossless formats."""
     allowed = set(ApiQuantization)
     if spec.resources is not None and spec.resources.allowed_quantizations is not None:
         allowed &= set(spec.resources.allowed_quantizations)
     quality = spec.slo.quality
     if quality is not None and quality.allowed_quantizations is not None:
         allowed &= set(quality.allowed_quantizations)
+    no_budget = quality is None or (quality.allowed_quantizations is None and quality.max_quality_loss_percent is None)
+    if no_budget and (spec.plan is None or spec.plan.quantization is None):
+        lossless = {q for q in ApiQuantization if catalog.quantizations[q.value].allowed_without_quality_budget}
+        if not allowed & lossless:
+            raise InvalidSpecError([(
+                "spec.resources.allowedQuantizations",
+                f"allows only formats that lose quality ({', '.join(sorted(q.value for q in allowed))}) "
+                "and spec.slo.quality sets no budget for them; without one the planner uses only "
+                f"{', '.join(q.value for q in ApiQuantization if q in lossless)}: allow one of those, or set "
+                "spec.slo.quality.allowedQuantizations or maxQualityLossPercent",
+            )])
+        allowed &= lossless
     if not allowed:
         # Admission cannot see this (CEL compares a pin with each list, not the two lists), so
         # it is reported the same way as a rejected field.
@@ -128,7 +141,7 @@ def _search_space_from_spec(spec: LLMDeploymentSpec, catalog: Catalog) -> Search
     return SearchSpace(
         gpu_types=_names(resources.allowed_gpu_types) if resources.allowed_gpu_types else tuple(catalog.gpus),
         tensor_parallel_sizes=tuple(sorted(resources.allowed_tensor_parallel_sizes or TENSOR_PARALLEL_SIZES)),
-        quantizations=_quantizations_within_quality_budget(spec),
+        quantizations=_quantizations_within_quality_budget(spec, catalog),
         kv_cache_dtypes=_names(resources.allowed_kv_cache_dtypes or ApiKvCacheDtype),
         gpu_budget=resources.gpu_budget,
         pinned_gpu_type=pins.gpu_type.value if pins.gpu_type else None,
