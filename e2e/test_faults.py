@@ -7,6 +7,10 @@ expected outcome before it runs:
 - an engine that fails to load (its Triton exits, the container crash-loops): the fleet keeps
   serving on its other replica; Degraded names the pod, CrashLoopBackOff and the restart count;
   once the engine loads again, Degraded clears.
+- an engine build for a new revision that fails writing into a full engine cache (ENOSPC): the
+  serving revision is never touched and stays Ready; EngineBuilt says the attempt failed and
+  quotes the error (from the build pod's termination message) while the Job retries, then
+  BuildFailed with the Job's reason and the same error.
 - a node powered off (its agent's heartbeats stop, its pods' processes die): the node goes
   NotReady within the sandbox's 30 s grace; Degraded says the node stopped reporting, then that
   the pod is evicted (30 s tolerations); the replacement runs on another node and Degraded
@@ -173,3 +177,43 @@ def test_a_lost_node_is_named_its_pods_replaced_elsewhere_and_other_replicas_unt
     wait_for(lambda: not on_lost & {p["metadata"]["uid"] for p in pods()}, 60,
              "the evicted pods' objects to go once their node reports again")
     assert _condition(sandbox, "unplugged", "Ready")["status"] == "True", stories
+
+
+def test_a_build_into_a_full_engine_cache_quotes_the_error_and_the_serving_revision_serves_on(
+        sandbox, faults_namespace):
+    body = small_batch_70b("cache", NAMESPACE, 1000, plan={"replicas": 1})
+    sandbox.apply([body], namespace=NAMESPACE)
+    wait_until_ready(sandbox, "cache", NAMESPACE)
+    selector = "llmfleet.io/deployment=cache,app.kubernetes.io/component=server"
+    serving = {p["metadata"]["uid"] for p in sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "-l",
+                                                                   selector)["items"]}
+    body["spec"]["engine"]["revision"] = "v2"
+    planned = subprocess.run([*LLMFLEET, "plan", "-f", "-", "-o", "json"], input=json.dumps(body), env=sandbox.env,
+                             capture_output=True, text=True, timeout=60)
+    assert planned.returncode == 0, planned.stderr
+    revision = json.loads(planned.stdout)["revision"]
+
+    def fault(*flags: str) -> None:
+        result = subprocess.run([*LLMFLEET, "sandbox", "fault", "--namespace", NAMESPACE, "--revision", revision,
+                                 *flags], env=sandbox.env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+
+    fault("--engine-cache-full")
+    try:
+        sandbox.apply([body], namespace=NAMESPACE)
+
+        def engine_built_says(reason: str):
+            def check():
+                built = _condition(sandbox, "cache", "EngineBuilt")
+                return built if built["reason"] == reason and "No space left on device" in built["message"] else None
+            return check
+        retrying = wait_for(engine_built_says("Building"), 120, "EngineBuilt quoting ENOSPC while retrying", 1)
+        assert "1 attempt failed" in retrying["message"], retrying
+        failed = wait_for(engine_built_says("BuildFailed"), 180, "BuildFailed quoting ENOSPC", 1)
+        assert "BackoffLimitExceeded" in failed["message"], failed
+        assert _condition(sandbox, "cache", "Ready")["status"] == "True"  # the old revision serves on
+        now = {p["metadata"]["uid"] for p in sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "-l",
+                                                                   selector)["items"]}
+        assert now == serving, "the serving revision's pods were never replaced"
+    finally:
+        fault()

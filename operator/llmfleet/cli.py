@@ -81,7 +81,7 @@ def _run_sandbox(args) -> int:
         from llmfleet_sandbox import faults
 
         fault = faults.Fault(args.namespace, args.revision, args.slowdown, args.drift, args.error_percent,
-                             args.fail_load)
+                             args.fail_load, args.engine_cache_full)
         if fault.problems():
             raise BadInput("; ".join(fault.problems()))
         faults.set_fault(config.state_dir, fault)
@@ -302,13 +302,15 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox_commands.add_parser("env", help="print shell exports: KUBECONFIG, PATH with the "
                                             "matching kubectl first, LLMFLEET_PROMETHEUS_URL")
     sandbox_fault = sandbox_commands.add_parser(
-        "fault", help="make one revision's emulated engines slow, drifting, failing or unloadable (for testing)",
+        "fault", help="make one revision's emulated engines slow, drifting, failing or unloadable, or its "
+                      "engine build fail on a full cache (for testing)",
         description="Inject faults into the engines of one revision (pods labelled llmfleet.io/revision); "
                     "containers started afterwards get them, and each call replaces the revision's faults: "
                     "--slowdown multiplies every prefill and decode cost, --drift adds a per-token chance "
                     "that the answer leaves the model's reference answer, --error-percent fails that share "
                     "of requests, --fail-load makes the engine fail to load (Triton exits, the container "
-                    "crash-loops). A sandbox knob, not part of the LLMDeployment API; the defaults remove it.")
+                    "crash-loops), --engine-cache-full makes the build's engine writes fail with ENOSPC. "
+                    "A sandbox knob, not part of the LLMDeployment API; the defaults remove it.")
     sandbox_fault.add_argument("--namespace", required=True, help="the pods' namespace")
     sandbox_fault.add_argument("--revision", required=True, help="the revision (status.currentRevision)")
     sandbox_fault.add_argument("--slowdown", type=float, default=1.0, metavar="FACTOR",
@@ -320,6 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
                                help="share of requests the engine fails, e.g. 20 (default 0)")
     sandbox_fault.add_argument("--fail-load", action="store_true",
                                help="the engine fails to load, as on a GPU without the memory for it")
+    sandbox_fault.add_argument("--engine-cache-full", action="store_true",
+                               help="the revision's engine build fails writing the engine: ENOSPC, as on a "
+                                    "full engine cache volume")
     node_power = sandbox_commands.add_parser(
         "node-power", help="unplug a node or plug it back in (for testing node loss)",
         description="Power a sandbox node off: its pods' processes die at once and its agent stops "

@@ -207,9 +207,15 @@ def _plan(ctx: Context, spec: LLMDeploymentSpec) -> PlanChoice:
 
 # --- build ----------------------------------------------------------------------------------------
 
-def build_state(children: tuple[dict, ...] | list[dict], revision: str) -> BuildState:
-    job = next((c for c in children if c["kind"] == "Job"
-                and _labels(c).get(REVISION_LABEL) == revision), None)
+def _build_job(children, revision: str | None) -> dict | None:
+    return next((c for c in children if c["kind"] == "Job" and _labels(c).get(REVISION_LABEL) == revision), None)
+
+
+def build_state(children: tuple[dict, ...] | list[dict], revision: str, last_failure: str | None = None) -> BuildState:
+    """Where the revision's build (or prepare) Job is; `last_failure` what its last failed pod
+    said (`failed_build_attempt`), quoted while it retries and once it failed."""
+    why = f"; last failure: {last_failure}" if last_failure else ""
+    job = _build_job(children, revision)
     if job is None:
         return BuildState(False, False, Reason.BUILD_PENDING, "the Job filling the engine cache is being created")
     status = job.get("status") or {}
@@ -223,13 +229,41 @@ def build_state(children: tuple[dict, ...] | list[dict], revision: str) -> Build
             reason = condition.get("reason") or "BackoffLimitExceeded"
             return BuildState(False, True, Reason.BUILD_FAILED,
                               f"Job {job['metadata']['name']} failed ({reason}): "
-                              f"{condition.get('message') or 'see the Job pod logs'}")
+                              f"{condition.get('message') or 'see the Job pod logs'}{why}")
     failed_attempts = status.get("failed") or 0
     retrying = (f"; {failed_attempts} attempt{'s' if failed_attempts != 1 else ''} failed, retried with the "
                 f"Job's backoff (backoffLimit {(job.get('spec') or {}).get('backoffLimit', 6)})"
                 if failed_attempts else "")
     return BuildState(False, False, Reason.BUILDING,
-                      f"Job {job['metadata']['name']} is filling the engine cache{retrying}")
+                      f"Job {job['metadata']['name']} is filling the engine cache{retrying}{why if retrying else ''}")
+
+
+def failing_build(body: dict, children) -> str | None:
+    """The current revision, when its build Job has had a failed attempt: then the reconcile
+    pass reads the Job's pods for what the last one said."""
+    revision = ((body.get("status") or {}).get("currentRevision"))
+    job = _build_job(children, revision) if revision else None
+    return revision if job is not None and ((job.get("status") or {}).get("failed") or 0) > 0 else None
+
+
+def last_build_failure(pods: list[dict]) -> str | None:
+    """The newest failed container of the build pods, with the last line of its termination
+    message (the log's tail: the error a failing tool prints last)."""
+    failures = []
+    for pod in pods:
+        status = pod.get("status") or {}
+        for entry in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+            for state in (entry.get("state") or {}, entry.get("lastState") or {}):
+                terminated = state.get("terminated") or {}
+                if terminated.get("exitCode"):
+                    failures.append((terminated.get("finishedAt") or "", pod["metadata"]["name"], entry["name"],
+                                     terminated))
+    if not failures:
+        return None
+    _, pod_name, container, terminated = max(failures, key=lambda failure: failure[0])
+    lines = [line.strip() for line in (terminated.get("message") or "").splitlines() if line.strip()]
+    said = f": {lines[-1]}" if lines else ""
+    return f"pod {pod_name} container {container} exited with code {terminated['exitCode']}{said}"
 
 
 # --- scale ----------------------------------------------------------------------------------------
@@ -577,14 +611,15 @@ def decide_invalid(ctx: Context, reason: str, message: str, plan_status: dict | 
 def decide(body: dict, children, settings: OperatorSettings, now: datetime,
            snapshot: MetricsSnapshot | None = None, samples: Samples | None = None,
            golden: GoldenAnswers | None = None, not_ready_reason: str | None = None,
-           deployment: LLMDeployment | None = None) -> Outcome:
+           deployment: LLMDeployment | None = None, build_failure: str | None = None) -> Outcome:
     """`snapshot` is the deployment's metrics when autoscaling is enabled (None: no
     Prometheus configured, which the autoscaler treats like an outage: hold); `samples` the
     canary and stable revisions' requests when an analysis step is due (`analysis_query`);
     `golden` their answers to the golden prompts when the quality gate is due (`quality_query`);
     `not_ready_reason` what the pods say when the canary's replicas are overdue (`overdue_canary`)
-    or the current revision is short of ready replicas (`short_of_ready`). `deployment` is the
-    body already parsed, if the caller has it."""
+    or the current revision is short of ready replicas (`short_of_ready`); `build_failure` what
+    its failed build pod said (`failing_build`). `deployment` is the body already parsed, if the
+    caller has it."""
     ctx = Context(body, tuple(children), settings, now, snapshot)
     try:
         deployment = _validate(ctx) if deployment is None else deployment
@@ -600,7 +635,8 @@ def decide(body: dict, children, settings: OperatorSettings, now: datetime,
         return decide_invalid(ctx, Reason.PLAN_INFEASIBLE, message, choice.status)
     plan = choice.plan
     revision = revision_hash(spec, plan)
-    build = build_state(ctx.children, revision)
+    build = build_state(ctx.children, revision,
+                        build_failure if revision == ctx.stored.current_revision else None)
     # While a canary runs the autoscaler sizes the stable revision, which takes most traffic.
     sized = ctx.stored.stable_revision if _canary_runs(ctx, spec, revision) else revision
     scaling = _scale(ctx, spec, plan, build, _ready_replicas(_serving_deployments(ctx.children).get(sized)))
@@ -769,8 +805,8 @@ def short_of_ready(body: dict, children) -> str | None:
     return revision if (deployment.get("spec") or {}).get("replicas", 0) > _ready_replicas(deployment) else None
 
 
-def _pods_of(kube, namespace: str, name: str, revision: str) -> list[dict]:
-    labels = {**selector_labels(name), REVISION_LABEL: revision, COMPONENT_LABEL: SERVER_COMPONENT}
+def _pods_of(kube, namespace: str, name: str, revision: str, component: str = SERVER_COMPONENT) -> list[dict]:
+    labels = {**selector_labels(name), REVISION_LABEL: revision, COMPONENT_LABEL: component}
     return kube.list_pods(namespace, ",".join(f"{key}={value}" for key, value in labels.items()))
 
 
@@ -835,7 +871,11 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
               >= quality.canary_replicas else None)
     asked = overdue_canary(body, now, deployment) or short_of_ready(body, children)
     why_not_ready = not_ready_reason(_pods_of(kube, namespace, name, asked)) if asked else None
-    outcome = decide(body, children, settings, now, snapshot, samples, golden, why_not_ready, deployment)
+    failing = failing_build(body, children)
+    build_failure = last_build_failure(_pods_of(kube, namespace, name, failing, BUILD_COMPONENT)) \
+        if failing else None
+    outcome = decide(body, children, settings, now, snapshot, samples, golden, why_not_ready, deployment,
+                     build_failure)
     for manifest in outcome.ensure:
         kube.ensure(manifest)
     live = {(child["kind"], child["metadata"]["name"]): child for child in children}

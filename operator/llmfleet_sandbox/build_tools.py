@@ -19,6 +19,7 @@ commits, not tags.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import struct
@@ -32,6 +33,7 @@ from llmfleet_sandbox.emulator.engine_config import (
     QUANT_ALGO_BY_QFORMAT,
     QUANTIZE_ONLY_QUANT_ALGO_BY_QFORMAT,
 )
+from llmfleet_sandbox import faults
 from llmfleet_sandbox.hub import HF_MODEL_CLASSES
 
 CONFIG_FILE = "config.json"
@@ -335,8 +337,11 @@ def trtllm_build(args: argparse.Namespace, duration_s: float) -> dict[str, Any]:
     engine_config = {"version": TENSORRT_LLM_VERSION, "pretrained_config": checkpoint, "build_config": build_config}
     _write_json(output_dir / CONFIG_FILE, engine_config)
     for rank in range(world_size):
-        (output_dir / f"rank{rank}.engine").write_bytes(
-            f"llmfleet sandbox placeholder engine, rank {rank} of {world_size}\n".encode())
+        engine = output_dir / f"rank{rank}.engine"
+        if faults.injected(dict(os.environ)).cache_full:
+            # What a write to a full volume raises; uncaught, as in the real tool.
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(engine))
+        engine.write_bytes(f"llmfleet sandbox placeholder engine, rank {rank} of {world_size}\n".encode())
     print(f"[TRT-LLM] [I] Total time of building all engines: "
           f"{time.strftime('%H:%M:%S', time.gmtime(time.monotonic() - start_s))}", flush=True)
     return engine_config

@@ -1,6 +1,7 @@
 """Faults the sandbox injects into one revision's engines, for testing rollouts and recovery: a
 canary that is slower than its stable revision, one whose answers drift, one that fails
-requests, an engine that fails to load (its container crash-loops); and nodes that lose power.
+requests, an engine that fails to load (its container crash-loops), an engine build whose
+cache volume is full; and nodes that lose power.
 They live at the runtime boundary, not in the product's API: the node agent reads them when it
 starts a container, as a fault-injecting container runtime would, and hands them to the engine
 stand-in in its environment; a powered-off node's agent stops heartbeating and its pods'
@@ -23,6 +24,8 @@ DRIFT_VARIABLE = "LLMFLEET_SANDBOX_DRIFT"
 ERROR_PERCENT_VARIABLE = "LLMFLEET_SANDBOX_ERROR_PERCENT"
 # "1": the engine fails to load, as on a GPU without the memory for it; Triton exits.
 FAIL_LOAD_VARIABLE = "LLMFLEET_SANDBOX_FAIL_LOAD"
+# "1": the engine build's writes fail with ENOSPC, as on a full engine cache volume.
+CACHE_FULL_VARIABLE = "LLMFLEET_SANDBOX_CACHE_FULL"
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class Fault:
     drift: float = 0.0
     error_percent: float = 0.0
     fail_load: bool = False
+    cache_full: bool = False
 
     def problems(self) -> list[str]:
         """What is out of range, by flag."""
@@ -47,13 +51,15 @@ class Fault:
 
     @property
     def harmless(self) -> bool:
-        return self.slowdown == 1.0 and self.drift == 0.0 and self.error_percent == 0.0 and not self.fail_load
+        return (self.slowdown == 1.0 and self.drift == 0.0 and self.error_percent == 0.0 and not self.fail_load
+                and not self.cache_full)
 
     def describe(self) -> str:
         effects = [f"{self.slowdown:g}x slower"] if self.slowdown != 1.0 else []
         effects += [f"answers drifting {self.drift:g} per token"] if self.drift else []
         effects += [f"failing {self.error_percent:g}% of requests"] if self.error_percent else []
         effects += ["failing to load"] if self.fail_load else []
+        effects += ["building into a full engine cache"] if self.cache_full else []
         return ", ".join(effects) or "no fault"
 
 
@@ -83,14 +89,15 @@ def environment(state_dir: Path, namespace: str, labels: dict[str, str]) -> dict
     variables = {SLOWDOWN_VARIABLE: fault.slowdown, DRIFT_VARIABLE: fault.drift,
                  ERROR_PERCENT_VARIABLE: fault.error_percent}
     return {**{name: repr(value) for name, value in variables.items()},
-            FAIL_LOAD_VARIABLE: "1" if fault.fail_load else "0"}
+            FAIL_LOAD_VARIABLE: "1" if fault.fail_load else "0", CACHE_FULL_VARIABLE: "1" if fault.cache_full else "0"}
 
 
 def injected(environ: dict[str, str]) -> Fault:
     """The faults a container was started with (`environment`); its namespace and revision are
     not known there."""
     return Fault("", "", float(environ.get(SLOWDOWN_VARIABLE, "1")), float(environ.get(DRIFT_VARIABLE, "0")),
-                 float(environ.get(ERROR_PERCENT_VARIABLE, "0")), environ.get(FAIL_LOAD_VARIABLE) == "1")
+                 float(environ.get(ERROR_PERCENT_VARIABLE, "0")), environ.get(FAIL_LOAD_VARIABLE) == "1",
+                 environ.get(CACHE_FULL_VARIABLE) == "1")
 
 
 def powered_off_nodes(state_dir: Path) -> set[str]:

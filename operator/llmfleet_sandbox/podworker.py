@@ -43,6 +43,9 @@ BACKOFF_MAX_SECONDS = 300.0
 # A container that ran this long without crashing starts its backoff afresh.
 BACKOFF_RESET_SECONDS = 600.0
 EXIT_CODE_SIGNAL_OFFSET = 128
+# The kubelet's limits on a termination message taken from the log (FallbackToLogsOnError).
+TERMINATION_MESSAGE_MAX_BYTES = 2048
+TERMINATION_MESSAGE_MAX_LINES = 80
 NSENTER = shutil.which("nsenter") or "nsenter"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
@@ -63,6 +66,7 @@ class ContainerRun:
     state: dict = field(default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}})
     last_state: dict = field(default_factory=dict)
     started_monotonic: float = 0.0
+    log_offset: int = 0  # where this run's output starts in the container's log
     started_once: bool = False
     next_start_monotonic: float = 0.0
     backoff_seconds: float = 0.0
@@ -263,7 +267,8 @@ class PodWorker(threading.Thread):
             "staging": str(staging), "ops": ops, "argv": argv, "env": run.env,
             "cwd": spec.get("workingDir") or "/", "error_file": str(self._start_error_file(run)),
         }))
-        log = open(self.pod_root / "logs" / f"{run.name}.log", "ab")
+        log = open(self._log_file(run), "ab")
+        run.log_offset = log.tell()
         try:
             run.process = subprocess.Popen(
                 network.exec_prefix(self.netns) + rootfs.launcher_command(launch),
@@ -281,6 +286,16 @@ class PodWorker(threading.Thread):
         run.liveness = new_probe(spec.get("livenessProbe"))
         run.startup = new_probe(spec.get("startupProbe"))
         self.agent.event(self.pod, "Normal", "Started", f"Started container {run.name}")
+
+    def _log_file(self, run: ContainerRun) -> Path:
+        return self.pod_root / "logs" / f"{run.name}.log"
+
+    def _log_tail(self, run: ContainerRun) -> str:
+        """The end of this run's output, as much as the kubelet puts in a termination message."""
+        with open(self._log_file(run), "rb") as log:
+            log.seek(max(run.log_offset, log.seek(0, os.SEEK_END) - TERMINATION_MESSAGE_MAX_BYTES))
+            text = log.read().decode(errors="replace")
+        return "\n".join(text.splitlines()[-TERMINATION_MESSAGE_MAX_LINES:])
 
     def _start_error_file(self, run: ContainerRun) -> Path:
         return self.pod_root / "run" / f"{run.name}.start-error"
@@ -374,6 +389,9 @@ class PodWorker(threading.Thread):
             # The runtime could not exec the command (or build its root): the kubelet's StartError.
             terminated.update(reason="StartError", message=start_error.read_text())
             self.agent.event(self.pod, "Warning", "Failed", f"Error: {terminated['message']}")
+        elif exit_code != 0 and run.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            # The sandbox has no termination-log file to read first: the log's tail is the message.
+            terminated["message"] = self._log_tail(run)
         run.exit_code = exit_code
         ran_seconds = time.monotonic() - run.started_monotonic
         run.process = None

@@ -97,6 +97,34 @@ def test_a_build_retried_after_failed_attempts_says_so_while_it_retries():
         f"2 attempts failed, retried with the Job's backoff (backoffLimit {job['spec']['backoffLimit']})")
 
 
+def failed_build_pod(name: str, finished_at: str, log_tail: str) -> dict:
+    return {"metadata": {"name": name}, "status": {"phase": "Failed", "containerStatuses": [
+        {"name": "engine-build", "state": {"terminated": {"exitCode": 1, "reason": "Error",
+                                                          "finishedAt": finished_at, "message": log_tail}}}]}}
+
+
+def test_a_failing_build_quotes_what_its_last_failed_pod_said():
+    from llmfleet.reconcile import failing_build, last_build_failure
+
+    first = decide(body(), [], SETTINGS, NOW)
+    job = copy.deepcopy(by_kind(first.apply, "Job"))
+    job["status"] = {"failed": 1, "active": 1}
+    assert failing_build(body(status=first.status), [job]) == first.status["currentRevision"]
+    assert failing_build(body(status=first.status), [by_kind(first.apply, "Job")]) is None  # no failure yet
+    earlier = failed_build_pod("b-1", "2026-12-03T10:00:00Z", "Traceback (most recent call last):\n  ...\n"
+                               "ValueError: an older problem\n")
+    latest = failed_build_pod("b-2", "2026-12-03T10:05:00Z", "[TRT-LLM] [I] building engines: 99%\n"
+                              "OSError: [Errno 28] No space left on device: '/engine-cache/x/rank0.engine'\n")
+    said = last_build_failure([earlier, latest])
+    assert said == ("pod b-2 container engine-build exited with code 1: "
+                    "OSError: [Errno 28] No space left on device: '/engine-cache/x/rank0.engine'")
+    retrying = condition(decide(body(status=first.status), [job], SETTINGS, NOW, build_failure=said), "EngineBuilt")
+    assert retrying["message"].endswith(f"(backoffLimit {job['spec']['backoffLimit']}); last failure: {said}")
+    failed = finished_job(by_kind(first.apply, "Job"), "Failed", "BackoffLimitExceeded")
+    assert condition(decide(body(status=first.status), [failed], SETTINGS, NOW, build_failure=said),
+                     "EngineBuilt")["message"].endswith(f"; last failure: {said}")
+
+
 def test_ready_replicas_make_it_ready_and_events_report_transitions():
     first = decide(body(), [], SETTINGS, NOW)
     built = finished_job(by_kind(first.apply, "Job"))

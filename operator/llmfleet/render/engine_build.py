@@ -172,7 +172,7 @@ def _upstream_code(release: ReleaseRecord, settings: RenderSettings) -> dict[str
         "image": settings.model_code_image,
         "command": ["/bin/bash", "-c", f'cp "{_quantize_script(release).image_path}" "{UPSTREAM_CODE_PATH}/"'],
         "volumeMounts": [{"name": UPSTREAM_CODE_VOLUME, "mountPath": UPSTREAM_CODE_PATH}],
-        "securityContext": pod.container_security_context(),
+        **pod.container_defaults(),
     }
 
 
@@ -216,7 +216,7 @@ def _download_container(deployment: LLMDeployment, key: str, settings: RenderSet
         "resources": {"requests": {"cpu": str(PREPARE_CPU), "memory": f"{PREPARE_MEMORY_GIB}Gi"}},
         "volumeMounts": [pod.engine_cache_mount(read_only=True), pod.tmp_mount(), *token_mounts,
                          {"name": MODEL_SOURCE_VOLUME, "mountPath": MODEL_SOURCE_PATH}],
-        "securityContext": pod.container_security_context(),
+        **pod.container_defaults(),
     }
 
 
@@ -315,7 +315,7 @@ def engine_build_job(deployment: LLMDeployment, plan: Plan, key: str, metadata: 
                          *([] if downloads else token_mounts), *source_mounts,
                          *([{"name": UPSTREAM_CODE_VOLUME, "mountPath": UPSTREAM_CODE_PATH, "readOnly": True}]
                            if builds else [])],
-        "securityContext": pod.container_security_context(),
+        **pod.container_defaults(),
     }
     return {
         "apiVersion": "batch/v1",

@@ -50,13 +50,19 @@ def pod_security_context() -> dict[str, Any]:
     }
 
 
-def container_security_context() -> dict[str, Any]:
-    # The root filesystem stays read-only: Triton, MPI and Python write to /tmp (an emptyDir).
+def container_defaults() -> dict[str, Any]:
+    """Fields every rendered container has. The root filesystem stays read-only: Triton, MPI
+    and Python write to /tmp (an emptyDir). A container that fails without writing a
+    termination message gets its log's tail as one, so a pod's status says why (the operator
+    quotes it in conditions: a failed build's last error, a crash-looping engine's)."""
     return {
-        "runAsNonRoot": True,
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
 
 

@@ -154,7 +154,7 @@ def serving_deployment(deployment: LLMDeployment, plan: Plan, metadata: dict[str
         # After the delay, SIGTERM makes Triton refuse new requests and finish in-flight ones.
         "lifecycle": {"preStop": {"sleep": {"seconds": DRAIN_DELAY_SECONDS}}},
         "volumeMounts": server_mounts,
-        "securityContext": pod.container_security_context(),
+        **pod.container_defaults(),
     }
     assembly = {
         "name": "model-repository",
@@ -162,7 +162,7 @@ def serving_deployment(deployment: LLMDeployment, plan: Plan, metadata: dict[str
         **_model_repository_assembly(list(dict.fromkeys(item["path"].split("/")[0] for item in volume_items)),
                                      model_code_files(release)),
         "volumeMounts": init_mounts,
-        "securityContext": pod.container_security_context(),
+        **pod.container_defaults(),
     }
     labels = metadata["labels"]
     pod_spec = {
