@@ -5,7 +5,8 @@ expected outcome before it runs:
   request throughout (the data path needs no control plane), the LLMDeployment keeps its
   status, and the operator acts on a change made after each restart.
 - an engine that fails to load (its Triton exits, the container crash-loops): the fleet keeps
-  serving on its other replica; Degraded names the pod, CrashLoopBackOff and the restart count;
+  serving on its other replica; Degraded names the pod, CrashLoopBackOff, the restart count and
+  the last line Triton printed;
   once the engine loads again, Degraded clears.
 - an engine build for a new revision that fails writing into a full engine cache (ENOSPC): the
   serving revision is never touched and stays Ready; EngineBuilt says the attempt failed and
@@ -114,7 +115,7 @@ def test_a_crash_looping_engine_is_named_with_its_restarts_and_the_fleet_serves_
             condition = _condition(sandbox, "crashing", "Degraded")
             message = condition["message"]
             return condition if (condition["status"] == "True" and "CrashLoopBackOff" in message
-                                 and "restarted" in message) else None
+                                 and "restarted" in message and "it last said: " in message) else None
         condition = wait_for(degraded_with_the_reason, 180, "Degraded naming the crash loop", 1)
         assert condition["reason"] == "BelowDesiredReplicas"
         assert condition["message"].startswith("1/2 replicas ready; pod crashing-")

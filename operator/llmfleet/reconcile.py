@@ -261,9 +261,15 @@ def last_build_failure(pods: list[dict]) -> str | None:
     if not failures:
         return None
     _, pod_name, container, terminated = max(failures, key=lambda failure: failure[0])
-    lines = [line.strip() for line in (terminated.get("message") or "").splitlines() if line.strip()]
-    said = f": {lines[-1]}" if lines else ""
-    return f"pod {pod_name} container {container} exited with code {terminated['exitCode']}{said}"
+    said = _last_line(terminated.get("message"))
+    return f"pod {pod_name} container {container} exited with code {terminated['exitCode']}" + (
+        f": {said}" if said else "")
+
+
+def _last_line(message: str | None) -> str | None:
+    """The last non-empty line of a termination message: what a failing program printed last."""
+    lines = [line.strip() for line in (message or "").splitlines() if line.strip()]
+    return lines[-1] if lines else None
 
 
 # --- scale ----------------------------------------------------------------------------------------
@@ -756,8 +762,10 @@ def not_ready_reason(pods: list[dict]) -> str | None:
         for entry in containers:
             waiting = (entry.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") and waiting["reason"] not in ("ContainerCreating", "PodInitializing"):
+                last_said = _last_line(((entry.get("lastState") or {}).get("terminated") or {}).get("message"))
                 return (f"pod {name} container {entry['name']}: {waiting['reason']}{_restarts(entry)}: "
-                        f"{waiting.get('message', '')}").rstrip(": ")
+                        f"{waiting.get('message', '')}").rstrip(": ") + (f"; it last said: {last_said}"
+                                                                         if last_said else "")
         # The node lifecycle controller marks a silent node's pods not ready and leaves what its
         # kubelet last reported: containers that say ready in a pod that is not.
         if (conditions.get("Ready") or {}).get("status") == "False" and (status.get("containerStatuses") or []) \

@@ -478,6 +478,10 @@ def test_the_pods_say_why_they_are_not_ready():
          "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}}}])
     assert not_ready_reason([restarted]) == (
         "pod d container triton: CrashLoopBackOff (restarted 3 times, last exit code 1): back-off 40s")
+    restarted["status"]["containerStatuses"][0]["lastState"]["terminated"]["message"] = (
+        "I1203 loading model\nE1203 failed to load 'tensorrt_llm': out of memory\n\n")
+    assert not_ready_reason([restarted]).endswith(
+        "back-off 40s; it last said: E1203 failed to load 'tensorrt_llm': out of memory")
     assert not_ready_reason([starting]) is None
     evicted = pod("e", phase="Running", conditions=[
         {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
