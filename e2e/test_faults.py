@@ -76,8 +76,16 @@ def _scale_and_wait(sandbox, name: str, replicas: int, what: str) -> None:
     wait_for(carried_out, 90, f"the operator to scale to {replicas} {what}")
 
 
-def test_control_plane_restarts_lose_no_request_status_or_decision(sandbox, faults_namespace, tmp_path):
-    sandbox.apply([small_batch_70b("steady", NAMESPACE, 1000, plan={"replicas": 1})], namespace=NAMESPACE)
+@pytest.fixture(scope="module")
+def steady(sandbox, faults_namespace) -> dict:
+    """One replica serving, shared by the scenarios that change it rather than start afresh."""
+    body = small_batch_70b("steady", NAMESPACE, 1000, plan={"replicas": 1})
+    sandbox.apply([body], namespace=NAMESPACE)
+    wait_until_ready(sandbox, "steady", NAMESPACE)
+    return body
+
+
+def test_control_plane_restarts_lose_no_request_status_or_decision(sandbox, steady, tmp_path):
     status_before = wait_until_ready(sandbox, "steady", NAMESPACE)["status"]
     load = _load(sandbox, "steady", 90, tmp_path)
     try:
@@ -124,6 +132,44 @@ def test_a_crash_looping_engine_is_named_with_its_restarts_and_the_fleet_serves_
         fault()  # the defaults remove it
     wait_for(lambda: _condition(sandbox, "crashing", "Degraded")["status"] == "False", 180,
              "Degraded to clear once the engine loads again", 1)
+
+
+def test_a_build_into_a_full_engine_cache_quotes_the_error_and_the_serving_revision_serves_on(sandbox, steady):
+    wait_until_ready(sandbox, "steady", NAMESPACE)
+    body = json.loads(json.dumps(steady))
+    selector = "llmfleet.io/deployment=steady,app.kubernetes.io/component=server"
+    serving = {p["metadata"]["uid"] for p in sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "-l",
+                                                                   selector)["items"]}
+    body["spec"]["engine"]["revision"] = "v2"
+    planned = subprocess.run([*LLMFLEET, "plan", "-f", "-", "-o", "json"], input=json.dumps(body), env=sandbox.env,
+                             capture_output=True, text=True, timeout=60)
+    assert planned.returncode == 0, planned.stderr
+    revision = json.loads(planned.stdout)["revision"]
+
+    def fault(*flags: str) -> None:
+        result = subprocess.run([*LLMFLEET, "sandbox", "fault", "--namespace", NAMESPACE, "--revision", revision,
+                                 *flags], env=sandbox.env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+
+    fault("--engine-cache-full")
+    try:
+        sandbox.apply([body], namespace=NAMESPACE)
+
+        def engine_built_says(reason: str):
+            def check():
+                built = _condition(sandbox, "steady", "EngineBuilt")
+                return built if built["reason"] == reason and "No space left on device" in built["message"] else None
+            return check
+        retrying = wait_for(engine_built_says("Building"), 120, "EngineBuilt quoting ENOSPC while retrying", 1)
+        assert "1 attempt failed" in retrying["message"], retrying
+        failed = wait_for(engine_built_says("BuildFailed"), 180, "BuildFailed quoting ENOSPC", 1)
+        assert "BackoffLimitExceeded" in failed["message"], failed
+        assert _condition(sandbox, "steady", "Ready")["status"] == "True"  # the old revision serves on
+        now = {p["metadata"]["uid"] for p in sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "-l",
+                                                                   selector)["items"]}
+        assert now == serving, "the serving revision's pods were never replaced"
+    finally:
+        fault()
 
 
 def test_a_lost_node_is_named_its_pods_replaced_elsewhere_and_other_replicas_untouched(sandbox, faults_namespace):
@@ -178,43 +224,3 @@ def test_a_lost_node_is_named_its_pods_replaced_elsewhere_and_other_replicas_unt
     wait_for(lambda: not on_lost & {p["metadata"]["uid"] for p in pods()}, 60,
              "the evicted pods' objects to go once their node reports again")
     assert _condition(sandbox, "unplugged", "Ready")["status"] == "True", stories
-
-
-def test_a_build_into_a_full_engine_cache_quotes_the_error_and_the_serving_revision_serves_on(
-        sandbox, faults_namespace):
-    body = small_batch_70b("cache", NAMESPACE, 1000, plan={"replicas": 1})
-    sandbox.apply([body], namespace=NAMESPACE)
-    wait_until_ready(sandbox, "cache", NAMESPACE)
-    selector = "llmfleet.io/deployment=cache,app.kubernetes.io/component=server"
-    serving = {p["metadata"]["uid"] for p in sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "-l",
-                                                                   selector)["items"]}
-    body["spec"]["engine"]["revision"] = "v2"
-    planned = subprocess.run([*LLMFLEET, "plan", "-f", "-", "-o", "json"], input=json.dumps(body), env=sandbox.env,
-                             capture_output=True, text=True, timeout=60)
-    assert planned.returncode == 0, planned.stderr
-    revision = json.loads(planned.stdout)["revision"]
-
-    def fault(*flags: str) -> None:
-        result = subprocess.run([*LLMFLEET, "sandbox", "fault", "--namespace", NAMESPACE, "--revision", revision,
-                                 *flags], env=sandbox.env, capture_output=True, text=True, timeout=60)
-        assert result.returncode == 0, result.stderr
-
-    fault("--engine-cache-full")
-    try:
-        sandbox.apply([body], namespace=NAMESPACE)
-
-        def engine_built_says(reason: str):
-            def check():
-                built = _condition(sandbox, "cache", "EngineBuilt")
-                return built if built["reason"] == reason and "No space left on device" in built["message"] else None
-            return check
-        retrying = wait_for(engine_built_says("Building"), 120, "EngineBuilt quoting ENOSPC while retrying", 1)
-        assert "1 attempt failed" in retrying["message"], retrying
-        failed = wait_for(engine_built_says("BuildFailed"), 180, "BuildFailed quoting ENOSPC", 1)
-        assert "BackoffLimitExceeded" in failed["message"], failed
-        assert _condition(sandbox, "cache", "Ready")["status"] == "True"  # the old revision serves on
-        now = {p["metadata"]["uid"] for p in sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "-l",
-                                                                   selector)["items"]}
-        assert now == serving, "the serving revision's pods were never replaced"
-    finally:
-        fault()
