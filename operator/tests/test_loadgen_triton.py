@@ -5,6 +5,10 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import signal
+import threading
+import time
 
 import pytest
 
@@ -63,6 +67,20 @@ def test_open_loop_run_completes_every_request_with_plausible_latency(triton, tm
     # not a test bound: the median shows the sender keeps its schedule.
     assert summary["client"]["send_lag_ms"]["count"] == summary["requests"]
     assert summary["client"]["send_lag_ms"]["p50"] < 20
+
+
+def test_an_interrupt_ends_the_run_early_with_every_sent_request_finished(triton, tmp_path, capsys):
+    threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+    started = time.monotonic()
+    exit_code = main(["load", "--model", MODEL, "--target", triton.grpc_url, "--schedule", "constant:4",
+                      "--duration-s", "60", "--input-tokens", str(INPUT_TOKENS), "--output-tokens",
+                      str(OUTPUT_TOKENS), "--output-dir", str(tmp_path), "--quiet"])
+    assert time.monotonic() - started < 15
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert exit_code == 0 and 1.5 < summary["stopped_at_s"] < 3
+    assert 0 < summary["requests"] <= 4 * 3 and summary["completed"] == summary["requests"]
+    assert signal.getsignal(signal.SIGINT) is not None and signal.getsignal(signal.SIGINT).__name__ != "request_stop"
+    assert "sending no more requests" in capsys.readouterr().err
 
 
 def test_trace_replay_sends_the_trace(triton, tmp_path, capsys):

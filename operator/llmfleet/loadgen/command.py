@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -132,12 +135,35 @@ def _concurrencies(text: str) -> list[int]:
     return values
 
 
+@contextlib.contextmanager
+def _stop_on_interrupt():
+    """SIGINT (Ctrl-C) or SIGTERM ends a run early and cleanly: no new request is sent, those in
+    flight finish, and the results cover what was sent. A second one abandons them."""
+    stop = threading.Event()
+
+    def request_stop(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        print(f"llmfleet load: {signal.Signals(signum).name}: sending no more requests; waiting for those "
+              "in flight (again to abandon them)", file=sys.stderr, flush=True)
+        stop.set()
+    previous = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def _open_loop(common: _Common, plan, duration_s: float, args) -> int:
-    result = run_open_loop(common.target, plan, common.prompts, duration_s, args.max_in_flight,
-                           args.drain_timeout_s, args.quiet, args.max_stream_age_s)
+    with _stop_on_interrupt() as stop:
+        result = run_open_loop(common.target, plan, common.prompts, duration_s, args.max_in_flight,
+                               args.drain_timeout_s, args.quiet, args.max_stream_age_s, stop)
+    sent_s = duration_s if result.stopped_at_s is None else result.stopped_at_s
     summary = {"mode": "open-loop", "schedule": None if args.trace else args.schedule, "trace": args.trace,
                "schedule_duration_s": duration_s,
-               "offered_rate_per_second": _round_rate(len(plan), duration_s),
+               **({"stopped_at_s": round(result.stopped_at_s, 3)} if result.stopped_at_s is not None else {}),
+               "offered_rate_per_second": _round_rate(len(result.records), sent_s),
                **summarize(result.records, result.duration_s, common.slo, args.window_s, result.client)}
     write_requests_csv(common.output_dir / "requests.csv", result.records)
     write_json(common.output_dir / "summary.json", summary)

@@ -27,6 +27,7 @@ class RunResult:
     records: list[RequestRecord]
     duration_s: float  # from the first arrival (0) to the last response or the give-up time
     client: ClientStats
+    stopped_at_s: float | None = None  # when a stop request ended the sending early
 
 
 PREOPENED_STREAMS_PER_ENDPOINT = 16
@@ -98,9 +99,12 @@ class _Progress(threading.Thread):
 
 def run_open_loop(target: Target, plan: Sequence[PlannedRequest], prompts: PromptFactory, duration_s: float,
                   max_in_flight: int, drain_timeout_s: float, quiet: bool,
-                  max_stream_age_s: float = float("inf")) -> RunResult:
+                  max_stream_age_s: float = float("inf"), stop: threading.Event | None = None) -> RunResult:
     """Send each planned request at its arrival time whatever is in flight (open loop); only the
-    `max_in_flight` safety cap can delay a send, and every such wait is counted."""
+    `max_in_flight` safety cap can delay a send, and every such wait is counted. Once `stop` is
+    set nothing more is sent; what is in flight finishes (within the drain timeout)."""
+    stop = stop or threading.Event()
+    stopped_at_s = None
     timer, in_flight, clock = CallbackTimer(), _InFlight(), RunClock()
     idle: dict[str, list[RequestStream]] = {endpoint: [] for endpoint in target.endpoints}
     all_streams: list[RequestStream] = []
@@ -144,21 +148,23 @@ def run_open_loop(target: Target, plan: Sequence[PlannedRequest], prompts: Promp
                                        arrival_s=planned.arrival_s)
                 stream = stream_for(endpoint)
                 delay_s = planned.arrival_s - clock.now_s()
-                if delay_s > 0:
-                    time.sleep(delay_s)
+                if (delay_s > 0 and stop.wait(delay_s)) or stop.is_set():
+                    stopped_at_s = clock.now_s()
+                    break
                 if in_flight.count >= max_in_flight:
                     cap_hits += 1
                     in_flight.wait_below(max_in_flight)
                 in_flight.add()
                 stream.send(record, prompt)
                 sent += 1
-            in_flight.wait_below(1, deadline_s=time.monotonic() + max(0.0, duration_s - clock.now_s())
-                                 + drain_timeout_s)
+            remaining_s = 0.0 if stopped_at_s is not None else max(0.0, duration_s - clock.now_s())
+            in_flight.wait_below(1, deadline_s=time.monotonic() + remaining_s + drain_timeout_s)
         finally:  # open streams have non-daemon threads: close them whatever happened
             abandoned = _abandon_all(all_streams)
     records = sorted(in_flight.finished + abandoned, key=lambda record: record.index)
-    end_s = max([record.end_s for record in records] + [duration_s])
-    return RunResult(records, end_s, ClientStats(in_flight.peak, max_in_flight, cap_hits, timer.samples_us))
+    end_s = max([record.end_s for record in records] + [duration_s if stopped_at_s is None else stopped_at_s])
+    return RunResult(records, end_s, ClientStats(in_flight.peak, max_in_flight, cap_hits, timer.samples_us),
+                     stopped_at_s)
 
 
 def run_closed_loop(target: Target, requests: Iterator[PlannedRequest], prompts: PromptFactory, concurrency: int,
