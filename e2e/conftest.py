@@ -111,6 +111,14 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.25):
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
 
+def stop_load(load: subprocess.Popen) -> tuple[str, str]:
+    """End an `llmfleet load` run once the test has seen what it waited for: it sends nothing
+    more and its in-flight requests finish (their outcome still counts); (stdout, stderr)."""
+    if load.poll() is None:
+        load.send_signal(signal.SIGTERM)
+    return load.communicate(timeout=300)
+
+
 def wait_until_ready(sandbox: "Sandbox", name: str, namespace: str, timeout: float = 180) -> dict:
     """Wait for an LLMDeployment's Ready condition; returns the object."""
     def ready():

@@ -28,7 +28,7 @@ import sys
 
 import pytest
 
-from conftest import LLMFLEET, service_target, wait_for, wait_until_ready
+from conftest import LLMFLEET, service_target, stop_load, wait_for, wait_until_ready
 from operator_fixtures import small_batch_70b
 
 pytestmark = pytest.mark.e2e
@@ -59,7 +59,8 @@ def _load(sandbox, name: str, seconds: int, output) -> subprocess.Popen:
 
 
 def _finished_without_a_failed_request(load: subprocess.Popen, output) -> None:
-    stdout, stderr = load.communicate(timeout=300)
+    """Ends the load (no new sends; in-flight requests finish and count) and checks it."""
+    stdout, stderr = stop_load(load)
     assert load.returncode == 0, stderr + stdout
     summary = json.loads((output / "summary.json").read_text())
     assert summary["errors"] == 0 and summary["truncated"] == 0, summary

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import LLMFLEET, service_target, wait_for, wait_until_ready
+from conftest import LLMFLEET, service_target, stop_load, wait_for, wait_until_ready
 
 pytestmark = pytest.mark.e2e
 NAMESPACE = "rollout"
@@ -210,7 +210,7 @@ def test_a_bad_canary_fails_its_analysis_and_is_rolled_back_while_stable_serves(
         _fault_the_new_revision(sandbox, name, stable, *fault)
         phases = _watch_phases(sandbox, name, "RolledBack", 240)
     finally:
-        stdout, stderr = load.communicate(timeout=300)
+        stdout, stderr = stop_load(load)
     assert "Promoted" not in phases and "Progressing" in phases, phases
     canary_status = _status(sandbox, name)["canary"]
     assert canary_status["analysisVerdict"] == "Failed", canary_status
@@ -278,7 +278,7 @@ def test_an_operator_killed_in_each_phase_resumes_with_no_duplicate_pods_lost_st
             raise AssertionError(f"not promoted; killed at {killed}; canary: "
                                  f"{(_status(sandbox, 'restarts').get('canary') or {}).get('message')}")
     finally:
-        stdout, stderr = load.communicate(timeout=300)
+        stdout, stderr = stop_load(load)
     assert {"Preparing", "Warming", "Progressing"} <= {phase for phase, _ in killed}, killed
     assert {("Progressing", 1), ("Progressing", 2)} <= set(killed), killed
     status = _status(sandbox, "restarts")
@@ -318,7 +318,7 @@ def test_prometheus_down_mid_analysis_holds_the_canary_until_it_returns(sandbox,
             sandbox.llmfleet("up")  # starts only the stopped Prometheus
         phases = _watch_phases(sandbox, "outage", "Promoted", 180)
     finally:
-        stdout, stderr = load.communicate(timeout=300)
+        stdout, stderr = stop_load(load)
     assert "RolledBack" not in phases, phases
     assert load.returncode == 0, stderr + stdout
 
