@@ -170,6 +170,12 @@ def test_every_cel_rule_has_a_message_that_names_a_field():
         assert "messageExpression" not in rule
 
 
+def test_no_cel_rule_has_a_backslash_the_apiserver_cannot_parse():
+    # The apiserver's CEL parser refused '\.' in a regex literal (an invalid string escape) where
+    # this module's evaluator accepted it; patterns use '[.]' instead.
+    assert [path for path, rule in CEL_RULES if "\\" in rule["rule"]] == []
+
+
 def test_cel_rules_cover_the_promised_checks():
     messages = " ".join(rule["message"] for _, rule in CEL_RULES)
     for promise in (

@@ -726,7 +726,8 @@ class RoutingSpec(ApiModel):
 
 # Kubernetes label syntax: an optional DNS-subdomain prefix and '/', then a name of up to 63
 # characters; values up to 63 characters, possibly empty.
-LABEL_KEY_PATTERN = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+# ('[.]', not an escaped dot: the pattern is also a CEL string literal, where '\.' is no escape.)
+LABEL_KEY_PATTERN = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                      r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 MAX_LABEL_KEY_LENGTH = 253 + 1 + 63
