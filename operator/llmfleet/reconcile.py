@@ -537,6 +537,11 @@ def _conditions(ctx: Context, plan_status: dict, build: BuildState, rollout: Rol
     after = ctx.condition(after, ConditionType.DEGRADED, *degraded)
     if rollout.rolled_out and ready >= min(desired, 1):
         ready_condition = (TRUE, Reason.SERVING, f"revision {rollout.revision} serves with {counts}")
+    elif rollout.stable_revision is not None and rollout.ready_anywhere:
+        # A new revision that builds, rolls out or failed does not take away what serves.
+        new = "failed to build" if build.failed else "builds" if not build.finished else "rolls out"
+        ready_condition = (TRUE, Reason.SERVING, f"revision {rollout.stable_revision} serves with "
+                           f"{rollout.ready_anywhere} replica(s) ready while revision {rollout.revision} {new}")
     elif not build.finished:
         ready_condition = (FALSE, build.reason, build.message)
     else:

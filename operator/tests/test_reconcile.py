@@ -141,6 +141,30 @@ def test_ready_replicas_make_it_ready_and_events_report_transitions():
     assert condition(fourth, "Ready")["lastTransitionTime"] == ready["lastTransitionTime"]
 
 
+def test_a_new_revision_that_fails_to_build_leaves_the_stable_one_serving_and_ready():
+    first = decide(body(), [], SETTINGS, NOW)
+    built = finished_job(by_kind(first.apply, "Job"))
+    second = decide(body(status=first.status), [built], SETTINGS, NOW)
+    serving = ready_deployment(by_kind(second.apply, "Deployment"), second.status["replicas"])
+    stable = decide(body(status=second.status), [built, serving], SETTINGS, NOW)
+    stable_revision = stable.status["stableRevision"]
+    assert stable_revision == stable.status["currentRevision"]
+    def edited(status: dict) -> dict:
+        changed_body = body(tpot_p99_ms=6, status=status)
+        changed_body["metadata"]["generation"] += 1  # the edit: re-planned, a new revision
+        return changed_body
+    changed = decide(edited(stable.status), [built, serving], SETTINGS, NOW)
+    assert changed.status["currentRevision"] != stable_revision
+    assert condition(changed, "Ready")["message"].startswith(f"revision {stable_revision} serves with")
+    failed = finished_job(by_kind(changed.apply, "Job"), "Failed", "BackoffLimitExceeded")
+    outcome = decide(edited(changed.status), [serving, failed], SETTINGS, NOW)
+    ready = condition(outcome, "Ready")
+    assert ready["status"] == "True" and ready["message"].startswith(f"revision {stable_revision} serves with")
+    assert ready["message"].endswith(f"while revision {outcome.status['currentRevision']} failed to build")
+    assert condition(outcome, "Degraded")["reason"] == "BuildFailed"
+    assert serving not in outcome.delete
+
+
 def test_old_revision_serves_until_the_new_one_is_ready_then_is_pruned():
     old = decide(body(tpot_p99_ms=40), [], SETTINGS, NOW)
     old_children = [finished_job(by_kind(old.apply, "Job")),
