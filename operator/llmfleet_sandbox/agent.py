@@ -54,7 +54,7 @@ class NodeAgent:
         self.ip_by_uid: dict[str, str] = {}
         self.gpus_by_uid: dict[str, tuple[str, list[int]]] = {}
         self.stopping = threading.Event()
-        # Nodes whose power is off (`llmfleet sandbox node off`): no heartbeat, no pods run.
+        # Nodes whose power is off (`llmfleet sandbox node-power off`): no heartbeat, no pods run.
         self.powered_off = faults.powered_off_nodes(config.state_dir) & set(self.nodes)
 
     # -- logging and events ---------------------------------------------------------------
