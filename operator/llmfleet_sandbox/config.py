@@ -53,7 +53,8 @@ class Network:
 
     @property
     def service_cidr(self) -> str:
-        return f"10.{96 + self.instance}.0.0/24"
+        # 65534 ClusterIPs: a /24 ran out at 254 Services (bench_scale creates 1000).
+        return f"10.{96 + self.instance}.0.0/16"
 
     @property
     def kubernetes_service_ip(self) -> str:

@@ -87,7 +87,7 @@ def test_each_instance_has_its_own_addresses_and_ports(tmp_path):
         "llmf0", "https://10.244.0.1:16443", "http://10.244.0.1:19090")
     assert (beside.network.bridge_name, beside.apiserver_url, beside.prometheus_url) == (
         "llmf1", "https://10.245.0.1:16543", "http://10.245.0.1:19190")
-    assert (beside.network.service_cidr, beside.network.node_pod_cidr(2)) == ("10.97.0.0/24", "10.245.2.0/24")
+    assert (beside.network.service_cidr, beside.network.node_pod_cidr(2)) == ("10.97.0.0/16", "10.245.2.0/24")
     # No port of one instance is a port of another, and the settings file keeps the instance.
     assert not set(vars(default.ports).values()) & set(vars(beside.ports).values())
     assert SandboxConfig.from_dict(beside.to_dict()) == beside
