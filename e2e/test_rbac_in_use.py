@@ -8,6 +8,7 @@ nothing: a grant without use fails here, and so does a grant missing."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections import Counter
 from pathlib import Path
@@ -47,6 +48,26 @@ def operator_requests(audit_logs: list[Path]) -> list[dict]:
     return events
 
 
+# The apiserver authorizes from RBAC informers that fill after it starts: until they have synced
+# it refuses what RBAC allows (kubernetes/kubernetes#121635). The fault tests restart it.
+UNSYNCED_AFTER_START_S = 30
+
+
+def apiserver_starts(log: Path, year: int) -> list[datetime.datetime]:
+    """When the apiserver began serving, from its klog lines (`I1203 15:21:40.123456 ... Serving
+    securely on`; klog writes UTC here and no year)."""
+    starts = []
+    for line in log.read_text(errors="replace").splitlines():
+        if "Serving securely on" in line:
+            stamp = datetime.datetime.strptime(f"{year}{line[1:5]} {line[6:21]}", "%Y%m%d %H:%M:%S.%f")
+            starts.append(stamp.replace(tzinfo=datetime.timezone.utc))
+    return starts
+
+
+def received(event: dict) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
+
+
 def grants_used(event: dict) -> list[Grant]:
     """The grants a request needed: its verb, and create for a server-side apply (a PATCH) that
     created the object (answered 201), which the apiserver authorises as a create too."""
@@ -67,11 +88,15 @@ def test_the_operator_uses_every_verb_the_chart_grants_and_is_refused_none(sandb
     events = operator_requests(sorted((sandbox.state_dir / "logs").glob("kube-apiserver-audit*.log")))
     assert events, "no request of the operator's ServiceAccount in the audit log"
     # `helm uninstall` deletes the release's Role before its pod gets SIGTERM, so the in-cluster
-    # operator's last Lease read on the way out is refused: that one is expected.
+    # operator's last Lease read on the way out is refused: that one is expected. So are refusals
+    # just after an apiserver (re)start, before its RBAC informers synced.
+    starts = apiserver_starts(sandbox.state_dir / "logs" / "kube-apiserver.log", received(events[0]).year)
     refused = [f"{event['verb']} {event['requestURI']}" for event in events
                if event.get("annotations", {}).get("authorization.k8s.io/decision") == "forbid"
                and not (event["user"]["username"].startswith(f"system:serviceaccount:{IN_CLUSTER_NAMESPACE}:")
-                        and event["objectRef"]["resource"] == "leases")]
+                        and event["objectRef"]["resource"] == "leases")
+               and not any(0 <= (received(event) - start).total_seconds() < UNSYNCED_AFTER_START_S
+                           for start in starts)]
     used = Counter(grant for event in events for grant in grants_used(event))
     grants = granted(sandbox)
     example = {grant: event["requestURI"] for event in events for grant in grants_used(event)}

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 
+import urllib3
 from kubernetes import client, config as kube_config, watch
 from kubernetes.client.exceptions import ApiException
 
@@ -36,6 +37,8 @@ NODE_MEMORY = "512Gi"
 NODE_MAX_PODS = "110"
 # `sandbox down` bounds each pod's grace period so that it finishes promptly.
 SHUTDOWN_GRACE_SECONDS = 5
+# How long a pod's final delete is retried while the apiserver is unreachable (restarting).
+FINAL_DELETE_RETRY_SECONDS = 300
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
@@ -128,15 +131,25 @@ class NodeAgent:
             self.finished_uids.add(worker.uid)
 
     def delete_pod_object(self, namespace: str, name: str, uid: str) -> None:
-        """Finish a graceful deletion the way the kubelet does: delete with grace 0."""
-        try:
-            self.core.delete_namespaced_pod(
-                name, namespace, grace_period_seconds=0,
-                body=client.V1DeleteOptions(grace_period_seconds=0,
-                                            preconditions=client.V1Preconditions(uid=uid)))
-        except ApiException as error:
-            if error.status not in (404, 409):
-                self.log(f"final delete of {namespace}/{name} failed: {error.reason}")
+        """Finish a graceful deletion the way the kubelet does: delete with grace 0, retried
+        while the apiserver cannot be reached (else the pod would stay Terminating for good)."""
+        deadline = time.monotonic() + FINAL_DELETE_RETRY_SECONDS
+        while True:
+            try:
+                self.core.delete_namespaced_pod(
+                    name, namespace, grace_period_seconds=0,
+                    body=client.V1DeleteOptions(grace_period_seconds=0,
+                                                preconditions=client.V1Preconditions(uid=uid)))
+                return
+            except ApiException as error:
+                if error.status not in (404, 409):
+                    self.log(f"final delete of {namespace}/{name} failed: {error.reason}")
+                return
+            except (urllib3.exceptions.HTTPError, OSError) as error:
+                if time.monotonic() > deadline or self.stopping.is_set():
+                    self.log(f"final delete of {namespace}/{name} gave up: {error!r}")
+                    return
+                time.sleep(2)
 
     # -- nodes ----------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from llmfleet_sandbox import faults, images, network, rootfs
@@ -172,8 +173,10 @@ class PodWorker(threading.Thread):
             self.agent.log(f"pod {self.namespace}/{self.pod_name}: worker error: {error!r}")
             self._kill_all()
         finally:
-            self._teardown()
-            self.agent.pod_worker_finished(self)
+            try:
+                self._teardown()
+            finally:  # else the agent would think the pod still runs, and ignore it for good
+                self.agent.pod_worker_finished(self)
 
     def _prepare(self) -> None:
         self.pod_ip = self.agent.allocate_pod_ip(self.node_name, self.uid)
@@ -543,6 +546,8 @@ class PodWorker(threading.Thread):
                 self.stop_deadline = time.monotonic()
             else:
                 self.agent.log(f"pod {self.namespace}/{self.pod_name}: status patch failed: {error.reason}")
+        except (urllib3.exceptions.HTTPError, OSError) as error:  # the apiserver is down: the next report retries
+            self.agent.log(f"pod {self.namespace}/{self.pod_name}: status patch failed: {error!r}")
 
 
 def _expand_env(text: str, env: dict[str, str]) -> str:
