@@ -213,7 +213,7 @@ def _build_job(children, revision: str | None) -> dict | None:
 
 def build_state(children: tuple[dict, ...] | list[dict], revision: str, last_failure: str | None = None) -> BuildState:
     """Where the revision's build (or prepare) Job is; `last_failure` what its last failed pod
-    said (`failed_build_attempt`), quoted while it retries and once it failed."""
+    said (`failing_build`, `last_build_failure`), quoted while it retries and once it failed."""
     why = f"; last failure: {last_failure}" if last_failure else ""
     job = _build_job(children, revision)
     if job is None:
