@@ -593,14 +593,18 @@ def _normalised(status: dict) -> dict:
 
 
 def _transition_events(before: list[Condition], after: list[Condition]) -> list[Event]:
-    events = []
+    """One event per condition that changed status or reason; several conditions moving to
+    the same reason in one pass (a build holds EngineBuilt, Progressing and Ready) tell one
+    story, told once, in the words of the first."""
+    events: dict[tuple[str, str], Event] = {}
     for condition in after:
         previous = find_condition(before, condition.type)
         if previous is not None and previous.status == condition.status and previous.reason == condition.reason:
             continue
         good = (condition.status == TRUE) != (condition.type in BAD_WHEN_TRUE)
-        events.append(Event("Normal" if good else "Warning", condition.reason, condition.message))
-    return events
+        event_type = "Normal" if good else "Warning"
+        events.setdefault((event_type, condition.reason), Event(event_type, condition.reason, condition.message))
+    return list(events.values())
 
 
 def _outcome(ctx: Context, status: dict, conditions: list[Condition], *, events: list[Event] = (),

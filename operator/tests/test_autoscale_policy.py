@@ -351,6 +351,29 @@ def test_a_sample_from_slightly_ahead_counts_as_fresh():
     assert run(fresh(sample_time=T0 + timedelta(seconds=3))).metrics_available
 
 
+QUIET = dict(ttft_p99_ms=100.0, kv_cache_utilization=0.1)
+
+
+@pytest.mark.parametrize("reporting_pods, desired", [(1, 2), (2, 1), (3, 1), (None, 1)])
+def test_metrics_from_fewer_pods_than_ready_replicas_hold_a_scale_down(reporting_pods, desired):
+    """A replica Prometheus lost takes its queue and load out of the sums: a quiet fleet may
+    only look quiet."""
+    result = run(fresh(**QUIET, reporting_pods=reporting_pods), current=2)
+    assert result.desired_replicas == desired
+    assert result.metrics_available == (desired == 1)
+    if desired == 2:
+        assert result.metrics_reason == "PartialData"
+        assert result.metrics_message == ("only 1 of 2 ready replicas report metrics to Prometheus; "
+                                          "scaling down waits until all do")
+        assert result.reason.endswith(f"but {result.metrics_message}: holding 2 replicas")
+
+
+def test_metrics_from_fewer_pods_than_ready_replicas_still_scale_up():
+    result = run(fresh(ttft_p99_ms=1000.0, reporting_pods=1), current=2)
+    assert (result.desired_replicas, result.decision) == (4, UP)
+    assert result.metrics_available and result.metrics_reason == "MetricsFresh"
+
+
 @pytest.mark.parametrize("waiting, desired", [(8.0, 3), (7.0, 2)])
 def test_a_backlog_scales_up_without_ttft_data(waiting, desired):
     """A stalled fleet gets no first tokens, so no TTFT: a large queue is enough to add one."""
@@ -475,6 +498,7 @@ def snapshots(draw):
         requests_per_second=draw(optional_float),
         sample_time=draw(st.none() | st.builds(lambda age: T0 - timedelta(seconds=age),
                                                st.floats(-5, 120))),
+        reporting_pods=draw(st.none() | st.integers(0, 12)),
         error=draw(st.none() | st.just("refused")))
 
 
@@ -505,6 +529,8 @@ def test_properties_of_every_decision(case):
     assert current - desired <= spec.max_scale_down_step
     if not result.metrics_available:
         assert desired == current  # never scale, least of all down, without metrics
+    if desired < current:
+        assert snapshot.reporting_pods is None or snapshot.reporting_pods >= ready
     assert result.decision == (UP if desired > current else DOWN if desired < current else HOLD)
     assert len(result.reason) <= 1024
     assert len(result.state.recommendations) <= MAX_RECOMMENDATIONS

@@ -69,8 +69,8 @@ class FakeTritonPod:
     fixed request rate (zero for an idle pod)."""
 
     def __init__(self, name: str, deployment: str, requests_per_second: float, waiting: int,
-                 kv_blocks_used: int, kv_blocks_max: int):
-        self.name, self.deployment = name, deployment
+                 kv_blocks_used: int, kv_blocks_max: int, scrape_fails: bool = False):
+        self.name, self.deployment, self.scrape_fails = name, deployment, scrape_fails
         self.requests_per_second = requests_per_second
         self.waiting, self.kv_blocks_used, self.kv_blocks_max = waiting, kv_blocks_used, kv_blocks_max
         self.started = time.monotonic()
@@ -113,6 +113,9 @@ class FakeTritonPod:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):
+                if pod.scrape_fails:
+                    self.send_error(503)
+                    return
                 body = pod.exposition().encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -167,6 +170,7 @@ class RunningPrometheus:
 def prometheus(tmp_path_factory):
     pods = [FakeTritonPod("llama-a", DEPLOYMENT, REQUESTS_PER_SECOND / 2, 3, 30, 100),
             FakeTritonPod("llama-b", DEPLOYMENT, REQUESTS_PER_SECOND / 2, 5, 50, 100),
+            FakeTritonPod("llama-c", DEPLOYMENT, 0.0, 0, 0, 100, scrape_fails=True),
             FakeTritonPod("idle-a", IDLE_DEPLOYMENT, 0.0, 0, 0, 100)]
     discovery = _serve_json([group for pod in pods for group in pod_target_groups(pod.pod())])
     config = SandboxConfig(state_dir=tmp_path_factory.mktemp("prometheus"), prometheus_ip="127.0.0.1",
@@ -226,6 +230,7 @@ def test_snapshot_reads_the_fleet(metrics):
     assert snapshot.kv_cache_utilization == pytest.approx(0.4)  # (30 + 50) / (100 + 100)
     assert snapshot.batch_utilization == pytest.approx(0.7)  # (7 + 7) / (10 + 10)
     assert now - timedelta(seconds=3) <= snapshot.sample_time <= now + timedelta(seconds=1)
+    assert snapshot.reporting_pods == 2  # llama-c's scrapes fail: it has no series
     assert metrics.ttft_p99_ms(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, now) == pytest.approx(
         snapshot.ttft_p99_ms)
 
@@ -246,6 +251,7 @@ def test_a_deployment_without_requests_has_no_ttft_but_a_zero_rate(metrics):
     assert snapshot.waiting_requests == 0
     assert snapshot.kv_cache_utilization == 0
     assert snapshot.sample_time is not None
+    assert snapshot.reporting_pods == 1
 
 
 def test_absent_series_are_no_data_not_zero(metrics):
@@ -254,7 +260,7 @@ def test_absent_series_are_no_data_not_zero(metrics):
         assert snapshot.error is None
         assert (snapshot.ttft_p99_ms, snapshot.waiting_requests, snapshot.waiting_growth_per_second,
                 snapshot.kv_cache_utilization, snapshot.requests_per_second,
-                snapshot.sample_time) == (None,) * 6
+                snapshot.sample_time, snapshot.reporting_pods) == (None,) * 7
 
 
 def test_samples_older_than_the_query_time_show_their_age(metrics):

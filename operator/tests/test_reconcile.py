@@ -127,6 +127,11 @@ def test_a_failing_build_quotes_what_its_last_failed_pod_said():
 
 def test_ready_replicas_make_it_ready_and_events_report_transitions():
     first = decide(body(), [], SETTINGS, NOW)
+    # A new deployment's build holds several conditions at one reason: each reason is told once.
+    reasons = [(e.type, e.reason) for e in first.events]
+    building = [c for c in first.status["conditions"] if c["reason"] == "BuildPending"]
+    assert len(building) > 1 and len(reasons) == len(set(reasons))
+    assert next(e for e in first.events if e.reason == "BuildPending").message == building[0]["message"]
     built = finished_job(by_kind(first.apply, "Job"))
     second = decide(body(status=first.status), [built], SETTINGS, NOW)
     serving = ready_deployment(by_kind(second.apply, "Deployment"), second.status["replicas"])

@@ -138,8 +138,30 @@ def test_objects_and_names():
         ("PodDisruptionBudget", f"chat-{revision}"),
     ]
     assert objects[2]["spec"]["replicas"] == 3
-    assert objects[3]["spec"]["selector"] == {"llmfleet.io/deployment": "chat"}
+    assert objects[3]["spec"]["selector"] == {"llmfleet.io/deployment": "chat", "app.kubernetes.io/component": "server"}
     assert objects[4]["spec"]["maxUnavailable"] == 1
+
+
+def test_serving_selectors_pick_the_serving_pods_never_the_engine_builds():
+    """A PodDisruptionBudget that also counts the build Job's pod cannot compute its expected
+    pods (a Job has no scale subresource); a Service that selects it routes to no server."""
+    body = manifest(1)
+    body["spec"]["networkPolicy"] = {"metricsScrapers": [{"podSelector": {}}]}
+    body["spec"]["routing"] = {"httpRoute": {"parentRefs": [{"name": "gateway"}]}}
+    deployment = LLMDeployment.from_manifest(body)
+    chosen = plan(plan_request_from_spec(deployment.spec))
+    objects = render(deployment, chosen, revision_hash(deployment.spec, chosen), REAL, serving_replicas=1)
+
+    def pod_labels(kind):
+        return next(o for o in objects if o["kind"] == kind)["spec"]["template"]["metadata"]["labels"]
+
+    selectors = {(o["kind"], o["metadata"]["name"]): (o["spec"].get("selector") or o["spec"].get("podSelector"))
+                 for o in objects if o["kind"] in ("Service", "PodDisruptionBudget", "NetworkPolicy")}
+    assert len(selectors) == 4  # the Service, the revision's Service, the budget, the policy
+    for selector in selectors.values():
+        match_labels = selector.get("matchLabels", selector)
+        assert match_labels.items() <= pod_labels("Deployment").items()
+        assert not match_labels.items() <= pod_labels("Job").items()
 
 
 def test_long_names_are_cut_to_valid_distinct_labels():

@@ -537,7 +537,8 @@ def test_the_http_route_sends_all_to_stable_then_the_canarys_share_then_all_to_t
                                             "name": "inference", "namespace": "gateways", "sectionName": "http"}]
     assert route["metadata"]["name"] == "chat" and route["spec"]["rules"][0]["backendRefs"][0]["port"] == 8000
     backend = next(m for m in stable.apply if m["kind"] == "Service" and m["metadata"]["name"] == f"chat-{revision_a}")
-    assert backend["spec"]["selector"] == {"llmfleet.io/deployment": "chat", "llmfleet.io/revision": revision_a}
+    assert backend["spec"]["selector"] == {"llmfleet.io/deployment": "chat", "app.kubernetes.io/component": "server",
+                                           "llmfleet.io/revision": revision_a}
     # Warming at setWeight 50: two canary replicas beside two stable ones.
     assert route_backends(warming) == {f"chat-{revision_a}": 50, f"chat-{revision_b}": 50}
     body = routed("v2", 2, warming.status)

@@ -95,6 +95,14 @@ def decide(spec: AutoscalingSpec, slo_ttft_p99_ms: int, snapshot: MetricsSnapsho
         if recommended is None:
             metrics_problem = ("NoTtftData", "no request got a first token in the window, "
                                "and the queue is below the backlog threshold")
+        elif recommended.replicas < current_replicas \
+                and (partial := _partial_data(snapshot, ready_replicas)) is not None:
+            # The sums miss replicas, so they understate the load: evidence enough for more
+            # replicas, none for fewer. (Only then is it reported: a replica just ready is
+            # missing until its first scrape, which must not flap the condition.)
+            metrics_problem = partial
+            recommended = _Proposal(current_replicas, f"{recommended.reason}, but {partial[1]}: "
+                                    f"holding {current_replicas} replicas")
     # The bounds are the user's and apply at once; without metrics nothing else moves.
     if bounded != current_replicas:
         proposal = _Proposal(bounded, f"{current_replicas} replicas is outside minReplicas "
@@ -146,6 +154,15 @@ def _metrics_problem(snapshot: MetricsSnapshot, now: datetime,
                              f"{tuning.stale_after_seconds:.0f} s, {tuning.stale_after_scrapes} "
                              "scrape intervals)")
     return None
+
+
+def _partial_data(snapshot: MetricsSnapshot, ready_replicas: int) -> tuple[str, str] | None:
+    """(reason, message) when fewer serving pods report metrics than replicas are ready."""
+    reporting = snapshot.reporting_pods
+    if reporting is None or reporting >= ready_replicas:
+        return None
+    return "PartialData", (f"only {reporting} of {ready_replicas} ready replicas report metrics to "
+                           "Prometheus; scaling down waits until all do")
 
 
 def _age_seconds(snapshot: MetricsSnapshot, now: datetime) -> float:

@@ -21,6 +21,9 @@ class MetricsSnapshot:
     batch_utilization: float | None = None  # active sequences / batch slots over the window, 0..1
     requests_per_second: float | None = None  # requests that got their first token
     sample_time: datetime | None = None  # newest sample behind the observations
+    # Serving pods (of any revision) with series in Prometheus now: fewer than are ready means
+    # the sums above miss some replicas (a pod Prometheus lost, a failing scrape).
+    reporting_pods: int | None = None
     # False when the serving release exports no queue, KV-cache or batch metrics at all (the
     # llmapi runtime's model): their absence is then no sign of anything.
     queue_observable: bool = True

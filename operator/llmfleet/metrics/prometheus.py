@@ -49,6 +49,7 @@ class DeploymentQueries:
     batch_utilization: str
     requests_per_second: str
     newest_sample_unix_seconds: str
+    reporting_pods: str
 
 
 def _prometheus_label_name(kubernetes_label: str) -> str:
@@ -70,6 +71,8 @@ def deployment_queries(namespace: str, deployment_name: str,
     selector = _matchers(pods)
     window = f"[{window_seconds}s]"
     waiting = f'{REQUEST_GAUGE}{{{selector}, request_type="waiting"}}'
+    # A failed scrape or a lost target ends its series at once (Prometheus' staleness markers).
+    pod_series = f'{{__name__=~"{TTFT_HISTOGRAM}_count|{REQUEST_GAUGE}", {selector}}}'
     return DeploymentQueries(
         ttft_p99_ms=(f"histogram_quantile(0.99, sum by (le) "
                      f"(rate({TTFT_HISTOGRAM}_bucket{{{selector}}}{window})))"),
@@ -86,8 +89,8 @@ def deployment_queries(namespace: str, deployment_name: str,
             f'sum(avg_over_time({REQUEST_GAUGE}{{{selector}, request_type="max"}}{window}))'),
         # Requests that got a first token: present in sandbox and real mode alike.
         requests_per_second=f"sum(rate({TTFT_HISTOGRAM}_count{{{selector}}}{window}))",
-        newest_sample_unix_seconds=(
-            f'max(timestamp({{__name__=~"{TTFT_HISTOGRAM}_count|{REQUEST_GAUGE}", {selector}}}))'),
+        newest_sample_unix_seconds=f"max(timestamp({pod_series}))",
+        reporting_pods=f"count(count by (pod) ({pod_series}))",
     )
 
 
@@ -149,9 +152,11 @@ class PrometheusMetrics:
         except _QueryFailed as failure:
             return MetricsSnapshot(error=str(failure))
         newest = values.pop("newest_sample_unix_seconds")
+        reporting = values.pop("reporting_pods")
         return MetricsSnapshot(
             **values,
             sample_time=None if newest is None else datetime.fromtimestamp(newest, timezone.utc),
+            reporting_pods=None if reporting is None else round(reporting),
             queue_observable=queue_observable)
 
     def revision_samples(self, namespace: str, deployment_name: str, stable_revision: str, canary_revision: str,

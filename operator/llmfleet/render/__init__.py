@@ -82,15 +82,16 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
     server = serving.serving_deployment(
         deployment, plan, child(revision_object_name(name, revision), serving.COMPONENT),
         config_map_name, volume_items(files), serving_replicas, settings, release)
+    serving_pods = {**selector_labels(name), COMPONENT_LABEL: serving.COMPONENT}  # of every revision
     service = serving.service(metadata(deployment, service_name(name), deployment_labels(name, SERVICE_COMPONENT)),
-                              selector_labels(name))
+                              serving_pods)
     budget = serving.pod_disruption_budget(child(fit_name(name, revision), serving.COMPONENT))
     children = [config_map, job, server, service, budget]
     if spec.routing is not None and spec.routing.http_route is not None:
         weights = route_weights if route_weights is not None else {revision: 100}
         children.append(routing.revision_service(
             child(revision_object_name(name, revision), routing.REVISION_SERVICE_COMPONENT),
-            {**selector_labels(name), REVISION_LABEL: revision}))
+            {**serving_pods, REVISION_LABEL: revision}))
         children.append(routing.http_route(
             metadata(deployment, service_name(name), deployment_labels(name, routing.ROUTE_COMPONENT)),
             spec.routing.http_route,
@@ -98,7 +99,7 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
     if spec.network_policy is not None:
         children.append(network_policy.network_policy(
             metadata(deployment, service_name(name), deployment_labels(name, network_policy.COMPONENT)),
-            {**selector_labels(name), COMPONENT_LABEL: serving.COMPONENT}, spec.network_policy,
+            serving_pods, spec.network_policy,
             settings.operator_namespace))
     return children
 

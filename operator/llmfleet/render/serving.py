@@ -8,7 +8,7 @@ from llmfleet.api import LLMDeployment
 from llmfleet.catalog.release_record import ReleaseRecord
 from llmfleet.planner.types import Plan
 from llmfleet.render import layout, pod
-from llmfleet.render.identity import DEPLOYMENT_LABEL, REVISION_LABEL, serving_image
+from llmfleet.render.identity import COMPONENT_LABEL, DEPLOYMENT_LABEL, REVISION_LABEL, serving_image
 from llmfleet.render.settings import RenderSettings
 
 COMPONENT = "server"
@@ -194,7 +194,14 @@ def serving_deployment(deployment: LLMDeployment, plan: Plan, metadata: dict[str
 
 
 def _revision_selector(labels: dict[str, str]) -> dict[str, str]:
+    # Kept as first released: a Deployment's selector is immutable. Its ReplicaSets never
+    # adopt the build Job's pods (those have a controller), unlike a PodDisruptionBudget.
     return {DEPLOYMENT_LABEL: labels[DEPLOYMENT_LABEL], REVISION_LABEL: labels[REVISION_LABEL]}
+
+
+def serving_pod_selector(labels: dict[str, str]) -> dict[str, str]:
+    """One revision's serving pods, not its engine build's."""
+    return {**_revision_selector(labels), COMPONENT_LABEL: COMPONENT}
 
 
 def service(metadata: dict[str, Any], selector: dict[str, str]) -> dict[str, Any]:
@@ -218,5 +225,5 @@ def pod_disruption_budget(metadata: dict[str, Any]) -> dict[str, Any]:
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": metadata,
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _revision_selector(labels)}},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": serving_pod_selector(labels)}},
     }
