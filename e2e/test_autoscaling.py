@@ -187,3 +187,42 @@ def test_steady_load_does_not_flap_and_a_prometheus_outage_holds_replicas(sandbo
     watcher.stop.set()
     thread.join()
     assert load.returncode == 0, f"{stderr}\n{stdout}"
+
+
+def _metrics_condition(sandbox, name: str) -> dict:
+    return next((c for c in _status(sandbox, name).get("conditions") or [] if c["type"] == "MetricsAvailable"), {})
+
+
+def test_partial_series_hold_a_scale_down_and_vanished_series_hold_everything(sandbox):
+    """Prometheus loses one of two idle replicas (it drops out of discovery, its series end):
+    the sums that remain understate the fleet's load, so the scale-down that minReplicas 1 now
+    allows waits, and says why. With both lost there is no data at all. Found again, the
+    scale-down goes ahead."""
+    _deploy_ready(sandbox, "partial", min_replicas=2)
+    pods = sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "-l",
+                                "llmfleet.io/deployment=partial,app.kubernetes.io/component=server")["items"]
+    lost, other = sorted(pod["metadata"]["name"] for pod in pods)
+    sandbox.llmfleet("scrape", "off", lost, "--namespace", NAMESPACE)
+    sandbox.apply([scaler("partial", min_replicas=1)], namespace=NAMESPACE)
+
+    condition = wait_for(lambda: (c := _metrics_condition(sandbox, "partial")).get("reason") == "PartialData" and c,
+                         60, "MetricsAvailable PartialData")
+    assert condition["status"] == "False"
+    assert condition["message"].startswith("only 1 of 2 ready replicas report metrics"), condition
+    # Long enough for a scale-down on full data: the stabilisation window and the cooldown.
+    held_until = time.monotonic() + SCALE_DOWN_STABILIZATION_S + COOLDOWN_S
+    while time.monotonic() < held_until:
+        status = _status(sandbox, "partial")
+        assert status["replicas"] == 2, status["autoscaler"]
+        time.sleep(2)
+    assert "scaling down waits until all do" in status["autoscaler"]["reason"]
+
+    sandbox.llmfleet("scrape", "off", other, "--namespace", NAMESPACE)
+    wait_for(lambda: _metrics_condition(sandbox, "partial").get("reason") == "NoData", 60, "MetricsAvailable NoData")
+    assert _status(sandbox, "partial")["replicas"] == 2
+
+    for pod in (lost, other):
+        sandbox.llmfleet("scrape", "on", pod, "--namespace", NAMESPACE)
+    wait_for(lambda: _metrics_condition(sandbox, "partial").get("status") == "True", 60, "MetricsAvailable True")
+    wait_for(lambda: _status(sandbox, "partial")["replicas"] == 1, SCALE_DOWN_STABILIZATION_S + 60,
+             "the scale-down once every replica reports")

@@ -77,6 +77,14 @@ def _run_sandbox(args) -> int:
             "; its pods' processes die and its heartbeats stop" if args.state == "off" else
             "; it heartbeats again and runs the pods still bound to it"))
         return 0
+    if args.sandbox_command == "scrape":
+        from llmfleet_sandbox import faults
+
+        faults.set_pod_scraped(config.state_dir, args.namespace, args.pod, args.state == "on")
+        print(f"pod {args.namespace}/{args.pod}: " + (
+            "back in Prometheus' service discovery" if args.state == "on" else
+            "left out of Prometheus' service discovery; its series end within a scrape interval"))
+        return 0
     if args.sandbox_command == "fault":
         from llmfleet_sandbox import faults
 
@@ -333,6 +341,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "the deletion of evicted pods and runs the pods still bound to it.")
     node_power.add_argument("state", choices=("off", "on"))
     node_power.add_argument("node", help="the node's name, e.g. gpu-node-1 (kubectl get nodes)")
+    scrape = sandbox_commands.add_parser(
+        "scrape", help="make Prometheus lose a pod or find it again (for testing partial metrics)",
+        description="Leave a pod out of Prometheus' service discovery (off) or put it back (on). The pod "
+                    "goes on serving; Prometheus ends its series (staleness markers), so queries answer "
+                    "without it, as when discovery or a scrape fails in a real cluster.")
+    scrape.add_argument("state", choices=("off", "on"))
+    scrape.add_argument("pod", help="the pod's name (kubectl get pods)")
+    scrape.add_argument("--namespace", required=True, help="the pod's namespace")
     sandbox.set_defaults(handler=_run_sandbox)
 
     plan = commands.add_parser(

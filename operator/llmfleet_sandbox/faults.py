@@ -1,11 +1,12 @@
 """Faults the sandbox injects into one revision's engines, for testing rollouts and recovery: a
 canary that is slower than its stable revision, one whose answers drift, one that fails
 requests, an engine that fails to load (its container crash-loops), an engine build whose
-cache volume is full; and nodes that lose power.
+cache volume is full; nodes that lose power; and pods that Prometheus loses.
 They live at the runtime boundary, not in the product's API: the node agent reads them when it
 starts a container, as a fault-injecting container runtime would, and hands them to the engine
 stand-in in its environment; a powered-off node's agent stops heartbeating and its pods'
-processes die, as when a machine is unplugged."""
+processes die, as when a machine is unplugged; an unscraped pod drops out of Prometheus'
+service discovery, so its series end (staleness markers) while it goes on serving."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 FAULTS_FILE = "faults.json"
 POWERED_OFF_FILE = "nodes-powered-off.json"
+UNSCRAPED_FILE = "pods-unscraped.json"
 REVISION_LABEL = "llmfleet.io/revision"
 # Every prefill and decode cost of the emulated engine is multiplied by this.
 SLOWDOWN_VARIABLE = "LLMFLEET_SANDBOX_SLOWDOWN"
@@ -100,15 +102,31 @@ def injected(environ: dict[str, str]) -> Fault:
                  environ.get(CACHE_FULL_VARIABLE) == "1")
 
 
-def powered_off_nodes(state_dir: Path) -> set[str]:
-    path = state_dir / POWERED_OFF_FILE
+def _read_names(path: Path) -> set[str]:
     return set(json.loads(path.read_text())) if path.exists() else set()
 
 
+def _toggle_name(path: Path, name: str, present: bool) -> None:
+    names = _read_names(path)
+    names = names | {name} if present else names - {name}
+    # Written whole, then renamed: other processes poll these files.
+    staging = path.with_name(f"{path.name}.new")
+    staging.write_text(json.dumps(sorted(names)))
+    staging.replace(path)
+
+
+def powered_off_nodes(state_dir: Path) -> set[str]:
+    return _read_names(state_dir / POWERED_OFF_FILE)
+
+
 def set_node_power(state_dir: Path, node_name: str, on: bool) -> None:
-    nodes = powered_off_nodes(state_dir)
-    nodes = nodes - {node_name} if on else nodes | {node_name}
-    # Written whole, then renamed: the node agent polls this file.
-    staging = state_dir / f"{POWERED_OFF_FILE}.new"
-    staging.write_text(json.dumps(sorted(nodes)))
-    staging.replace(state_dir / POWERED_OFF_FILE)
+    _toggle_name(state_dir / POWERED_OFF_FILE, node_name, not on)
+
+
+def unscraped_pods(state_dir: Path) -> set[str]:
+    """"namespace/name" of the pods service discovery leaves out."""
+    return _read_names(state_dir / UNSCRAPED_FILE)
+
+
+def set_pod_scraped(state_dir: Path, namespace: str, pod_name: str, scraped: bool) -> None:
+    _toggle_name(state_dir / UNSCRAPED_FILE, f"{namespace}/{pod_name}", not scraped)

@@ -121,7 +121,7 @@ def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
         "node-agent": ["llmfleet_sandbox.agent", "--settings", str(config.settings_file)],
         "service-proxy": ["llmfleet_sandbox.serviceproxy", "--kubeconfig", str(config.admin_kubeconfig)],
         "pod-discovery": ["llmfleet_sandbox.poddiscovery", "--kubeconfig", str(config.admin_kubeconfig),
-                          "--port", str(config.ports.pod_discovery)],
+                          "--port", str(config.ports.pod_discovery), "--state-dir", str(config.state_dir)],
         "volume-provisioner": ["llmfleet_sandbox.provisioner", "--settings", str(config.settings_file)],
     }
     _start_control_plane(config, table, bin_dir, wanted)

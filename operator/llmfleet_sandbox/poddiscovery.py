@@ -6,7 +6,9 @@ endpoint with the same `__meta_kubernetes_pod_*` labels that Prometheus'
 kubernetes SD (role: pod) produces: one target per declared container port, or
 one port-less target for a pod that declares none. The relabelling rules are
 therefore the ones you would write for a real cluster.
-Run as `python -m llmfleet_sandbox.poddiscovery --kubeconfig FILE --port N`.
+Pods listed by `llmfleet sandbox scrape off` (faults.unscraped_pods) are left out, as
+when discovery loses a pod: Prometheus ends the series of a target that goes.
+Run as `python -m llmfleet_sandbox.poddiscovery --kubeconfig FILE --port N --state-dir DIR`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,11 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from pathlib import Path
+
 from kubernetes import client, config as kube_config, watch
+
+from llmfleet_sandbox.faults import unscraped_pods
 
 PREFIX = "__meta_kubernetes_"
 
@@ -82,10 +88,13 @@ class PodIndex:
         with self.lock:
             self.pods = {pod["metadata"]["uid"]: pod for pod in pods}
 
-    def target_groups(self) -> list[dict]:
+    def target_groups(self, left_out: set[str] = frozenset()) -> list[dict]:
+        """Every pod's targets but those of the pods named "namespace/name" in `left_out`."""
         with self.lock:
             pods = list(self.pods.values())
-        return [group for pod in pods for group in pod_target_groups(pod)]
+        return [group for pod in pods
+                if f"{pod['metadata']['namespace']}/{pod['metadata']['name']}" not in left_out
+                for group in pod_target_groups(pod)]
 
 
 def watch_pods(index: PodIndex, stopping: threading.Event) -> None:
@@ -110,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--state-dir", type=Path, required=True, help="the sandbox's state directory (its faults)")
     args = parser.parse_args(argv)
     kube_config.load_kube_config(args.kubeconfig)
     index = PodIndex()
@@ -117,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
-            body = json.dumps(index.target_groups()).encode()
+            body = json.dumps(index.target_groups(unscraped_pods(args.state_dir))).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))

@@ -47,6 +47,30 @@ def test_pod_discovery_gives_kubernetes_sd_labels():
     assert pod_target_groups({**pod, "status": {}}) == []
 
 
+def test_pods_scraped_off_leave_discovery_until_scraped_on(tmp_path):
+    from llmfleet_sandbox import faults
+    from llmfleet_sandbox.poddiscovery import PodIndex
+
+    def pod(namespace, name):
+        return {"metadata": {"name": name, "namespace": namespace, "uid": f"{namespace}-{name}"},
+                "spec": {"containers": [{"name": "triton", "ports": [{"containerPort": 8002}]}]},
+                "status": {"podIP": f"10.244.1.{len(name)}", "phase": "Running"}}
+
+    index = PodIndex()
+    index.reset([pod("a", "p"), pod("a", "qq"), pod("b", "p")])
+
+    def discovered():
+        groups = index.target_groups(faults.unscraped_pods(tmp_path))
+        return sorted((g["labels"]["__meta_kubernetes_namespace"], g["labels"]["__meta_kubernetes_pod_name"])
+                      for g in groups)
+
+    assert discovered() == [("a", "p"), ("a", "qq"), ("b", "p")]
+    faults.set_pod_scraped(tmp_path, "a", "p", scraped=False)
+    assert discovered() == [("a", "qq"), ("b", "p")]  # only that namespace's pod of that name
+    faults.set_pod_scraped(tmp_path, "a", "p", scraped=True)
+    assert discovered() == [("a", "p"), ("a", "qq"), ("b", "p")]
+
+
 def test_probe_thresholds_flip_only_when_reached():
     state = ProbeState({"failureThreshold": 2, "successThreshold": 1, "periodSeconds": 1}, started_at=0)
     state.record(True, 1)
