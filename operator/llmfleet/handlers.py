@@ -3,7 +3,9 @@
 Triggers: a change of an LLMDeployment (create, update, resume at startup), an event of one
 of its children, and one operator-wide ticker. The ticker passes every `timer_interval_seconds`
 the deployments whose decisions depend on time (`needs_periodic_pass`: autoscaling, a running
-canary, replicas short of ready) and every deployment once per `resync_seconds`. There are no
+canary, replicas short of ready) and every deployment once per `resync_seconds` (spread per
+object over its last quarter), with at most half the workers, so that a change never waits
+behind a tick. There are no
 per-object timers: they cost a wake-up per object per tick at any scale, and Kopf guards them
 with a finalizer, which it cannot remove once it stops watching a namespace being deleted.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime
+import hashlib
 import logging
 import threading
 import time
@@ -65,8 +68,28 @@ def _controller(body) -> dict | None:
                  if ref.get("kind") == KIND and ref.get("controller")), None)
 
 
+# Annotations no pass reads, often the bulk of an object: a client's copy of what it applied,
+# Kopf's copy of the spec it last handled.
+_UNREAD_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration", f"{GROUP}/last-handled-configuration")
+
+
+def indexed(body) -> dict:
+    """An object as the indexes keep it: what a pass reads. Field ownership (managedFields),
+    copies of the spec in annotations and the generated files of a ConfigMap are left out:
+    at a thousand deployments they were most of the operator's memory."""
+    unread = ("metadata", "data", "binaryData") if body.get("kind") == "ConfigMap" else ("metadata",)
+    kept = {key: value for key, value in dict(body).items() if key not in unread}
+    kept["metadata"] = {key: value for key, value in body["metadata"].items()
+                        if key not in ("managedFields", "annotations")}
+    annotations = {key: value for key, value in (body["metadata"].get("annotations") or {}).items()
+                   if key not in _UNREAD_ANNOTATIONS}
+    if annotations:
+        kept["metadata"]["annotations"] = annotations
+    return copy.deepcopy(kept)
+
+
 def _child_by_owner(body, **_) -> dict:
-    return {_controller(body)["uid"]: copy.deepcopy(dict(body))}
+    return {_controller(body)["uid"]: indexed(body)}
 
 
 # Children come from one watch stream per kind, indexed by their LLMDeployment's uid: a pass
@@ -79,7 +102,7 @@ for _child in CHILD_KINDS:
 
 @kopf.index(*RESOURCE, id="llm_deployments")
 def _deployment_by_uid(body, **_) -> dict:
-    return {body["metadata"]["uid"]: copy.deepcopy(dict(body))}
+    return {body["metadata"]["uid"]: indexed(body)}
 
 
 def _children(uid: str, indexes) -> list[dict]:
@@ -111,13 +134,20 @@ def on_change(body, memo, **kwargs) -> None:
     _run(body, memo, kwargs)
 
 
+def resync_after_seconds(uid: str, settings: OperatorSettings) -> float:
+    """Between 3/4 and all of the resync interval, fixed per object: deployments created in
+    one burst are not all passed again in one tick."""
+    share = int(hashlib.sha256(uid.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return settings.resync_seconds * (0.75 + 0.25 * share)
+
+
 def _due(indexes, settings: OperatorSettings, now_s: float) -> list[dict]:
     """The deployments the ticker passes now."""
     due = []
     for store in list(indexes["llm_deployments"].values()):
         for body in list(store):
             uid = body["metadata"]["uid"]
-            stale = now_s - _last_pass.get(uid, 0.0) >= settings.resync_seconds
+            stale = now_s - _last_pass.get(uid, 0.0) >= resync_after_seconds(uid, settings)
             if stale or needs_periodic_pass(body, _children(uid, indexes)):
                 due.append(body)
     return due
@@ -128,15 +158,21 @@ async def start_ticker(memo: kopf.Memo, settings: kopf.OperatorSettings, **index
     async def tick_forever() -> None:
         loop = asyncio.get_running_loop()
         interval = memo.operator_settings.timer_interval_seconds
+        # Half the workers at most: a change (a new deployment, a child's news) never waits
+        # behind a whole tick's passes in the executor's queue.
+        in_flight = asyncio.Semaphore(max(1, settings.execution.max_workers // 2))
         while not _indexes_ready.is_set():
             await asyncio.sleep(0.5)
         while True:
             await asyncio.sleep(interval)
             due = _due(indexes, memo.operator_settings, time.monotonic())
+
+            async def passed(body) -> None:
+                async with in_flight:
+                    await loop.run_in_executor(settings.execution.executor, _run, body, memo, indexes)
+
             # A tick that takes longer than the interval delays the next instead of piling up.
-            results = await asyncio.gather(*(loop.run_in_executor(settings.execution.executor, _run, body, memo,
-                                                                   indexes) for body in due),
-                                           return_exceptions=True)
+            results = await asyncio.gather(*(passed(body) for body in due), return_exceptions=True)
             for body, result in zip(due, results):
                 if isinstance(result, Exception):
                     log.error("periodic pass of %s/%s failed: %r", body["metadata"]["namespace"],

@@ -1,0 +1,55 @@
+"""The Kopf wiring's pure parts: what the in-memory indexes keep of an object."""
+
+from __future__ import annotations
+
+import copy
+
+from llmfleet.handlers import indexed, resync_after_seconds
+from llmfleet.reconcile import OperatorSettings
+
+MANAGED_FIELDS = [{"manager": "llmfleet", "operation": "Apply", "fieldsV1": {"f:spec": {"f:replicas": {}}}}]
+
+
+def child(kind: str, **top) -> dict:
+    return {"apiVersion": "v1", "kind": kind,
+            "metadata": {"name": "chat-abc", "namespace": "serving", "uid": "u1", "generation": 3,
+                         "resourceVersion": "42", "labels": {"llmfleet.io/revision": "abc"},
+                         "ownerReferences": [{"kind": "LLMDeployment", "uid": "owner", "controller": True}],
+                         "managedFields": MANAGED_FIELDS,
+                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}",
+                                         "llmfleet.io/last-handled-configuration": "{...}",
+                                         "llmfleet.io/rollout-command": "promote/1"}},
+            **top}
+
+
+def test_the_index_keeps_what_a_pass_reads_and_drops_the_bulk():
+    deployment = child("Deployment", spec={"replicas": 2}, status={"readyReplicas": 1})
+    kept = indexed(deployment)
+    assert kept["spec"] == {"replicas": 2} and kept["status"] == {"readyReplicas": 1}
+    assert {key: kept["metadata"][key] for key in ("name", "namespace", "uid", "generation", "resourceVersion",
+                                                   "labels", "ownerReferences")} == {
+        key: deployment["metadata"][key] for key in ("name", "namespace", "uid", "generation", "resourceVersion",
+                                                     "labels", "ownerReferences")}
+    assert "managedFields" not in kept["metadata"]
+    assert kept["metadata"]["annotations"] == {"llmfleet.io/rollout-command": "promote/1"}
+
+    config_map = indexed(child("ConfigMap", data={"config.pbtxt": "x" * 10_000}, binaryData={"b": "eA=="}))
+    assert "data" not in config_map and "binaryData" not in config_map
+    assert "data" in indexed(child("Secret", data={"token": "eA=="}))  # only a ConfigMap's files go
+
+
+def test_the_index_holds_a_copy_not_the_watch_events_object():
+    deployment = child("Deployment", spec={"replicas": 2})
+    original = copy.deepcopy(deployment)
+    kept = indexed(deployment)
+    kept["spec"]["replicas"] = 5
+    kept["metadata"]["labels"]["x"] = "y"
+    assert deployment == original
+
+
+def test_a_burst_of_deployments_is_resynced_spread_over_the_last_quarter_of_the_interval():
+    settings = OperatorSettings(resync_seconds=300)
+    after = [resync_after_seconds(f"uid-{index}", settings) for index in range(1000)]
+    assert all(225 <= seconds <= 300 for seconds in after)
+    assert max(after) - min(after) > 70  # spread, not one tick for all
+    assert resync_after_seconds("uid-7", settings) == after[7]  # fixed per object
