@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import subprocess
 import os
 import platform
 import sys
@@ -32,7 +31,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import yaml  # noqa: E402
 
-from bench_sandbox import run, sandbox_with_operator  # noqa: E402
+from bench_sandbox import commit, run, sandbox_with_operator  # noqa: E402
 from operator_fixtures import small_batch_70b  # noqa: E402
 
 NAMESPACE = "bench"
@@ -206,13 +205,6 @@ def ramp_section(title: str, schedule: str, seconds: int, climb_s: tuple[int, in
                          f"{'meets' if f['met'] else 'misses'} the goal of at least 99 % using no "
                          "more than 70 %.")
     return lines + [""]
-
-
-def commit() -> str:
-    """The commit measured, marked when the tree had uncommitted changes."""
-    def git(*argv):
-        return subprocess.run(["git", *argv], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    return git("rev-parse", "--short", "HEAD") + ("+changes" if git("status", "--porcelain") else "")
 
 
 def append_to_log(measured: str, settings: dict[str, str], reaction_s: dict, traces: list) -> None:

@@ -43,6 +43,13 @@ def state_env(state_dir) -> dict[str, str]:
     return {**os.environ, "LLMFLEET_SANDBOX_DIR": str(state_dir), "LLMFLEET_SANDBOX_INSTANCE": BENCH_INSTANCE}
 
 
+def commit() -> str:
+    """The commit measured, marked when the tree had uncommitted changes."""
+    def git(*argv):
+        return subprocess.run(["git", *argv], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    return git("rev-parse", "--short", "HEAD") + ("+changes" if git("status", "--porcelain") else "")
+
+
 def run(argv, env, **kwargs):
     return subprocess.run(argv, env=env, capture_output=True, text=True, check=True, **kwargs)
 
