@@ -21,7 +21,6 @@ import threading
 import time
 from collections import defaultdict
 
-import aiohttp
 import kopf
 
 from llmfleet.api import GROUP, KIND, PLURAL, VERSION
@@ -44,26 +43,6 @@ _indexes_ready = threading.Event()
 
 def utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
-
-
-# Kopf's own client opens a connection for every concurrent request, without limit, and
-# keeps each alive with a 256 KiB TLS read buffer (asyncio's): after a burst of a thousand
-# creates, hundreds stayed open. Its watch streams (one per watched kind) hold one each.
-KOPF_CONNECTION_LIMIT = 32
-
-
-@kopf.on.login()
-async def login(**kwargs) -> kopf.AiohttpSession | None:
-    """Kopf's login from the kubernetes client's configuration, on a bounded connection pool."""
-    info = kopf.login_via_client(**kwargs)
-    if info is None:
-        return None
-    return kopf.AiohttpSession(
-        server=info.server, default_namespace=info.default_namespace, expiration=info.expiration,
-        aiohttp_session=aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=KOPF_CONNECTION_LIMIT, ssl=info.as_ssl_context()),
-            headers=info.as_http_headers(), auth=info.as_aiohttp_basic_auth(), proxy=info.proxy_url,
-            trust_env=info.trust_env))
 
 
 @kopf.on.startup()
