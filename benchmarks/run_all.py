@@ -38,8 +38,8 @@ def collect() -> str:
     for _, section in BENCHMARKS:
         path = SECTIONS / section
         if path.exists():
-            # Images sit next to the sections; links must resolve from docs/benchmarks.md.
-            text = re.sub(r"\]\(([\w-]+\.png)\)", r"](benchmarks/\1)", path.read_text())
+            # Images and run logs sit next to the sections; links must resolve from docs/benchmarks.md.
+            text = re.sub(r"\]\(([\w-]+\.(?:png|md))\)", r"](benchmarks/\1)", path.read_text())
             # Every heading goes one level down: the section's title becomes a second level.
             parts.append("\n".join("#" + line if line.startswith("#") else line
                                     for line in text.strip().splitlines()) + "\n")
