@@ -54,6 +54,17 @@ def chart_rbac_manifests(sandbox) -> str:
     return result.stdout
 
 
+def chart_operator_environment(sandbox) -> dict[str, str]:
+    """The literal environment the chart gives the operator's container (not the ones taken
+    from the pod, which a host process has no pod to read from)."""
+    result = subprocess.run(
+        ["helm", "template", RELEASE, str(REPO_ROOT / "charts" / "llmfleet"), "--namespace",
+         OPERATOR_NAMESPACE, "--show-only", "templates/deployment.yaml"],
+        env=sandbox.env, capture_output=True, text=True, check=True)
+    (container,) = yaml.safe_load(result.stdout)["spec"]["template"]["spec"]["containers"]
+    return {variable["name"]: variable["value"] for variable in container.get("env") or [] if "value" in variable}
+
+
 def operator_kubeconfig(sandbox, path: Path) -> Path:
     """A kubeconfig that authenticates as the operator's ServiceAccount."""
     token = sandbox.kubectl("create", "token", SERVICE_ACCOUNT, "-n", OPERATOR_NAMESPACE,
@@ -72,7 +83,8 @@ def operator_kubeconfig(sandbox, path: Path) -> Path:
 
 
 class OperatorProcess:
-    """An operator replica on the host, leader-elected on the chart's Lease. `identity` names
+    """An operator replica on the host, leader-elected on the chart's Lease, with the chart's
+    environment. `identity` names
     it in the Lease: the session's operator keeps one across restarts, so a restart takes its
     lease back at once instead of waiting out the dead process's."""
 
@@ -88,6 +100,7 @@ class OperatorProcess:
         # never launch a second process beside the one `start` just launched.
         self._lock = threading.Lock()
         self._supervisor: threading.Thread | None = None
+        self.environment = {**sandbox.env, **chart_operator_environment(sandbox), "PYTHONUNBUFFERED": "1"}
 
     def start(self) -> None:
         """Start it, and restart it whenever it exits until `stop`, as the kubelet restarts the
@@ -114,7 +127,7 @@ class OperatorProcess:
              "--leader-election-namespace", OPERATOR_NAMESPACE, "--leader-election-identity", self.identity,
              # The helm-installed operator of test_operator_in_cluster.py alone serves that namespace.
              "--namespace", f"!{IN_CLUSTER_NAMESPACE}"],
-            env={**self.sandbox.env, "PYTHONUNBUFFERED": "1"}, stdout=log, stderr=subprocess.STDOUT,
+            env=self.environment, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True)
         log.close()
 
