@@ -73,12 +73,31 @@ def _controller(body) -> dict | None:
 _UNREAD_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration", f"{GROUP}/last-handled-configuration")
 
 
-def indexed(body) -> dict:
+def _child_spec_read(kind: str, spec: dict) -> dict | None:
+    """The part of a child's spec a pass reads: a serving Deployment's replicas and GPUs, a
+    build Job's backoff. The rest (pod templates, ports, selectors) is the operator's own
+    rendering; a change to it by anyone shows in the child's generation or resourceVersion."""
+    if kind == "Deployment":
+        containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
+        return {**({"replicas": spec["replicas"]} if "replicas" in spec else {}),
+                "template": {"spec": {"containers": [{"resources": container.get("resources") or {}}
+                                                     for container in containers]}}}
+    if kind == "Job" and "backoffLimit" in spec:
+        return {"backoffLimit": spec["backoffLimit"]}
+    return None
+
+
+def indexed(body, child: bool = False) -> dict:
     """An object as the indexes keep it: what a pass reads. Field ownership (managedFields),
-    copies of the spec in annotations and the generated files of a ConfigMap are left out:
-    at a thousand deployments they were most of the operator's memory."""
+    copies of the spec in annotations, a ConfigMap's files and of a child's spec all but what
+    `_child_spec_read` names are left out: at a thousand deployments the full objects were
+    most of the operator's memory."""
     unread = ("metadata", "data", "binaryData") if body.get("kind") == "ConfigMap" else ("metadata",)
     kept = {key: value for key, value in dict(body).items() if key not in unread}
+    if child and "spec" in kept:
+        spec_read = _child_spec_read(body.get("kind"), kept.pop("spec"))
+        if spec_read is not None:
+            kept["spec"] = spec_read
     kept["metadata"] = {key: value for key, value in body["metadata"].items()
                         if key not in ("managedFields", "annotations")}
     annotations = {key: value for key, value in (body["metadata"].get("annotations") or {}).items()
@@ -89,7 +108,7 @@ def indexed(body) -> dict:
 
 
 def _child_by_owner(body, **_) -> dict:
-    return {_controller(body)["uid"]: indexed(body)}
+    return {_controller(body)["uid"]: indexed(body, child=True)}
 
 
 # Children come from one watch stream per kind, indexed by their LLMDeployment's uid: a pass

@@ -53,3 +53,52 @@ def test_a_burst_of_deployments_is_resynced_spread_over_the_last_quarter_of_the_
     assert all(225 <= seconds <= 300 for seconds in after)
     assert max(after) - min(after) > 70  # spread, not one tick for all
     assert resync_after_seconds("uid-7", settings) == after[7]  # fixed per object
+
+
+def _decisions(outcome) -> tuple:
+    return (outcome.apply, outcome.ensure, sorted((c["kind"], c["metadata"]["name"]) for c in outcome.delete),
+            outcome.status, outcome.status_changed, outcome.events)
+
+
+def _lifecycle():
+    """(body, children, now) at every step of a deployment's life that the reconcile and
+    rollout tests walk: first pass, built, serving, replicas lost, a new revision beside the
+    old, a canary warming and promoted."""
+    import test_reconcile as r
+    import test_rollout as ro
+
+    first = r.decide(r.body(), [], r.SETTINGS, r.NOW)
+    built = r.finished_job(r.by_kind(first.apply, "Job"))
+    second = r.decide(r.body(status=first.status), [built], r.SETTINGS, r.NOW)
+    serving = r.ready_deployment(r.by_kind(second.apply, "Deployment"), second.status["replicas"])
+    extras = [r.by_kind(first.apply, kind) for kind in ("ConfigMap", "Service", "PodDisruptionBudget")]
+    retrying = copy.deepcopy(r.by_kind(first.apply, "Job"))
+    retrying["status"] = {"failed": 1, "active": 1}
+    yield r.body(status=first.status), [retrying, *extras], r.NOW
+    yield r.body(status=first.status), [built, *extras], r.NOW
+    yield r.body(status=second.status), [built, serving, *extras], r.NOW
+    yield r.body(status=second.status), [built, r.ready_deployment(serving, 0), *extras], r.NOW
+    yield r.body(tpot_p99_ms=6, status=second.status), [built, serving, *extras], r.NOW
+    stable, warming, children = ro.canary_started()
+    yield ro.manifest("v2", 2, warming.status), children, ro.NOW
+    promoted = ro.manifest("v2", 2, warming.status)
+    promoted["metadata"]["annotations"] = {"llmfleet.io/rollout-command": "promote/1"}
+    yield promoted, children, ro.NOW
+
+
+def test_a_pass_decides_the_same_from_the_indexed_children_as_from_the_full_ones():
+    from llmfleet.reconcile import OperatorSettings, decide
+
+    settings = OperatorSettings()
+    steps = list(_lifecycle())
+    assert len(steps) == 7
+    for body, children, now in steps:
+        full = decide(body, children, settings, now)
+        kept = decide(body, [indexed(child, child=True) for child in children], settings, now)
+        assert _decisions(kept) == _decisions(full)
+    serving = next(c for c in steps[2][1] if c["kind"] == "Deployment")
+    assert indexed(serving, child=True)["spec"] == {
+        "replicas": serving["spec"]["replicas"],
+        "template": {"spec": {"containers": [{"resources": c.get("resources") or {}}
+                                             for c in serving["spec"]["template"]["spec"]["containers"]]}}}
+    assert "spec" not in indexed(next(c for c in steps[1][1] if c["kind"] == "Service"), child=True)
