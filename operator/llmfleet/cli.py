@@ -41,6 +41,7 @@ def _sandbox_config(args):
         gpus_per_node=args.gpus_per_node,
         gpu_type=args.gpu_type,
         scrape_interval_seconds=args.scrape_interval,
+        service_proxy_scheduler=args.service_proxy_scheduler,
         instance=args.instance,
     )
 
@@ -297,6 +298,11 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox_up.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
     sandbox_up.add_argument("--gpu-type", default="H100-SXM-80GB",
                             help="GPU type of every node, as named in the catalog (default H100-SXM-80GB)")
+    sandbox_up.add_argument("--service-proxy-scheduler", choices=("round-robin", "least-connections"),
+                            default="round-robin",
+                            help="how Services spread connections over ready endpoints: round-robin "
+                                 "(kube-proxy's default) or least-connections (kube-proxy IPVS mode's lc); "
+                                 "either way a connection, not a request, is balanced (default round-robin)")
     sandbox_up.add_argument("--scrape-interval", type=int, default=5,
                             help="Prometheus scrape interval in seconds (default 5)")
     sandbox_down = sandbox_commands.add_parser(

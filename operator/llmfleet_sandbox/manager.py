@@ -119,7 +119,8 @@ def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     python_components = {
         "node-agent": ["llmfleet_sandbox.agent", "--settings", str(config.settings_file)],
-        "service-proxy": ["llmfleet_sandbox.serviceproxy", "--kubeconfig", str(config.admin_kubeconfig)],
+        "service-proxy": ["llmfleet_sandbox.serviceproxy", "--kubeconfig", str(config.admin_kubeconfig),
+                          "--scheduler", config.service_proxy_scheduler],
         "pod-discovery": ["llmfleet_sandbox.poddiscovery", "--kubeconfig", str(config.admin_kubeconfig),
                           "--port", str(config.ports.pod_discovery), "--state-dir", str(config.state_dir)],
         "volume-provisioner": ["llmfleet_sandbox.provisioner", "--settings", str(config.settings_file)],

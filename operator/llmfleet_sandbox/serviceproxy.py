@@ -3,8 +3,10 @@
 Like kube-proxy's original userspace mode: for each TCP port of each ClusterIP
 Service it listens on clusterIP:port (the service range is routed to the host's
 loopback) and splices each connection to a ready endpoint from the Service's
-EndpointSlices, round robin. With no ready endpoint, connections are refused.
-Run as `python -m llmfleet_sandbox.serviceproxy --kubeconfig FILE`.
+EndpointSlices. Connections, not requests, are balanced, as by kube-proxy: round robin
+(its default), or to the endpoint with the fewest open connections (IPVS mode's `lc`
+scheduler), ties round robin. With no ready endpoint, connections are refused.
+Run as `python -m llmfleet_sandbox.serviceproxy --kubeconfig FILE [--scheduler NAME]`.
 """
 
 from __future__ import annotations
@@ -16,20 +18,29 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 
 from kubernetes import client, config as kube_config, watch
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 BUFFER_BYTES = 64 * 1024
+ROUND_ROBIN = "round-robin"
+LEAST_CONNECTIONS = "least-connections"
+SCHEDULERS = (ROUND_ROBIN, LEAST_CONNECTIONS)
 
 
 class EndpointTable:
-    """Ready endpoints per (namespace, service, port name), fed by the watches."""
+    """Ready endpoints per (namespace, service, port name), fed by the watches, and the
+    connections open to each."""
 
-    def __init__(self):
+    def __init__(self, scheduler: str = ROUND_ROBIN):
+        if scheduler not in SCHEDULERS:
+            raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
+        self.scheduler = scheduler
         self.lock = threading.Lock()
         self.slices: dict[tuple[str, str], dict] = {}
         self.counters: dict[tuple, itertools.count] = {}
+        self.open_connections: Counter[tuple[str, int]] = Counter()
 
     def set_slice(self, namespace: str, name: str, endpoint_slice: dict | None) -> None:
         with self.lock:
@@ -57,19 +68,31 @@ class EndpointTable:
         return sorted(backends)
 
     def pick(self, namespace: str, service: str, port_name: str) -> tuple[str, int] | None:
+        """The endpoint for a new connection, counted open until `closed`."""
         backends = self.ready_backends(namespace, service, port_name)
         if not backends:
             return None
         key = (namespace, service, port_name)
         with self.lock:
+            if self.scheduler == LEAST_CONNECTIONS:
+                fewest = min(self.open_connections[backend] for backend in backends)
+                backends = [backend for backend in backends if self.open_connections[backend] == fewest]
             counter = self.counters.setdefault(key, itertools.count())
-            return backends[next(counter) % len(backends)]
+            chosen = backends[next(counter) % len(backends)]
+            self.open_connections[chosen] += 1
+            return chosen
+
+    def closed(self, backend: tuple[str, int]) -> None:
+        with self.lock:
+            self.open_connections[backend] -= 1
+            if self.open_connections[backend] <= 0:
+                del self.open_connections[backend]
 
 
 class ServiceProxy:
-    def __init__(self, loop: asyncio.AbstractEventLoop):
+    def __init__(self, loop: asyncio.AbstractEventLoop, scheduler: str = ROUND_ROBIN):
         self.loop = loop
-        self.endpoints = EndpointTable()
+        self.endpoints = EndpointTable(scheduler)
         self.services: dict[tuple[str, str], dict] = {}
         # (cluster IP, port) -> (server, namespace, service, port name)
         self.listeners: dict[tuple[str, int], tuple[asyncio.AbstractServer, str, str, str]] = {}
@@ -116,10 +139,11 @@ class ServiceProxy:
             return
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(*backend)
+            await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
         except OSError:
             writer.close()
-            return
-        await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
+        finally:
+            self.endpoints.closed(backend)
 
     def watch_forever(self, list_call, on_event) -> None:
         api = client.ApiClient()
@@ -178,10 +202,10 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             pass
 
 
-async def serve(kubeconfig: str) -> None:
+async def serve(kubeconfig: str, scheduler: str) -> None:
     kube_config.load_kube_config(kubeconfig)
     loop = asyncio.get_running_loop()
-    proxy = ServiceProxy(loop)
+    proxy = ServiceProxy(loop, scheduler)
     core = client.CoreV1Api()
     discovery = client.DiscoveryV1Api()
     stop = asyncio.Event()
@@ -199,8 +223,10 @@ async def serve(kubeconfig: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--scheduler", choices=SCHEDULERS, default=ROUND_ROBIN,
+                        help="how connections are spread over endpoints (default round-robin)")
     args = parser.parse_args(argv)
-    asyncio.run(serve(args.kubeconfig))
+    asyncio.run(serve(args.kubeconfig, args.scheduler))
     return 0
 
 

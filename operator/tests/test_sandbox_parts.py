@@ -30,6 +30,33 @@ def test_service_proxy_balances_over_ready_not_terminating_endpoints():
     assert table.pick("ns", "chat", "grpc") == ("10.0.0.4", 8001)
 
 
+def test_least_connections_sends_a_new_connection_to_the_least_busy_endpoint():
+    table = EndpointTable("least-connections")
+    table.set_slice("ns", "a", _slice("a", "chat", [("10.0.0.1", True), ("10.0.0.2", True), ("10.0.0.3", True)]))
+    opened = [table.pick("ns", "chat", "grpc") for _ in range(3)]
+    assert sorted(opened) == [("10.0.0.1", 8001), ("10.0.0.2", 8001), ("10.0.0.3", 8001)]  # ties: round robin
+    busy, *others = opened
+    for backend in others:  # their requests finished; the busy one's connection stays open
+        table.closed(backend)
+    assert sorted(table.pick("ns", "chat", "grpc") for _ in range(2)) == sorted(others)
+
+
+def test_round_robin_ignores_open_connections():
+    table = EndpointTable()
+    table.set_slice("ns", "a", _slice("a", "chat", [("10.0.0.1", True), ("10.0.0.2", True)]))
+    picks = [table.pick("ns", "chat", "grpc") for _ in range(4)]  # none closed
+    assert picks.count(("10.0.0.1", 8001)) == picks.count(("10.0.0.2", 8001)) == 2
+
+
+def test_a_closed_connection_is_no_longer_counted():
+    table = EndpointTable("least-connections")
+    table.set_slice("ns", "a", _slice("a", "chat", [("10.0.0.1", True)]))
+    backend = table.pick("ns", "chat", "grpc")
+    assert table.open_connections[backend] == 1
+    table.closed(backend)
+    assert backend not in table.open_connections
+
+
 def test_pod_discovery_gives_kubernetes_sd_labels():
     pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u",
                         "labels": {"llmfleet.io/deployment": "chat"},
