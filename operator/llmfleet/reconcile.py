@@ -32,7 +32,7 @@ from llmfleet.api import (
 )
 from llmfleet.api.conditions import Condition
 from llmfleet.api.status import AutoscalerStatus, CanaryPhase, CanaryStatus, LLMDeploymentStatus, ReplicaRecommendation
-from llmfleet.autoscale import AutoscalerState, MetricsSnapshot, Recommendation, display_round
+from llmfleet.autoscale import AutoscalerState, MetricsSnapshot, Recommendation, describe_ttft_p99, display_round
 from llmfleet.autoscale import decide as autoscale
 from llmfleet.planner import plan as make_plan
 from llmfleet.planner.spec_adapter import (
@@ -66,7 +66,7 @@ from llmfleet.rollout.quality import GoldenAnswers, judge_quality, parse_prompts
 log = logging.getLogger(__name__)
 SERVER_COMPONENT = serving.COMPONENT
 BUILD_COMPONENT = engine_build.COMPONENT
-TRUE, FALSE = ConditionStatus.TRUE, ConditionStatus.FALSE
+TRUE, FALSE, UNKNOWN = ConditionStatus.TRUE, ConditionStatus.FALSE, ConditionStatus.UNKNOWN
 # Conditions whose True status is bad news, for the event type on transitions.
 BAD_WHEN_TRUE = {ConditionType.DEGRADED.value}
 # Any new value asks for a new plan without a spec change (e.g. after a catalog update).
@@ -556,8 +556,18 @@ def _autoscaling_conditions(ctx: Context, after: list[Condition], scaling: Scali
     decision = scaling.decision
     after = ctx.condition(after, ConditionType.AUTOSCALING_ACTIVE, TRUE, Reason.AUTOSCALER_DECIDING,
                           decision.reason)
-    return ctx.condition(after, ConditionType.METRICS_AVAILABLE, TRUE if decision.metrics_available else FALSE,
-                         decision.metrics_reason, decision.metrics_message)
+    after = ctx.condition(after, ConditionType.METRICS_AVAILABLE, TRUE if decision.metrics_available else FALSE,
+                          decision.metrics_reason, decision.metrics_message)
+    if not decision.metrics_available:
+        balance = (UNKNOWN, decision.metrics_reason, decision.metrics_message)
+    elif decision.imbalance is not None:
+        balance = (FALSE, Reason.REPLICA_IMBALANCE,
+                   f"{decision.imbalance}. A Service spreads connections, not requests: clients that "
+                   "keep one connection stay on one replica (docs/autoscaling.md, uneven load)")
+    else:
+        balance = (TRUE, Reason.NO_REPLICA_SWAMPED, "no replica breaches the target while another is idle "
+                   "or far under it")
+    return ctx.condition(after, ConditionType.REQUESTS_BALANCED, *balance)
 
 
 def _blocked_conditions(ctx: Context, reason: str, message: str) -> list[Condition]:
@@ -683,6 +693,7 @@ def decide(body: dict, children, settings: OperatorSettings, now: datetime,
         "autoscaler": scaling.autoscaler,
         "canary": _canary_status(canary.state, canary.split),
         "ttftP99Ms": display_round(snapshot.ttft_p99_ms, 1) if snapshot is not None else None,
+        "ttftP99": describe_ttft_p99(snapshot.ttft_p99_ms, snapshot) if snapshot is not None else None,
     }
     scale_events = ([Event("Normal", scaling.decision.decision.value, scaling.decision.reason)]
                     if scaling.decision is not None and scaling.desired_replicas != scaling.previous_replicas else [])

@@ -319,7 +319,7 @@ def test_condition_reason_must_be_camel_case_identifier():
 def test_condition_catalog_has_the_documented_types():
     assert {t.value for t in ConditionType} == {
         "Ready", "Planned", "WorkloadAvailable", "Progressing", "Degraded",
-        "AutoscalingActive", "MetricsAvailable", "EngineBuilt",
+        "AutoscalingActive", "MetricsAvailable", "RequestsBalanced", "EngineBuilt",
     }  # fmt: skip
 
 

@@ -18,6 +18,7 @@ from llmfleet.autoscale import (
     AutoscalerState,
     MetricsSnapshot,
     Recommendation,
+    ReplicaObservation,
     decide,
     target_ttft_p99_ms,
 )
@@ -372,6 +373,49 @@ def test_metrics_from_fewer_pods_than_ready_replicas_still_scale_up():
     result = run(fresh(ttft_p99_ms=1000.0, reporting_pods=1), current=2)
     assert (result.desired_replicas, result.decision) == (4, UP)
     assert result.metrics_available and result.metrics_reason == "MetricsFresh"
+
+
+# --- where requests land ----------------------------------------------------------------------
+
+def replica(pod: str, ttft_p99_ms: float | None, requests_per_second: float = 2.0) -> ReplicaObservation:
+    return ReplicaObservation(pod, ttft_p99_ms, requests_per_second)
+
+
+@pytest.mark.parametrize("replicas, imbalanced", [
+    # One swamped replica, the others idle (no first token in the window) or far under target.
+    ((replica("a", 90_000.0), replica("b", None, 0.0), replica("c", 40.0)), True),
+    ((replica("a", 2_000.0), replica("b", 249.0)), True),
+    # Every replica breaches, or the others are busy too: short of capacity.
+    ((replica("a", 2_000.0), replica("b", 900.0)), False),
+    ((replica("a", 2_000.0), replica("b", 250.0)), False),
+    # A replica with no data (not yet scraped) says nothing either way.
+    ((replica("a", 2_000.0), replica("b", None, None)), False),
+    ((), False),
+])
+def test_a_breach_at_some_replicas_while_others_idle_is_routing_not_capacity(replicas, imbalanced):
+    result = run(fresh(ttft_p99_ms=1_000.0, replicas=replicas), current=len(replicas) or 2)
+    assert (result.imbalance is not None) == imbalanced
+    if imbalanced:
+        assert result.decision == HOLD and result.desired_replicas == len(replicas)
+        assert "requests pile up at 1 of" in result.imbalance and "more replicas would not help" in result.reason
+        assert f"a (p99 TTFT {replicas[0].ttft_p99_ms:.0f} ms)" in result.imbalance
+    else:
+        assert result.decision == UP
+
+
+def test_an_imbalance_message_names_a_few_replicas_and_counts_the_rest():
+    idle = tuple(replica(f"idle-{n}", None, 0.0) for n in range(5))
+    result = run(fresh(ttft_p99_ms=1_000.0, replicas=(replica("hot", 5_000.0), *idle)), current=6)
+    assert "5 are idle or under 250 ms" in result.imbalance
+    assert "idle-0 (idle), idle-1 (idle), idle-2 (idle) and 2 more" in result.imbalance
+
+
+def test_a_p99_at_the_histograms_top_edge_reads_as_over():
+    """Beyond the top bucket Prometheus answers the bucket's edge: a lower bound, said so."""
+    result = run(fresh(ttft_p99_ms=300_000.0, ttft_histogram_top_ms=300_000.0))
+    assert "p99 TTFT over 300000 ms against a 500 ms target" in result.reason
+    below = run(fresh(ttft_p99_ms=120_000.0, ttft_histogram_top_ms=300_000.0))
+    assert "p99 TTFT 120000 ms against" in below.reason
 
 
 @pytest.mark.parametrize("waiting, desired", [(8.0, 3), (7.0, 2)])

@@ -24,6 +24,7 @@ from llmfleet.catalog.release_record import RUNTIME_RELEASES, check_metric, load
 from llmfleet.metrics import PrometheusMetrics
 from llmfleet.metrics.prometheus import deployment_queries
 from llmfleet.render.identity import DEPLOYMENT_LABEL, REVISION_LABEL, fit_name
+from llmfleet.render.layout import TTFT_HISTOGRAM_BUCKETS_MS
 from llmfleet_sandbox import prometheus as sandbox_prometheus
 from llmfleet_sandbox.config import Ports, SandboxConfig
 from llmfleet_sandbox.poddiscovery import pod_target_groups
@@ -32,10 +33,10 @@ PROMETHEUS_BINARY = Path("/usr/bin/prometheus")
 NAMESPACE = "team-a"
 DEPLOYMENT = "llama"
 IDLE_DEPLOYMENT = "idle"
+SKEWED_DEPLOYMENT = "skewed"
 WINDOW_SECONDS = 5
 STARTUP_TIMEOUT_SECONDS = 20
 
-BUCKETS_MS = (10, 25, 50, 75, 100, 150, 200, 250, 300, 400, 500)
 # Share of requests per TTFT bucket: 98 % at or under 300 ms, 2 % in (300, 400], so the p99
 # interpolates to the middle of that bucket.
 SHARE_BY_BUCKET = {100: 0.50, 300: 0.48, 400: 0.02}
@@ -54,7 +55,7 @@ def _free_port() -> int:
 def _histogram(model: str, total: float, share_by_bucket: dict[int, float]) -> list[str]:
     labels = f'model="{model}",version="1"'
     lines, cumulative = [], 0.0
-    for bound in BUCKETS_MS:
+    for bound in TTFT_HISTOGRAM_BUCKETS_MS:
         cumulative += share_by_bucket.get(bound, 0.0)
         lines.append(f'nv_inference_first_response_histogram_ms_bucket{{{labels},le="{bound}"}} '
                      f"{total * cumulative}")
@@ -69,8 +70,10 @@ class FakeTritonPod:
     fixed request rate (zero for an idle pod)."""
 
     def __init__(self, name: str, deployment: str, requests_per_second: float, waiting: int,
-                 kv_blocks_used: int, kv_blocks_max: int, scrape_fails: bool = False):
+                 kv_blocks_used: int, kv_blocks_max: int, scrape_fails: bool = False,
+                 share_by_bucket: dict[int, float] = SHARE_BY_BUCKET):
         self.name, self.deployment, self.scrape_fails = name, deployment, scrape_fails
+        self.share_by_bucket = share_by_bucket
         self.requests_per_second = requests_per_second
         self.waiting, self.kv_blocks_used, self.kv_blocks_max = waiting, kv_blocks_used, kv_blocks_max
         self.started = time.monotonic()
@@ -82,7 +85,7 @@ class FakeTritonPod:
         served = 1000 + self.requests_per_second * (time.monotonic() - self.started)
         gauge = 'model="tensorrt_llm",version="1"'
         lines = ["# TYPE nv_inference_first_response_histogram_ms histogram"]
-        lines += _histogram("tensorrt_llm", served, SHARE_BY_BUCKET)
+        lines += _histogram("tensorrt_llm", served, self.share_by_bucket)
         # The ensemble sees the same requests, slower: counting it would double the rate.
         lines += _histogram("ensemble", served, {500: 1.0})
         lines += ["# TYPE nv_trt_llm_request_metrics gauge",
@@ -171,7 +174,11 @@ def prometheus(tmp_path_factory):
     pods = [FakeTritonPod("llama-a", DEPLOYMENT, REQUESTS_PER_SECOND / 2, 3, 30, 100),
             FakeTritonPod("llama-b", DEPLOYMENT, REQUESTS_PER_SECOND / 2, 5, 50, 100),
             FakeTritonPod("llama-c", DEPLOYMENT, 0.0, 0, 0, 100, scrape_fails=True),
-            FakeTritonPod("idle-a", IDLE_DEPLOYMENT, 0.0, 0, 0, 100)]
+            FakeTritonPod("idle-a", IDLE_DEPLOYMENT, 0.0, 0, 0, 100),
+            # One replica swamped (half its requests beyond the top bucket), one fast, one idle.
+            FakeTritonPod("skewed-swamped", SKEWED_DEPLOYMENT, 10.0, 0, 0, 100, share_by_bucket={100: 0.5}),
+            FakeTritonPod("skewed-fast", SKEWED_DEPLOYMENT, 10.0, 0, 0, 100, share_by_bucket={25: 1.0}),
+            FakeTritonPod("skewed-idle", SKEWED_DEPLOYMENT, 0.0, 0, 0, 100)]
     discovery = _serve_json([group for pod in pods for group in pod_target_groups(pod.pod())])
     config = SandboxConfig(state_dir=tmp_path_factory.mktemp("prometheus"), prometheus_ip="127.0.0.1",
                            scrape_interval_seconds=1,
@@ -231,8 +238,25 @@ def test_snapshot_reads_the_fleet(metrics):
     assert snapshot.batch_utilization == pytest.approx(0.7)  # (7 + 7) / (10 + 10)
     assert now - timedelta(seconds=3) <= snapshot.sample_time <= now + timedelta(seconds=1)
     assert snapshot.reporting_pods == 2  # llama-c's scrapes fail: it has no series
-    assert metrics.ttft_p99_ms(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, now) == pytest.approx(
-        snapshot.ttft_p99_ms)
+    assert snapshot.ttft_histogram_top_ms == TTFT_HISTOGRAM_BUCKETS_MS[-1]
+    assert [replica.pod for replica in snapshot.replicas] == ["llama-a", "llama-b"]
+    for replica in snapshot.replicas:
+        assert replica.ttft_p99_ms == pytest.approx(EXPECTED_P99_MS, abs=5)
+        assert replica.requests_per_second == pytest.approx(REQUESTS_PER_SECOND / 2, rel=0.1)
+
+
+def test_each_replica_is_seen_apart_and_a_p99_beyond_the_top_bucket_says_so(metrics):
+    snapshot = metrics.snapshot(NAMESPACE, SKEWED_DEPLOYMENT, WINDOW_SECONDS, _now())
+    assert snapshot.error is None
+    # Half of the swamped pod's requests are beyond the top bucket: the fleet's p99 is too.
+    assert snapshot.ttft_p99_ms == TTFT_HISTOGRAM_BUCKETS_MS[-1]
+    by_pod = {replica.pod: replica for replica in snapshot.replicas}
+    assert sorted(by_pod) == ["skewed-fast", "skewed-idle", "skewed-swamped"]
+    assert by_pod["skewed-swamped"].ttft_p99_ms == TTFT_HISTOGRAM_BUCKETS_MS[-1]
+    assert by_pod["skewed-fast"].ttft_p99_ms < 25
+    assert by_pod["skewed-idle"].ttft_p99_ms is None  # no request: NaN, not zero
+    assert by_pod["skewed-idle"].requests_per_second == 0
+    assert by_pod["skewed-fast"].requests_per_second == pytest.approx(10, rel=0.1)
 
 
 def test_a_release_without_queue_gauges_makes_the_queue_unobservable(metrics):

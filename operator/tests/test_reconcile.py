@@ -309,7 +309,27 @@ def test_autoscaler_scales_up_on_a_ttft_breach_and_records_why():
     assert outcome.status["ttftP99Ms"] == 3000.0  # rounded to 0.1 ms for kubectl get
     assert outcome.status["autoscaler"]["inputs"]["observedTtftP99Ms"] == 3000.0
     assert condition(outcome, "MetricsAvailable")["status"] == "True"
+    assert condition(outcome, "RequestsBalanced")["status"] == "True"
     assert ("Normal", "ScaleUp") in [(e.type, e.reason) for e in outcome.events]
+
+
+def test_a_swamped_replica_beside_an_idle_one_is_a_routing_condition_not_a_scale_up():
+    from llmfleet.autoscale import MetricsSnapshot, ReplicaObservation
+
+    status, built, serving = rolled_out(manifest=autoscaling_body)
+    status = {**status, "replicas": 2}
+    serving = ready_deployment(by_kind(decide(autoscaling_body(status=status), [built, serving], SETTINGS,
+                                              NOW).apply, "Deployment"), 2)
+    skewed = MetricsSnapshot(ttft_p99_ms=300_000.0, ttft_histogram_top_ms=300_000.0, requests_per_second=2.0,
+                             sample_time=NOW, replicas=(ReplicaObservation("chat-a", 300_000.0, 2.0),
+                                                        ReplicaObservation("chat-b", None, 0.0)))
+    outcome = decide(autoscaling_body(status=status), [built, serving], SETTINGS, NOW, skewed)
+    assert outcome.status["replicas"] == 2 and outcome.status["autoscaler"]["lastDecision"] == "Hold"
+    assert outcome.status["ttftP99"] == "over 300000 ms" and outcome.status["ttftP99Ms"] == 300_000.0
+    balanced = condition(outcome, "RequestsBalanced")
+    assert (balanced["status"], balanced["reason"]) == ("False", "ReplicaImbalance")
+    assert "chat-a (p99 TTFT over 300000 ms)" in balanced["message"] and "chat-b (idle)" in balanced["message"]
+    assert ("Warning", "ReplicaImbalance") in [(e.type, e.reason) for e in outcome.events]
 
 
 def test_one_scale_up_is_one_event_and_the_deployment_stays_ready():
@@ -348,6 +368,7 @@ def test_autoscaler_holds_without_metrics_and_says_so():
     assert outcome.status["autoscaler"]["lastDecision"] == "Hold"
     metrics = condition(outcome, "MetricsAvailable")
     assert metrics["status"] == "False" and "Prometheus" in metrics["message"]
+    assert condition(outcome, "RequestsBalanced")["status"] == "Unknown"
 
 
 class RecordingGateway:

@@ -20,6 +20,7 @@ class ConditionType(str, Enum):
     DEGRADED = "Degraded"  # serving, but below the planned replicas or outside the SLO
     AUTOSCALING_ACTIVE = "AutoscalingActive"  # the autoscaler is deciding replicas
     METRICS_AVAILABLE = "MetricsAvailable"  # Prometheus answers for this deployment
+    REQUESTS_BALANCED = "RequestsBalanced"  # no replica is swamped while others idle
     ENGINE_BUILT = "EngineBuilt"  # the engine for the current revision exists
 
 
@@ -54,6 +55,9 @@ class Reason:
     REPLICAS_NOT_READY = "ReplicasNotReady"
     # AutoscalingActive
     AUTOSCALER_DECIDING = "AutoscalerDeciding"
+    # RequestsBalanced (Unknown without metrics: MetricsAvailable's reason)
+    NO_REPLICA_SWAMPED = "NoReplicaSwamped"
+    REPLICA_IMBALANCE = "ReplicaImbalance"
 
 
 class Condition(ApiModel):

@@ -258,7 +258,7 @@ class LLMDeploymentStatus(ApiModel):
         default=None,
         max_length=MAX_CONDITIONS,
         description="Ready, Planned, WorkloadAvailable, Progressing, Degraded, "
-        "AutoscalingActive, MetricsAvailable, EngineBuilt.",
+        "AutoscalingActive, MetricsAvailable, RequestsBalanced, EngineBuilt.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     plan: PlanStatus | None = Field(default=None, description="The plan being served.")
@@ -292,7 +292,12 @@ class LLMDeploymentStatus(ApiModel):
     autoscaler: AutoscalerStatus | None = Field(default=None, description="Autoscaler state.")
     canary: CanaryStatus | None = Field(default=None, description="Canary rollout state.")
     ttft_p99_ms: float | None = Field(
-        default=None, ge=0, description="Observed p99 time to first token across replicas, ms."
+        default=None, ge=0, description="Observed p99 time to first token across replicas, ms; "
+        "a lower bound when ttftP99 says over (the p99 lies beyond the histogram's top bucket)."
+    )
+    ttft_p99: str | None = Field(
+        default=None, max_length=64, description="Observed p99 time to first token in words, "
+        "e.g. '412 ms', or 'over 300000 ms' beyond the histogram's top bucket."
     )
 
     @field_validator("conditions")

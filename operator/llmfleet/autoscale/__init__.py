@@ -9,10 +9,11 @@ from llmfleet.autoscale.policy import (
     Decision,
     PolicyTuning,
     decide,
+    describe_ttft_p99,
     display_round,
     target_ttft_p99_ms,
 )
-from llmfleet.autoscale.snapshot import MetricsSnapshot
+from llmfleet.autoscale.snapshot import MetricsSnapshot, ReplicaObservation
 from llmfleet.autoscale.state import MAX_RECOMMENDATIONS, AutoscalerState, Recommendation
 
 __all__ = [
@@ -23,7 +24,9 @@ __all__ = [
     "MetricsSnapshot",
     "PolicyTuning",
     "Recommendation",
+    "ReplicaObservation",
     "decide",
+    "describe_ttft_p99",
     "display_round",
     "target_ttft_p99_ms",
 ]

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from llmfleet.api import AutoscalingSpec
 from llmfleet.api.status import AutoscalerInputs, ScalingDecision
-from llmfleet.autoscale.snapshot import MetricsSnapshot
+from llmfleet.autoscale.snapshot import MetricsSnapshot, ReplicaObservation
 from llmfleet.autoscale.state import AutoscalerState, Recommendation, in_force, record
 
 # Absorbs float error in replicas x factor, so that 10 x 1.1 is 11 replicas, not 12.
@@ -41,6 +41,11 @@ class PolicyTuning:
     # How long not-ready replicas block further scale-ups; a slow engine load must not
     # cascade into more replicas, a replica that never becomes ready must not block forever.
     warmup_timeout_seconds: float = 600.0
+    # While the fleet breaches, a replica idle or with its p99 under this share of the target
+    # has capacity to spare: the breach is then where requests land, not how many replicas serve.
+    spare_replica_below_target_fraction: float = 0.5
+    # Replicas named in a message, at most.
+    named_replicas: int = 3
 
     @property
     def stale_after_seconds(self) -> float:
@@ -60,12 +65,16 @@ class Decision:
     metrics_message: str
     inputs: AutoscalerInputs
     state: AutoscalerState
+    # Why requests are not spread over the replicas (some swamped while others idle), when the
+    # breach is one of routing, not of capacity; None otherwise.
+    imbalance: str | None = None
 
 
 @dataclass(frozen=True)
 class _Proposal:
     replicas: int
     reason: str
+    imbalance: str | None = None
 
 
 # Reactive scaling needs seconds to add capacity (scrape, pass, engine load) while TTFT climbs
@@ -133,6 +142,7 @@ def decide(spec: AutoscalingSpec, slo_ttft_p99_ms: int, snapshot: MetricsSnapsho
         metrics_message=metrics_problem[1] if metrics_problem else
         f"Prometheus answers; newest sample {_age_seconds(snapshot, now):.0f} s old",
         inputs=_inputs(snapshot, target_ms, current_replicas, ready_replicas),
+        imbalance=recommended.imbalance if recommended is not None else None,
         state=AutoscalerState(
             last_scale_time=now if desired != current_replicas else state.last_scale_time,
             warming_since=_warming_since(state, desired, current_replicas, ready_replicas, now),
@@ -181,11 +191,15 @@ def _recommend(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot,
 
     if ttft is not None:
         ratio = ttft / target_ms
-        observed = f"p99 TTFT {ttft:.0f} ms"
+        observed = f"p99 TTFT {describe_ttft_p99(ttft, snapshot)}"
         if ratio > 1 + tolerance or queue_factor > 1 + tolerance:
-            return _scale_up(current, max(ratio, queue_factor),
-                             f"{observed} against a {target_ms} ms target (x{ratio:.2f})"
-                             + _queue_growth_text(snapshot, queue_factor))
+            breach = (f"{observed} against a {target_ms} ms target (x{ratio:.2f})"
+                      + _queue_growth_text(snapshot, queue_factor))
+            imbalance = _imbalance(snapshot, target_ms, tuning)
+            if imbalance is not None:
+                return _Proposal(current, f"{breach}, but {imbalance}: more replicas would not "
+                                 f"help, holding {current}", imbalance)
+            return _scale_up(current, max(ratio, queue_factor), breach)
         if ratio >= 1 - tolerance:
             return _Proposal(current, f"{observed} is within {spec.tolerance_percent:g}% of the "
                              f"{target_ms} ms target")
@@ -206,6 +220,27 @@ def _recommend(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot,
                          f"no request got a first token in the window but {waiting:.0f} wait "
                          f"({waiting / current:.1f} per replica)")
     return None
+
+
+def _imbalance(snapshot: MetricsSnapshot, target_ms: int, tuning: PolicyTuning) -> str | None:
+    """Why the breach is one of routing, when it is: some replicas breach the target while
+    others are idle or far under it (a Service balancing connections, not requests, can leave
+    a backlog at one replica). More replicas would share only the new requests, if any."""
+    replicas = snapshot.replicas
+    spare_ms = target_ms * tuning.spare_replica_below_target_fraction
+    breaching = [r for r in replicas if r.ttft_p99_ms is not None and r.ttft_p99_ms > target_ms]
+    spare = [r for r in replicas if r.requests_per_second == 0
+             or (r.ttft_p99_ms is not None and r.ttft_p99_ms < spare_ms)]
+    if not breaching or not spare:
+        return None
+    def named(group: list[ReplicaObservation], describe) -> str:
+        shown = ", ".join(f"{r.pod} ({describe(r)})" for r in group[:tuning.named_replicas])
+        return shown + (f" and {len(group) - tuning.named_replicas} more"
+                        if len(group) > tuning.named_replicas else "")
+    return (f"requests pile up at {len(breaching)} of {len(replicas)} replicas while "
+            f"{len(spare)} are idle or under {spare_ms:.0f} ms: "
+            f"{named(breaching, lambda r: f'p99 TTFT {describe_ttft_p99(r.ttft_p99_ms, snapshot)}')} against "
+            f"{named(spare, lambda r: 'idle' if r.requests_per_second == 0 else f'p99 TTFT {r.ttft_p99_ms:.0f} ms')}")
 
 
 def _queue_empty(snapshot: MetricsSnapshot, tuning: PolicyTuning) -> tuple[bool, str]:
@@ -342,6 +377,15 @@ def _warming_since(state: AutoscalerState, desired: int, current: int, ready: in
     if ready < current:
         return state.warming_since or now
     return None
+
+
+def describe_ttft_p99(ttft_p99_ms: float | None, snapshot: MetricsSnapshot) -> str | None:
+    """A p99 TTFT in words, None without data: "over N ms" at the histogram's top edge, which
+    is all Prometheus can say of a tail beyond it."""
+    if ttft_p99_ms is None:
+        return None
+    top = snapshot.ttft_histogram_top_ms
+    return f"over {ttft_p99_ms:.0f} ms" if top is not None and ttft_p99_ms >= top else f"{ttft_p99_ms:.0f} ms"
 
 
 def display_round(value: float | None, digits: int) -> float | None:

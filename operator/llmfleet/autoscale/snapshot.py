@@ -7,6 +7,15 @@ from datetime import datetime
 
 
 @dataclass(frozen=True)
+class ReplicaObservation:
+    """One serving pod's share of the fleet's requests over the window."""
+
+    pod: str
+    ttft_p99_ms: float | None  # None: no request got a first token there in the window
+    requests_per_second: float | None
+
+
+@dataclass(frozen=True)
 class MetricsSnapshot:
     """Fleet-wide observations of one LLMDeployment's serving pods.
 
@@ -15,6 +24,9 @@ class MetricsSnapshot:
     """
 
     ttft_p99_ms: float | None = None
+    # The TTFT histogram's top finite bucket edge: Prometheus answers it for a p99 beyond it,
+    # so a p99 there is only a lower bound.
+    ttft_histogram_top_ms: float | None = None
     waiting_requests: float | None = None  # summed over replicas
     waiting_growth_per_second: float | None = None  # of the summed queue
     kv_cache_utilization: float | None = None  # used blocks / all blocks, 0..1
@@ -27,4 +39,7 @@ class MetricsSnapshot:
     # False when the serving release exports no queue, KV-cache or batch metrics at all (the
     # llmapi runtime's model): their absence is then no sign of anything.
     queue_observable: bool = True
+    # Per serving pod, for telling a fleet short of capacity from one whose requests pile up at
+    # some replicas while others idle.
+    replicas: tuple[ReplicaObservation, ...] = ()
     error: str | None = None  # why Prometheus gave no answer

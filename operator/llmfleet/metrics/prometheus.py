@@ -19,10 +19,10 @@ from requests import RequestException
 from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.util.retry import Retry
 
-from llmfleet.autoscale import MetricsSnapshot
+from llmfleet.autoscale import MetricsSnapshot, ReplicaObservation
 from llmfleet.rollout import RevisionSample, Samples
 from llmfleet.render.identity import REVISION_LABEL, selector_labels
-from llmfleet.render.layout import TENSORRT_LLM_MODEL
+from llmfleet.render.layout import TENSORRT_LLM_MODEL, TTFT_HISTOGRAM_BUCKETS_MS
 
 # Six 5 s scrapes: rate() and deriv() need at least two samples; longer windows react slower.
 DEFAULT_WINDOW_SECONDS = 30
@@ -52,6 +52,14 @@ class DeploymentQueries:
     reporting_pods: str
 
 
+@dataclass(frozen=True)
+class ReplicaQueries:
+    """Instant queries answering one value per serving pod (by the `pod` label)."""
+
+    ttft_p99_ms: str
+    requests_per_second: str
+
+
 def _prometheus_label_name(kubernetes_label: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", kubernetes_label)
 
@@ -62,13 +70,17 @@ def _matchers(labels: dict[str, str]) -> str:
     return ", ".join(f"{name}={quoted(value)}" for name, value in labels.items())
 
 
-def deployment_queries(namespace: str, deployment_name: str,
-                       window_seconds: int) -> DeploymentQueries:
-    """The PromQL for one LLMDeployment, summed over all its pods and revisions."""
+def _deployment_selector(namespace: str, deployment_name: str) -> str:
     pods = {"namespace": namespace, "model": TENSORRT_LLM_MODEL}
     pods.update({_prometheus_label_name(key): value
                  for key, value in selector_labels(deployment_name).items()})
-    selector = _matchers(pods)
+    return _matchers(pods)
+
+
+def deployment_queries(namespace: str, deployment_name: str,
+                       window_seconds: int) -> DeploymentQueries:
+    """The PromQL for one LLMDeployment, summed over all its pods and revisions."""
+    selector = _deployment_selector(namespace, deployment_name)
     window = f"[{window_seconds}s]"
     waiting = f'{REQUEST_GAUGE}{{{selector}, request_type="waiting"}}'
     # A failed scrape or a lost target ends its series at once (Prometheus' staleness markers).
@@ -91,6 +103,17 @@ def deployment_queries(namespace: str, deployment_name: str,
         requests_per_second=f"sum(rate({TTFT_HISTOGRAM}_count{{{selector}}}{window}))",
         newest_sample_unix_seconds=f"max(timestamp({pod_series}))",
         reporting_pods=f"count(count by (pod) ({pod_series}))",
+    )
+
+
+def replica_queries(namespace: str, deployment_name: str, window_seconds: int) -> ReplicaQueries:
+    """The PromQL for one LLMDeployment, per serving pod."""
+    selector = _deployment_selector(namespace, deployment_name)
+    window = f"[{window_seconds}s]"
+    return ReplicaQueries(
+        ttft_p99_ms=(f"histogram_quantile(0.99, sum by (pod, le) "
+                     f"(rate({TTFT_HISTOGRAM}_bucket{{{selector}}}{window})))"),
+        requests_per_second=f"sum by (pod) (rate({TTFT_HISTOGRAM}_count{{{selector}}}{window}))",
     )
 
 
@@ -146,18 +169,24 @@ class PrometheusMetrics:
         `exported_metrics`: the metric families the serving release exports; without the
         engine's queue gauges the snapshot says the queue is not observable."""
         queries = asdict(deployment_queries(namespace, deployment_name, window_seconds))
+        per_replica = replica_queries(namespace, deployment_name, window_seconds)
         queue_observable = all(name in exported_metrics for name in QUEUE_METRICS)
         try:
             values = {field: self._value(field, query, now) for field, query in queries.items()}
+            replica_ttft = self._by_pod("replica_ttft_p99_ms", per_replica.ttft_p99_ms, now)
+            replica_rate = self._by_pod("replica_requests_per_second", per_replica.requests_per_second, now)
         except _QueryFailed as failure:
             return MetricsSnapshot(error=str(failure))
         newest = values.pop("newest_sample_unix_seconds")
         reporting = values.pop("reporting_pods")
         return MetricsSnapshot(
             **values,
+            ttft_histogram_top_ms=TTFT_HISTOGRAM_BUCKETS_MS[-1],
             sample_time=None if newest is None else datetime.fromtimestamp(newest, timezone.utc),
             reporting_pods=None if reporting is None else round(reporting),
-            queue_observable=queue_observable)
+            queue_observable=queue_observable,
+            replicas=tuple(ReplicaObservation(pod, replica_ttft.get(pod), replica_rate.get(pod))
+                           for pod in sorted(replica_ttft.keys() | replica_rate.keys())))
 
     def revision_samples(self, namespace: str, deployment_name: str, stable_revision: str, canary_revision: str,
                          window_seconds: int, now: datetime, request_model: str = TENSORRT_LLM_MODEL) -> Samples:
@@ -173,23 +202,30 @@ class PrometheusMetrics:
             return Samples(window_seconds=window_seconds, error=str(failure))
         return Samples(stable, canary, window_seconds)
 
-    def ttft_p99_ms(self, namespace: str, deployment_name: str, window_seconds: int,
-                    now: datetime) -> float | None:
-        """Observed p99 TTFT for status and printing; None when there is no data or no answer."""
-        query = deployment_queries(namespace, deployment_name, window_seconds).ttft_p99_ms
-        try:
-            return self._value("ttft_p99_ms", query, now)
-        except _QueryFailed:
-            return None
-
     def _value(self, field: str, query: str, now: datetime) -> float | None:
         """The single value the query answers; None when it answers nothing or NaN (e.g.
         histogram_quantile over a window without requests)."""
+        result = self._query(field, query, now)
+        return _finite(result[0]["value"][1]) if result else None
+
+    def _by_pod(self, field: str, query: str, now: datetime) -> dict[str, float | None]:
+        """The query's value per `pod` label (None where NaN)."""
+        result = self._query(field, query, now)
+        return {series["metric"]["pod"]: _finite(series["value"][1])
+                for series in result if "pod" in series["metric"]}
+
+    def _query(self, field: str, query: str, now: datetime) -> list[dict]:
         try:
             result = self._client.custom_query(query, params={"time": now.timestamp()})
-            value = float(result[0]["value"][1]) if result else None
+            for series in result:
+                float(series["value"][1])  # a malformed answer fails here, as a query failure
         except (RequestException, Urllib3Error, PrometheusApiClientException, ValueError,
                 KeyError, IndexError, TypeError) as error:
             message = f"{field}: {type(error).__name__}: {error}"
             raise _QueryFailed(message[:MAX_ERROR_CHARS]) from error
-        return value if value is not None and math.isfinite(value) else None
+        return result
+
+
+def _finite(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None
