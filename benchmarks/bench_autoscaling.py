@@ -21,6 +21,7 @@ import platform
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -74,23 +75,28 @@ def deploy(env, name: str, autoscaling: dict | None) -> str:
     return f"{service['spec']['clusterIP']}:8001"
 
 
-def drive(env, name: str, target: str, schedule: str, seconds: int, output: Path) -> tuple[list, list]:
-    """Run the load while sampling the deployment's status every second."""
+def drive(env, name: str, target: str, schedule: str, seconds: int, output: Path,
+          load_flags: Sequence[str] = ("--model", "ensemble", *LOAD_FLAGS),
+          slo_ms: int = SLO_TTFT_MS) -> tuple[list, list]:
+    """Run the load while sampling the deployment's status every second: (seconds, replicas,
+    ready replicas, p99 TTFT ms, RequestsBalanced status) per sample, and the requests."""
     samples, stop = [], threading.Event()
     started = time.monotonic()
 
     def sample():
         while not stop.is_set():
             current = status(env, name)
+            balanced = next((c["status"] for c in current.get("conditions") or []
+                             if c["type"] == "RequestsBalanced"), None)
             samples.append((time.monotonic() - started, current.get("replicas"),
-                            current.get("readyReplicas"), current.get("ttftP99Ms")))
+                            current.get("readyReplicas"), current.get("ttftP99Ms"), balanced))
             stop.wait(1.0)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    run([sys.executable, "-m", "llmfleet", "load", "--target", target, "--model", "ensemble",
-         "--schedule", schedule, "--duration-s", str(seconds), *LOAD_FLAGS,
-         "--slo-ttft-ms", str(SLO_TTFT_MS), "--output-dir", str(output), "--quiet"], env)
+    run([sys.executable, "-m", "llmfleet", "load", "--target", target,
+         "--schedule", schedule, "--duration-s", str(seconds), *load_flags,
+         "--slo-ttft-ms", str(slo_ms), "--output-dir", str(output), "--quiet"], env)
     stop.set()
     sampler.join()
     with open(output / "requests.csv") as handle:
@@ -127,7 +133,7 @@ def reaction(samples: list, requests: list, breach_from_s: float) -> dict:
                   and p99 is not None and p99 > SLO_TTFT_MS)
     decision = next(t for t, replicas, *_ in samples if replicas and replicas > 1)
     scaled_to = next(replicas for t, replicas, *_ in samples if t >= decision)
-    ready = next((t for t, _, ready, _ in samples if t >= decision and (ready or 0) >= scaled_to), None)
+    ready = next((t for t, _, ready, *_ in samples if t >= decision and (ready or 0) >= scaled_to), None)
     # Recovered from the first time after which every 30 s of arrivals (the operator's p99
     # window) has its p99 within the SLO: one stray slow request does not move a 30 s p99.
     slides = [(start, window_p99(requests, start, RECOVERY_WINDOW_S)) for start, _ in windows]

@@ -55,12 +55,13 @@ def run(argv, env, **kwargs):
 
 
 @contextlib.contextmanager
-def sandbox_with_operator(namespace: str):
-    """A fresh sandbox with the CRD, `namespace` and the operator on the host
-    (autoscaling on the sandbox's Prometheus). Yields (env, state dir); stops all of it."""
+def sandbox_with_operator(namespace: str, up_args: tuple[str, ...] = ()):
+    """A fresh sandbox (`sandbox up` with `up_args`) with the CRD, `namespace` and the operator
+    on the host (autoscaling on the sandbox's Prometheus). Yields (env, state dir); stops all
+    of it."""
     with tempfile.TemporaryDirectory(prefix="llmfleet-bench-") as state:
         base_env = state_env(state)
-        run([*LLMFLEET, "up"], base_env)
+        run([*LLMFLEET, "up", *up_args], base_env)
         operator = None
         try:
             env = sandbox_env(Path(state))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import service_target, wait_for
+from conftest import service_target, stop_load, wait_for
 from operator_fixtures import small_batch_70b
 
 pytestmark = pytest.mark.e2e
@@ -226,3 +226,35 @@ def test_partial_series_hold_a_scale_down_and_vanished_series_hold_everything(sa
     wait_for(lambda: _metrics_condition(sandbox, "partial").get("status") == "True", 60, "MetricsAvailable True")
     wait_for(lambda: _status(sandbox, "partial")["replicas"] == 1, SCALE_DOWN_STABILIZATION_S + 60,
              "the scale-down once every replica reports")
+
+
+def _condition(sandbox, name: str, condition_type: str) -> dict:
+    return next((c for c in _status(sandbox, name).get("conditions") or [] if c["type"] == condition_type), {})
+
+
+def test_one_swamped_replica_beside_an_idle_one_is_a_routing_condition_not_a_scale_up(sandbox, tmp_path):
+    """Load sent to one of two replicas only (as a client whose connections all landed on one
+    replica would) swamps it while the other idles: that is where requests land, not a lack of
+    replicas. The autoscaler says so, naming both, and adds none."""
+    _deploy_ready(sandbox, "skewed", min_replicas=2)
+    pods = sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "-l",
+                                "llmfleet.io/deployment=skewed,app.kubernetes.io/component=server")["items"]
+    swamped, idle = sorted(pods, key=lambda pod: pod["metadata"]["name"])
+    assert _condition(sandbox, "skewed", "RequestsBalanced").get("status") != "False"
+    # Twice what one replica serves within the target (the steady test's 3/s needs two).
+    load = _load(sandbox, f"{swamped['status']['podIP']}:8001", "constant:4", 150, tmp_path)
+    try:
+        condition = wait_for(lambda: (c := _condition(sandbox, "skewed", "RequestsBalanced")).get("status") == "False"
+                             and c, 90, "RequestsBalanced=False")
+        assert condition["reason"] == "ReplicaImbalance"
+        assert f"{swamped['metadata']['name']} (p99 TTFT" in condition["message"], condition
+        assert f"{idle['metadata']['name']} (idle)" in condition["message"], condition
+        # Past a scale-up's first chance (a pass every 5 s, no scale-up stabilisation): held.
+        held_until = time.monotonic() + 30
+        while time.monotonic() < held_until:
+            status = _status(sandbox, "skewed")
+            assert status["replicas"] == 2, status["autoscaler"]
+            time.sleep(2)
+        assert "more replicas would not help" in status["autoscaler"]["reason"]
+    finally:
+        stop_load(load)

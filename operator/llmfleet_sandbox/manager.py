@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -24,6 +25,11 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
               "node-agent", "service-proxy", "pod-discovery", "volume-provisioner", "prometheus", "object-store")
 NODE_AGENT_STOP_SECONDS = 60
 DEMO_MANIFEST = controlplane.REPO_ROOT / "examples" / "sandbox-chat.yaml"
+# The load the demo's instructions print (benchmarks/bench_routing.py drives the same): a step
+# from 1 to 4 requests/s for three minutes. One replica serves about 1.8/s of this workload
+# within the SLO, so the step needs three replicas; maxReplicas 4 leaves one to spare.
+DEMO_LOAD_ARGS = ("--schedule", "steps:0:1,60:4,240:1", "--duration-s", "360",
+                  "--input-tokens", "lognormal:256:512", "--output-tokens", "lognormal:64:128")
 # `demo` installs the operator as a user would: this chart, this release, this namespace.
 CHART = controlplane.REPO_ROOT / "charts" / "llmfleet"
 OPERATOR_RELEASE = "llmfleet"
@@ -286,8 +292,8 @@ and serves the LLMDeployment `chat` (Llama 3.1 70B on H100, emulated). Next:
   kubectl get llmdeployment chat -w                # plan, replicas, p99 TTFT
   kubectl wait --for=condition=Ready llmdeployment/chat --timeout=180s
   llmfleet load --target $(kubectl get svc chat -o jsonpath='{{.spec.clusterIP}}'):8001 \\
-      --schedule "steps:0:1,60:6,240:1" --duration-s 360 \\
-      --input-tokens lognormal:256:512 --output-tokens lognormal:64:128 --output-dir /tmp/chat-load
+      {shlex.join(DEMO_LOAD_ARGS[:4])} \\
+      {shlex.join(DEMO_LOAD_ARGS[4:])} --output-dir /tmp/chat-load
   kubectl get llmdeployment chat -o jsonpath='{{.status.autoscaler}}'   # why it scaled
   open {config.prometheus_url} and query nv_inference_first_response_histogram_ms_bucket
   helm list -n {OPERATOR_NAMESPACE}                     # the operator's release
