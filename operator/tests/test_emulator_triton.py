@@ -210,6 +210,33 @@ def test_client_cancellation_frees_the_blocks(triton):
     assert metric_value(triton.metrics(), "nv_trt_llm_request_metrics", request_type="active") == 0
 
 
+def test_a_killed_clients_backlog_is_dropped_and_nothing_more_is_computed(small_kv_triton):
+    """A client with more requests than the KV cache holds (250-token prompts: two run, ten
+    wait, about 5 s of work) goes away: the running ones stop, the waiting ones never start,
+    and the engine falls idle within a couple of cancellation polls."""
+    metrics = small_kv_triton.metrics
+    first_tokens: queue.Queue = queue.Queue()
+    clients = [grpcclient.InferenceServerClient(small_kv_triton.grpc_url) for _ in range(12)]
+    for number, stream in enumerate(clients):
+        stream.start_stream(callback=lambda result, error: first_tokens.put(error))
+        stream.async_stream_infer(ENGINE_MODEL, _engine_inputs(list(range(number, number + 250)), 60))
+    assert first_tokens.get(timeout=10) is None  # the engine is at work
+    used = {"kv_cache_block_type": "used", "model": ENGINE_MODEL}
+    assert metric_value(metrics(), "nv_trt_llm_kv_cache_block_metrics", **used) > 0
+    for stream in clients:  # the client dies: its streams are cancelled
+        stream.stop_stream(cancel_requests=True)
+        stream.close()
+    deadline = time.monotonic() + 2
+    while (metric_value(metrics(), "nv_trt_llm_kv_cache_block_metrics", **used) > 0
+           or metric_value(metrics(), "nv_trt_llm_request_metrics", request_type="active") > 0):
+        assert time.monotonic() < deadline, "the cancelled backlog still holds blocks or batch slots"
+        time.sleep(0.1)
+    # Nothing is left to compute: the engine's step counter stands still.
+    steps = metric_value(metrics(), "nv_trt_llm_general_metrics", general_type="iteration_counter")
+    time.sleep(1.5)
+    assert metric_value(metrics(), "nv_trt_llm_general_metrics", general_type="iteration_counter") == steps
+
+
 def test_prompt_over_the_engines_max_input_len_fails_clearly(triton):
     result = _stream_one(triton.grpc_url, SPEC.engine.max_input_len + 1, 5)
     assert result.error is not None and "exceeds maximum input length" in result.error
