@@ -45,11 +45,12 @@ def small_batch_70b(name: str, namespace: str, slo_ttft_p99_ms: int, **spec: dic
 
 
 def chart_rbac_manifests(sandbox) -> str:
-    """The chart's ServiceAccount and RBAC, rendered by the real helm."""
+    """The chart's ServiceAccount and RBAC (the operator's, and the endpoint pickers' ClusterRole
+    it binds), rendered by the real helm."""
     result = subprocess.run(
         ["helm", "template", RELEASE, str(REPO_ROOT / "charts" / "llmfleet"), "--namespace",
          OPERATOR_NAMESPACE, "--show-only", "templates/serviceaccount.yaml",
-         "--show-only", "templates/rbac.yaml"],
+         "--show-only", "templates/rbac.yaml", "--show-only", "templates/endpoint-picker-rbac.yaml"],
         env=sandbox.env, capture_output=True, text=True, check=True)
     return result.stdout
 

@@ -331,6 +331,47 @@ def test_prometheus_down_mid_analysis_holds_the_canary_until_it_returns(sandbox,
     assert load.returncode == 0, stderr + stdout
 
 
+def test_inference_pools_per_revision_are_accepted_and_the_route_weights_them(sandbox):
+    """spec.routing.inferencePool: the real InferencePool CRD (v1.5.0, installed by the sandbox)
+    accepts each revision's pool, the HTTPRoute weights the pools, and the endpoint picker's
+    objects pass the namespace's restricted Pod Security. The sandbox maps no picker image, so
+    its pod waits with ErrImagePull, as on a node that cannot pull it: serving does not depend
+    on it."""
+    body = manifest("pooled", "v1", [{"setWeight": 50}, {"pause": {"durationSeconds": 0}}])
+    body["spec"]["routing"] = {"httpRoute": {"parentRefs": [{"name": "inference"}]}, "inferencePool": {}}
+    sandbox.apply([body], namespace=NAMESPACE)
+    stable = wait_until_ready(sandbox, "pooled", NAMESPACE)["status"]["currentRevision"]
+
+    def backends() -> dict[str, tuple[str, int]]:
+        route = sandbox.kubectl_json("get", "httproute", "pooled", "-n", NAMESPACE)
+        return {ref["name"]: (ref["kind"], ref["weight"]) for ref in route["spec"]["rules"][0]["backendRefs"]}
+
+    wait_for(lambda: backends() == {f"pooled-{stable}": ("InferencePool", 100)}, 30, "all weight on stable's pool")
+    pool = sandbox.kubectl_json("get", "inferencepool", f"pooled-{stable}", "-n", NAMESPACE)
+    pods = sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "-l", ",".join(
+        f"{key}={value}" for key, value in pool["spec"]["selector"]["matchLabels"].items()))["items"]
+    assert len(pods) == 1 and pods[0]["metadata"]["labels"]["app.kubernetes.io/component"] == "server"
+    picker = pool["spec"]["endpointPickerRef"]["name"]
+    sandbox.kubectl_json("get", "service", picker, "-n", NAMESPACE)
+    picker_pod = wait_for(lambda: sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "-l",
+                                                       "app.kubernetes.io/component=endpoint-picker,"
+                                                       "llmfleet.io/deployment=pooled")["items"], 60, "the picker's pod")[0]
+    assert picker_pod["spec"]["serviceAccountName"] == "llmfleet-endpoint-picker"
+    binding = sandbox.kubectl_json("get", "rolebinding", "llmfleet-endpoint-picker", "-n", NAMESPACE)
+    assert binding["roleRef"]["name"] == "llmfleet-endpoint-picker"
+
+    _new_engine_revision(sandbox, "pooled")
+    _watch_phases(sandbox, "pooled", "Paused", 240)
+    canary = _status(sandbox, "pooled")["currentRevision"]
+    assert backends() == {f"pooled-{stable}": ("InferencePool", 50), f"pooled-{canary}": ("InferencePool", 50)}
+    assert len(sandbox.kubectl_json("get", "inferencepools", "-n", NAMESPACE, "-l",
+                                    "llmfleet.io/deployment=pooled")["items"]) == 2
+    sandbox.kubectl("delete", "llmdeployment", "pooled", "-n", NAMESPACE)
+    wait_for(lambda: not sandbox.kubectl_json("get", "inferencepools,deployments", "-n", NAMESPACE, "-l",
+                                              "llmfleet.io/deployment=pooled")["items"], 60,
+             "the pools and pickers to go with their LLMDeployment")
+
+
 def test_an_http_route_splits_by_the_canarys_share_and_the_apiserver_accepts_it(sandbox):
     """Gateway API routing: the real upstream CRDs (installed by the sandbox) validate the
     HTTPRoute; its backends are the revisions' own Services."""

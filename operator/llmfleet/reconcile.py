@@ -44,10 +44,18 @@ from llmfleet.planner.spec_adapter import (
 from llmfleet.planner.types import Plan
 from llmfleet.inference import ask_golden_prompts
 from llmfleet.inference.golden import Replica
-from llmfleet.render import RenderError, RenderSettings, engine_build, render, revision_hash, serving
+from llmfleet.render import (
+    RenderError,
+    RenderSettings,
+    engine_build,
+    namespace_prerequisites,
+    render,
+    revision_hash,
+    serving,
+)
 from llmfleet.render.identity import COMPONENT_LABEL, REVISION_LABEL, selector_labels
 from llmfleet.render.layout import GRPC_PORT, REQUEST_MODEL
-from llmfleet.render.pod import GPU_RESOURCE, engine_cache_claim
+from llmfleet.render.pod import GPU_RESOURCE
 from llmfleet.rollout import (
     CanaryState,
     Command,
@@ -698,7 +706,7 @@ def decide(body: dict, children, settings: OperatorSettings, now: datetime,
     scale_events = ([Event("Normal", scaling.decision.decision.value, scaling.decision.reason)]
                     if scaling.decision is not None and scaling.desired_replicas != scaling.previous_replicas else [])
     return _outcome(ctx, status, conditions, events=[*scale_events, *canary.events],
-                    ensure=[engine_cache_claim(ctx.namespace, settings.render)], apply=manifests,
+                    ensure=namespace_prerequisites(deployment, settings.render), apply=manifests,
                     delete=rollout.delete)
 
 

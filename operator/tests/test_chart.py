@@ -15,8 +15,10 @@ import pytest
 import yaml
 
 from llmfleet.catalog.release_record import UPSTREAM_CODE_ROOT, load_release_record, release_names
+from llmfleet.catalog.router_record import load_router_record
 from llmfleet.cli import build_parser
 from llmfleet.render import identity, serving
+from llmfleet.render.inference_pool import PICKER_CLUSTER_ROLE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "llmfleet"
@@ -105,7 +107,8 @@ def test_defaults_render_the_operator_under_its_own_account():
     rendered = _template()
     assert set(rendered) == {"ServiceAccount/llmfleet-operator", "ClusterRole/llmfleet-operator",
                              "ClusterRoleBinding/llmfleet-operator", "Role/llmfleet-operator",
-                             "RoleBinding/llmfleet-operator", "Deployment/llmfleet-operator"}
+                             "RoleBinding/llmfleet-operator", "Deployment/llmfleet-operator",
+                             f"ClusterRole/{PICKER_CLUSTER_ROLE}"}
     assert rendered["Deployment/llmfleet-operator"]["spec"]["replicas"] == 1
     pod = rendered["Deployment/llmfleet-operator"]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "llmfleet-operator"
@@ -130,6 +133,20 @@ def test_defaults_render_the_operator_under_its_own_account():
     # Least privilege: named resources and verbs only.
     for rule in rendered["ClusterRole/llmfleet-operator"]["rules"]:
         assert "*" not in rule["resources"] + rule["verbs"] + rule["apiGroups"]
+
+
+@needs_helm
+def test_the_endpoint_pickers_role_grants_what_the_pinned_release_reads_and_the_operator_may_only_bind_it():
+    rendered = _template()
+    picker_rules = {(group, resource, tuple(sorted(rule["verbs"])))
+                    for rule in rendered[f"ClusterRole/{PICKER_CLUSTER_ROLE}"]["rules"]
+                    for group in rule["apiGroups"] for resource in rule["resources"]}
+    recorded = {(entry["api_group"], entry["resource"], tuple(sorted(entry["verbs"])))
+                for entry in load_router_record().rbac}
+    assert picker_rules == recorded
+    bind = [rule for rule in rendered["ClusterRole/llmfleet-operator"]["rules"] if "clusterroles" in rule["resources"]]
+    assert bind == [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+                     "resourceNames": [PICKER_CLUSTER_ROLE], "verbs": ["bind"]}]
 
 
 @needs_helm

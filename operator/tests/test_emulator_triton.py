@@ -222,7 +222,10 @@ def test_a_killed_clients_backlog_is_dropped_and_nothing_more_is_computed(small_
         stream.async_stream_infer(ENGINE_MODEL, _engine_inputs(list(range(number, number + 250)), 60))
     assert first_tokens.get(timeout=10) is None  # the engine is at work
     used = {"kv_cache_block_type": "used", "model": ENGINE_MODEL}
-    assert metric_value(metrics(), "nv_trt_llm_kv_cache_block_metrics", **used) > 0
+    deadline = time.monotonic() + 2  # the gauges follow the engine's steps
+    while metric_value(metrics(), "nv_trt_llm_kv_cache_block_metrics", **used) == 0:
+        assert time.monotonic() < deadline, "the running requests hold no blocks"
+        time.sleep(0.05)
     for stream in clients:  # the client dies: its streams are cancelled
         stream.stop_stream(cancel_requests=True)
         stream.close()

@@ -59,6 +59,13 @@ class CatalogModel(str, Enum):
     QWEN2_5_72B = "qwen2.5-72b"
 
 
+class EndpointPickerFailureMode(str, Enum):
+    """What the gateway does with a request when the endpoint picker does not answer."""
+
+    FAIL_OPEN = "FailOpen"  # route it to any pod of the pool
+    FAIL_CLOSE = "FailClose"  # refuse it
+
+
 class ConditionStatus(str, Enum):
     """metav1.Condition status values."""
 

@@ -25,6 +25,7 @@ from llmfleet.api.enums import (
     Runtime,
     TENSOR_PARALLEL_SIZES,
     CatalogModel,
+    EndpointPickerFailureMode,
     GpuType,
     KvCacheDtype,
     Quantization,
@@ -713,6 +714,23 @@ class HttpRouteSpec(ApiModel):
     )
 
 
+class InferencePoolSpec(ApiModel):
+    """Inference-aware routing: per revision a Gateway API Inference Extension InferencePool and
+    its endpoint picker, which sends each request to the pod with the shortest queue, the most
+    free KV cache and the longest cached prefix."""
+
+    failure_mode: EndpointPickerFailureMode = Field(
+        default=EndpointPickerFailureMode.FAIL_OPEN,
+        description="When the endpoint picker does not answer: FailOpen routes the request to any pod "
+        "of the pool (the default: serving outlives the picker), FailClose refuses it.",
+    )
+    image: str | None = Field(
+        default=None, min_length=1, max_length=512,
+        description="Endpoint picker image; omit for the pinned release's (docs/render.md). Another tag "
+        "must take the same flags and configuration.",
+    )
+
+
 class RoutingSpec(ApiModel):
     """How requests reach the revisions besides the deployment's Service."""
 
@@ -721,6 +739,23 @@ class RoutingSpec(ApiModel):
         description="Render an HTTPRoute (gateway.networking.k8s.io/v1) whose weighted backends are "
         "per-revision Services: all weight on the serving revision, split by the canary's share "
         "during a canary rollout. Needs the Gateway API CRDs in the cluster.",
+    )
+    inference_pool: InferencePoolSpec | None = Field(
+        default=None,
+        description="Route through inference-aware endpoint pickers: the HTTPRoute's backends become "
+        "one InferencePool (inference.networking.k8s.io/v1) per revision instead of Services, each "
+        "with its endpoint picker Deployment. Needs httpRoute, the InferencePool CRD and a Gateway "
+        "implementation that supports it.",
+    )
+
+    cel_rules = (
+        CelRule(
+            rule="!has(self.inferencePool) || has(self.httpRoute)",
+            message="spec.routing.inferencePool needs spec.routing.httpRoute: requests reach the pools "
+            "through the HTTPRoute; add httpRoute.parentRefs naming your Gateway",
+            holds=lambda r: r.inference_pool is None or r.http_route is not None,
+            field_path=".inferencePool",
+        ),
     )
 
 

@@ -12,7 +12,8 @@ from typing import Any
 from llmfleet.api import LLMDeployment, Runtime
 from llmfleet.catalog.release_record import release_for
 from llmfleet.planner.types import Plan
-from llmfleet.render import engine_build, layout, llmapi, network_policy, routing, serving
+from llmfleet.catalog.router_record import load_router_record
+from llmfleet.render import engine_build, inference_pool, layout, llmapi, network_policy, routing, serving
 from llmfleet.render.identity import (
     COMPONENT_LABEL,
     REVISION_LABEL,
@@ -28,6 +29,7 @@ from llmfleet.render.identity import (
     service_name,
 )
 from llmfleet.render.model_repo import config_map_key, model_repository_files, volume_items
+from llmfleet.render.pod import engine_cache_claim
 from llmfleet.render.settings import RenderError, RenderSettings
 
 MODEL_REPOSITORY_COMPONENT = "model-repository"
@@ -89,13 +91,18 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
     children = [config_map, job, server, service, budget]
     if spec.routing is not None and spec.routing.http_route is not None:
         weights = route_weights if route_weights is not None else {revision: 100}
-        children.append(routing.revision_service(
-            child(revision_object_name(name, revision), routing.REVISION_SERVICE_COMPONENT),
-            {**serving_pods, REVISION_LABEL: revision}))
+        revision_pods = {**serving_pods, REVISION_LABEL: revision}
+        pool = spec.routing.inference_pool
+        if pool is None:
+            children.append(routing.revision_service(
+                child(revision_object_name(name, revision), routing.REVISION_SERVICE_COMPONENT), revision_pods))
+        else:
+            children += _inference_pool_children(deployment, name, revision, revision_pods, pool, settings, child)
         children.append(routing.http_route(
             metadata(deployment, service_name(name), deployment_labels(name, routing.ROUTE_COMPONENT)),
             spec.routing.http_route,
-            {revision_object_name(name, routed): weight for routed, weight in weights.items()}))
+            {revision_object_name(name, routed): weight for routed, weight in weights.items()},
+            load_router_record() if pool is not None else None))
     if spec.network_policy is not None:
         children.append(network_policy.network_policy(
             metadata(deployment, service_name(name), deployment_labels(name, network_policy.COMPONENT)),
@@ -104,7 +111,36 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
     return children
 
 
+def namespace_prerequisites(deployment: LLMDeployment, settings: RenderSettings) -> list[dict[str, Any]]:
+    """Objects of the deployment's namespace that its children need and that outlive it (shared
+    by every deployment there): created when missing, never changed or deleted. The engine
+    cache claim; with spec.routing.inferencePool the endpoint pickers' ServiceAccount and its
+    RoleBinding to the chart's ClusterRole."""
+    _, namespace, _ = deployment_identity(deployment)
+    routing = deployment.spec.routing
+    pickers = ([inference_pool.picker_service_account(namespace), inference_pool.picker_role_binding(namespace)]
+               if routing is not None and routing.inference_pool is not None else [])
+    return [engine_cache_claim(namespace, settings), *pickers]
+
+
+def _inference_pool_children(deployment: LLMDeployment, name: str, revision: str, pods: dict[str, str],
+                             pool: Any, settings: RenderSettings, child) -> list[dict[str, Any]]:
+    """The revision's InferencePool (named like its serving Deployment, which the HTTPRoute
+    names) and its endpoint picker: ConfigMap, Deployment, Service."""
+    record = load_router_record()
+    picker_name = fit_name(name, revision, "epp")
+    config_map = inference_pool.picker_config_map(child(picker_name, inference_pool.PICKER_COMPONENT))
+    return [
+        inference_pool.inference_pool(child(revision_object_name(name, revision), inference_pool.POOL_COMPONENT),
+                                      pods, picker_name, pool, record),
+        config_map,
+        inference_pool.picker_deployment(child(picker_name, inference_pool.PICKER_COMPONENT),
+                                         revision_object_name(name, revision), picker_name, pool, record, settings),
+        inference_pool.picker_service(child(picker_name, inference_pool.PICKER_COMPONENT), record),
+    ]
+
+
 __all__ = [
     "RenderError", "RenderSettings", "engine_build_job_name", "engine_cache_key",
-    "layout", "render", "revision_hash", "revision_object_name",
+    "layout", "namespace_prerequisites", "render", "revision_hash", "revision_object_name",
 ]

@@ -53,6 +53,8 @@ CHILD_KINDS = (
     ChildKind("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes"),
     # Only with spec.networkPolicy.
     ChildKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
+    # Only with spec.routing.inferencePool, in clusters with the Gateway API Inference Extension CRDs.
+    ChildKind("inference.networking.k8s.io/v1", "InferencePool", "inferencepools"),
 )
 
 

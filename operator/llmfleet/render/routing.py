@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from llmfleet.api import HttpRouteSpec
+from llmfleet.catalog.router_record import RouterRecord
 from llmfleet.render import layout
 from llmfleet.render.serving import service
 
@@ -21,14 +22,18 @@ def revision_service(metadata: dict[str, Any], selector: dict[str, str]) -> dict
     return service(metadata, selector)
 
 
-def http_route(metadata: dict[str, Any], route: HttpRouteSpec, weight_by_service: Mapping[str, int]) -> dict[str, Any]:
-    """All requests to the deployment's revisions, split by weight (Triton's HTTP port)."""
+def http_route(metadata: dict[str, Any], route: HttpRouteSpec, weight_by_backend: Mapping[str, int],
+               pools: RouterRecord | None = None) -> dict[str, Any]:
+    """All requests to the deployment's revisions, split by weight: to each revision's Service
+    (Triton's HTTP port), or with `pools` (the router's record) to each revision's InferencePool
+    (whose target port is set in the pool)."""
     parent_refs = [{"group": GATEWAY_GROUP, "kind": "Gateway", "name": parent.name,
                     **({"namespace": parent.namespace} if parent.namespace else {}),
                     **({"sectionName": parent.section_name} if parent.section_name else {})}
                    for parent in route.parent_refs]
-    backend_refs = [{"group": "", "kind": "Service", "name": name, "port": layout.HTTP_PORT, "weight": weight}
-                    for name, weight in sorted(weight_by_service.items())]
+    kind = ({"group": pools.backend_group, "kind": pools.backend_kind} if pools is not None
+            else {"group": "", "kind": "Service", "port": layout.HTTP_PORT})
+    backend_refs = [{**kind, "name": name, "weight": weight} for name, weight in sorted(weight_by_backend.items())]
     return {
         "apiVersion": HTTP_ROUTE_API_VERSION,
         "kind": "HTTPRoute",
