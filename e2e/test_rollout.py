@@ -366,10 +366,18 @@ def test_inference_pools_per_revision_are_accepted_and_the_route_weights_them(sa
     assert backends() == {f"pooled-{stable}": ("InferencePool", 50), f"pooled-{canary}": ("InferencePool", 50)}
     assert len(sandbox.kubectl_json("get", "inferencepools", "-n", NAMESPACE, "-l",
                                     "llmfleet.io/deployment=pooled")["items"]) == 2
+
+    # Pools switched off: the operator prunes pools and pickers; the route goes back to Services.
+    sandbox.kubectl("patch", "llmdeployment", "pooled", "-n", NAMESPACE, "--type=json",
+                    "-p", '[{"op": "remove", "path": "/spec/routing/inferencePool"}]')
+
+    def pools_gone():
+        left = sandbox.kubectl_json("get", "inferencepools,deployments", "-n", NAMESPACE, "-l",
+                                    "llmfleet.io/deployment=pooled,app.kubernetes.io/component in "
+                                    "(inference-pool,endpoint-picker)")["items"]
+        return not left and {kind for kind, _ in backends().values()} == {"Service"}
+    wait_for(pools_gone, 60, "the pools and pickers pruned, the route on the revisions' Services")
     sandbox.kubectl("delete", "llmdeployment", "pooled", "-n", NAMESPACE)
-    wait_for(lambda: not sandbox.kubectl_json("get", "inferencepools,deployments", "-n", NAMESPACE, "-l",
-                                              "llmfleet.io/deployment=pooled")["items"], 60,
-             "the pools and pickers to go with their LLMDeployment")
 
 
 def test_an_http_route_splits_by_the_canarys_share_and_the_apiserver_accepts_it(sandbox):
