@@ -6,10 +6,10 @@ list of plain dicts, in a fixed order. docs/render.md describes what is rendered
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from llmfleet.api import LLMDeployment, Runtime
+from llmfleet.api import InferencePoolSpec, LLMDeployment, Runtime
 from llmfleet.catalog.release_record import release_for
 from llmfleet.planner.types import Plan
 from llmfleet.catalog.router_record import load_router_record
@@ -97,7 +97,7 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
             children.append(routing.revision_service(
                 child(revision_object_name(name, revision), routing.REVISION_SERVICE_COMPONENT), revision_pods))
         else:
-            children += _inference_pool_children(deployment, name, revision, revision_pods, pool, settings, child)
+            children += _inference_pool_children(name, revision, revision_pods, pool, settings, child)
         children.append(routing.http_route(
             metadata(deployment, service_name(name), deployment_labels(name, routing.ROUTE_COMPONENT)),
             spec.routing.http_route,
@@ -123,8 +123,8 @@ def namespace_prerequisites(deployment: LLMDeployment, settings: RenderSettings)
     return [engine_cache_claim(namespace, settings), *pickers]
 
 
-def _inference_pool_children(deployment: LLMDeployment, name: str, revision: str, pods: dict[str, str],
-                             pool: Any, settings: RenderSettings, child) -> list[dict[str, Any]]:
+def _inference_pool_children(name: str, revision: str, pods: dict[str, str], pool: InferencePoolSpec,
+                             settings: RenderSettings, child: Callable[[str, str], dict[str, Any]]) -> list[dict[str, Any]]:
     """The revision's InferencePool (named like its serving Deployment, which the HTTPRoute
     names) and its endpoint picker: ConfigMap, Deployment, Service."""
     record = load_router_record()
