@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from conftest import DESELECTED
-from llmfleet.render.inference_pool import PICKER_CLUSTER_ROLE
+from llmfleet.render import RenderSettings
 from operator_fixtures import OPERATOR_NAMESPACE, REPO_ROOT, SERVICE_ACCOUNT, chart_rbac_manifests
 from test_operator_in_cluster import RELEASE as IN_CLUSTER_RELEASE
 from test_operator_in_cluster import RELEASE_NAMESPACE as IN_CLUSTER_NAMESPACE
@@ -34,7 +34,7 @@ def granted(sandbox) -> set[Grant]:
     """What the chart's ClusterRole and Role (the Lease, in the release namespace) allow the
     operator (not the endpoint pickers' ClusterRole, which it only binds)."""
     roles = [doc for doc in yaml.safe_load_all(chart_rbac_manifests(sandbox))
-             if doc and doc["kind"] in ("ClusterRole", "Role") and doc["metadata"]["name"] != PICKER_CLUSTER_ROLE]
+             if doc and doc["kind"] in ("ClusterRole", "Role") and doc["metadata"]["name"] != RenderSettings.endpoint_picker_cluster_role]
     assert len(roles) == 2, [role["kind"] for role in roles]
     return {(group, resource, verb) for role in roles for rule in role["rules"]
             for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}

@@ -423,6 +423,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--prometheus-url", default=os.environ.get("LLMFLEET_PROMETHEUS_URL"),
                      metavar="URL", help="Prometheus for autoscaling (default: "
                                          "$LLMFLEET_PROMETHEUS_URL; without it autoscaling holds)")
+    run.add_argument("--endpoint-picker-cluster-role", default=RenderSettings.endpoint_picker_cluster_role,
+                     metavar="NAME", help="ClusterRole bound to the endpoint pickers of spec.routing.inferencePool "
+                                          "in each namespace that has one; the chart creates it per release "
+                                          "(default %(default)s)")
     run.add_argument("--operator-namespace", default=None, metavar="NS",
                      help="the namespace this operator's pods run in: NetworkPolicies rendered for "
                           "spec.networkPolicy let it reach the serving pods (golden prompts) "
@@ -618,7 +622,8 @@ def _run_operator(args) -> int:
     settings = OperatorSettings(render=RenderSettings(
         engine_cache_claim_name=args.engine_cache_claim, engine_cache_storage_class=args.engine_cache_storage_class,
         engine_cache_size=args.engine_cache_size, model_code_image=args.model_code_image,
-        object_store_client_image=args.object_store_client_image, operator_namespace=args.operator_namespace))
+        object_store_client_image=args.object_store_client_image, operator_namespace=args.operator_namespace,
+        endpoint_picker_cluster_role=args.endpoint_picker_cluster_role))
     kopf.configure(verbose=args.verbose)
     elector = None
     if args.leader_election_namespace:

@@ -18,7 +18,6 @@ from llmfleet.catalog.release_record import UPSTREAM_CODE_ROOT, load_release_rec
 from llmfleet.catalog.router_record import load_router_record
 from llmfleet.cli import build_parser
 from llmfleet.render import identity, serving
-from llmfleet.render.inference_pool import PICKER_CLUSTER_ROLE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "llmfleet"
@@ -87,9 +86,9 @@ def _helm_run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(HELM), *args], capture_output=True, text=True, timeout=120)
 
 
-def _template(*sets: str) -> dict[str, dict]:
+def _template(*sets: str, release: str = "llmfleet") -> dict[str, dict]:
     arguments = [argument for value in sets for argument in ("--set", value)]
-    result = _helm_run("template", "llmfleet", str(CHART), "--namespace", "llmfleet-system", *arguments)
+    result = _helm_run("template", release, str(CHART), "--namespace", "llmfleet-system", *arguments)
     assert result.returncode == 0, result.stderr
     documents = [document for document in yaml.safe_load_all(result.stdout) if document]
     return {f"{document['kind']}/{document['metadata']['name']}": document for document in documents}
@@ -97,7 +96,8 @@ def _template(*sets: str) -> dict[str, dict]:
 
 def _operator_flags(rendered: dict[str, dict]):
     """The rendered container's command line, parsed by `llmfleet run`'s own parser."""
-    container = rendered["Deployment/llmfleet-operator"]["spec"]["template"]["spec"]["containers"][0]
+    (deployment,) = [document for key, document in rendered.items() if key.startswith("Deployment/")]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["python3", "-m", "llmfleet", "run"]
     return build_parser().parse_args(["run", *container["args"]])
 
@@ -108,7 +108,7 @@ def test_defaults_render_the_operator_under_its_own_account():
     assert set(rendered) == {"ServiceAccount/llmfleet-operator", "ClusterRole/llmfleet-operator",
                              "ClusterRoleBinding/llmfleet-operator", "Role/llmfleet-operator",
                              "RoleBinding/llmfleet-operator", "Deployment/llmfleet-operator",
-                             f"ClusterRole/{PICKER_CLUSTER_ROLE}"}
+                             "ClusterRole/llmfleet-endpoint-picker"}
     assert rendered["Deployment/llmfleet-operator"]["spec"]["replicas"] == 1
     pod = rendered["Deployment/llmfleet-operator"]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "llmfleet-operator"
@@ -139,14 +139,29 @@ def test_defaults_render_the_operator_under_its_own_account():
 def test_the_endpoint_pickers_role_grants_what_the_pinned_release_reads_and_the_operator_may_only_bind_it():
     rendered = _template()
     picker_rules = {(group, resource, tuple(sorted(rule["verbs"])))
-                    for rule in rendered[f"ClusterRole/{PICKER_CLUSTER_ROLE}"]["rules"]
+                    for rule in rendered["ClusterRole/llmfleet-endpoint-picker"]["rules"]
                     for group in rule["apiGroups"] for resource in rule["resources"]}
     recorded = {(entry["api_group"], entry["resource"], tuple(sorted(entry["verbs"])))
                 for entry in load_router_record().rbac}
     assert picker_rules == recorded
     bind = [rule for rule in rendered["ClusterRole/llmfleet-operator"]["rules"] if "clusterroles" in rule["resources"]]
     assert bind == [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
-                     "resourceNames": [PICKER_CLUSTER_ROLE], "verbs": ["bind"]}]
+                     "resourceNames": ["llmfleet-endpoint-picker"], "verbs": ["bind"]}]
+    assert _operator_flags(rendered).endpoint_picker_cluster_role == "llmfleet-endpoint-picker"
+
+
+@needs_helm
+def test_two_releases_own_separate_picker_roles_and_each_operator_binds_its_own():
+    """Cluster-scoped objects are named per release: a second release (another set of watched
+    namespaces) installs beside the first instead of failing on the first's ClusterRole."""
+    first, second = _template(), _template(release="llmfleet-b")
+    cluster_scoped = {key for key, document in first.items() if "namespace" not in document["metadata"]}
+    assert cluster_scoped and not cluster_scoped & {key for key, document in second.items()
+                                                     if "namespace" not in document["metadata"]}
+    assert "ClusterRole/llmfleet-b-endpoint-picker" in second
+    assert _operator_flags(second).endpoint_picker_cluster_role == "llmfleet-b-endpoint-picker"
+    (bind,) = [rule for rule in second["ClusterRole/llmfleet-b-operator"]["rules"] if "clusterroles" in rule["resources"]]
+    assert bind["resourceNames"] == ["llmfleet-b-endpoint-picker"]
 
 
 @needs_helm

@@ -12,7 +12,7 @@ from llmfleet.catalog.router_record import check_endpoint_picker, check_inferenc
 from llmfleet.planner import plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec
 from llmfleet.render import RenderSettings, namespace_prerequisites, render, revision_hash
-from llmfleet.render.inference_pool import PICKER_CLUSTER_ROLE, PICKER_SERVICE_ACCOUNT
+from llmfleet.render.inference_pool import PICKER_SERVICE_ACCOUNT
 from test_render import manifest
 
 RECORD = load_router_record()
@@ -104,11 +104,12 @@ def test_the_route_weights_pools_instead_of_services():
 
 def test_the_namespace_gets_the_pickers_account_bound_to_the_charts_role_only_with_a_pool():
     deployment, _, _ = routed({})
-    prerequisites = {o["kind"]: o for o in namespace_prerequisites(deployment, RenderSettings())}
+    settings = RenderSettings(endpoint_picker_cluster_role="fleet-b-endpoint-picker")
+    prerequisites = {o["kind"]: o for o in namespace_prerequisites(deployment, settings)}
     assert set(prerequisites) == {"PersistentVolumeClaim", "ServiceAccount", "RoleBinding"}
     binding = prerequisites["RoleBinding"]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                  "name": PICKER_CLUSTER_ROLE}
+                                  "name": "fleet-b-endpoint-picker"}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": PICKER_SERVICE_ACCOUNT, "namespace": "serving"}]
     plain, _, _ = routed(None)
     assert [o["kind"] for o in namespace_prerequisites(plain, RenderSettings())] == ["PersistentVolumeClaim"]

@@ -7,3 +7,6 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "llmfleet.operatorName" -}}
 {{ .Release.Name }}-operator
 {{- end -}}
+{{- define "llmfleet.endpointPickerName" -}}
+{{ .Release.Name }}-endpoint-picker
+{{- end -}}

@@ -118,7 +118,7 @@ def namespace_prerequisites(deployment: LLMDeployment, settings: RenderSettings)
     RoleBinding to the chart's ClusterRole."""
     _, namespace, _ = deployment_identity(deployment)
     routing = deployment.spec.routing
-    pickers = ([inference_pool.picker_service_account(namespace), inference_pool.picker_role_binding(namespace)]
+    pickers = ([inference_pool.picker_service_account(namespace), inference_pool.picker_role_binding(namespace, settings.endpoint_picker_cluster_role)]
                if routing is not None and routing.inference_pool is not None else [])
     return [engine_cache_claim(namespace, settings), *pickers]
 

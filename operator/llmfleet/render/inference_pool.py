@@ -22,7 +22,6 @@ PICKER_CONFIG_FILE = "endpoint-picker.yaml"
 PICKER_CONFIG_DIR = "/config"
 # The namespace's ServiceAccount for pickers, bound to the chart's ClusterRole of that name.
 PICKER_SERVICE_ACCOUNT = "llmfleet-endpoint-picker"
-PICKER_CLUSTER_ROLE = "llmfleet-endpoint-picker"
 # The model-server engine whose metric names the picker reads (Triton with the TensorRT-LLM backend).
 TRITON_ENGINE = "triton-tensorrt-llm"
 # Scorer weights as the release's default configuration has them (defaults.go).
@@ -138,12 +137,12 @@ def picker_service_account(namespace: str) -> dict[str, Any]:
             "metadata": {"name": PICKER_SERVICE_ACCOUNT, "namespace": namespace}}
 
 
-def picker_role_binding(namespace: str) -> dict[str, Any]:
+def picker_role_binding(namespace: str, cluster_role: str) -> dict[str, Any]:
     """The namespace's pickers may read its pods and pools (the chart's ClusterRole), no more."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
         "metadata": {"name": PICKER_SERVICE_ACCOUNT, "namespace": namespace},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": PICKER_CLUSTER_ROLE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
         "subjects": [{"kind": "ServiceAccount", "name": PICKER_SERVICE_ACCOUNT, "namespace": namespace}],
     }

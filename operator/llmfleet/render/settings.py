@@ -40,3 +40,6 @@ class RenderSettings:
     # The namespace the operator runs in (in-cluster): a rendered NetworkPolicy lets it reach
     # the serving pods for the canary's golden prompts. None outside a cluster.
     operator_namespace: str | None = None
+    # The ClusterRole the endpoint pickers of spec.routing.inferencePool are bound to; the chart
+    # creates one per release (<release>-endpoint-picker) and names it here.
+    endpoint_picker_cluster_role: str = "llmfleet-endpoint-picker"
