@@ -136,6 +136,15 @@ class OperatorAudit:
                     if verb in WRITE_VERBS and resource != "leases"), default=0.0)
 
 
+def events_by_reason(core, since_s: float, until_s: float) -> Counter:
+    """Events in the benchmark's namespace first written in [since_s, until_s), by reason: what
+    the steady window's writes said."""
+    def written_s(event) -> float:
+        return event.metadata.creation_timestamp.timestamp()
+    return Counter(event.reason for event in core.list_namespaced_event(NAMESPACE).items
+                   if since_s <= written_s(event) < until_s)
+
+
 def per_second(counts: Counter, seconds: float) -> Counter:
     return Counter({key: count / seconds for key, count in counts.items()})
 
@@ -227,6 +236,7 @@ def main() -> int:
             steady = per_second(Counter({key: n for key, n in window.items() if key[1] != "leases"}),
                                 STEADY_SECONDS)
             lease = sum(n for key, n in window.items() if key[1] == "leases") / STEADY_SECONDS
+            steady_events = events_by_reason(core, steady_from, steady_from + STEADY_SECONDS)
 
             print(f"applying {args.single} more, one at a time", file=sys.stderr, flush=True)
             singles = [f"single-{index:03d}" for index in range(args.single)]
@@ -290,7 +300,9 @@ def main() -> int:
         "",
         "The burst's writes per deployment by verb and resource: "
         + described(per_second(burst_writes, args.count), 1) + ". "
-        f"Steady-state requests per second besides the Lease: {described(steady)}.", "",
+        f"Steady-state requests per second besides the Lease: {described(steady)}. Events written in "
+        "that window, by reason: "
+        + (", ".join(f"{reason} {n}" for reason, n in steady_events.most_common()) or "none") + ".", "",
         "A burst is bound by the two cores that the apiserver, etcd and the operator share: each "
         "deployment costs the writes above, so the last of a thousand waits for all before it. The "
         "goal on latency is for one apply onto a settled fleet of that size, which is what a user "
