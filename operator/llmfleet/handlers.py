@@ -24,6 +24,7 @@ from collections import defaultdict
 import kopf
 
 from llmfleet.api import GROUP, KIND, PLURAL, VERSION
+from llmfleet.heap import release_free_heap
 from llmfleet.k8s import CHILD_KINDS, KubeGateway, NamespaceTerminating, load_api_client
 from llmfleet.metrics import PrometheusMetrics
 from llmfleet.reconcile import OperatorSettings, needs_periodic_pass, reconcile
@@ -182,9 +183,14 @@ async def start_ticker(memo: kopf.Memo, settings: kopf.OperatorSettings, **index
         in_flight = asyncio.Semaphore(max(1, settings.execution.max_workers // 2))
         while not _indexes_ready.is_set():
             await asyncio.sleep(0.5)
+        trimmed_s = time.monotonic()
         while True:
             await asyncio.sleep(interval)
-            due = _due(indexes, memo.operator_settings, time.monotonic())
+            now_s = time.monotonic()
+            if now_s - trimmed_s >= memo.operator_settings.heap_release_interval_seconds:
+                await loop.run_in_executor(None, release_free_heap)
+                trimmed_s = now_s
+            due = _due(indexes, memo.operator_settings, now_s)
 
             async def passed(body) -> None:
                 async with in_flight:

@@ -88,6 +88,8 @@ class OperatorSettings:
     render: RenderSettings = field(default_factory=RenderSettings)
     # How often deployments whose decisions depend on time (`needs_periodic_pass`) are passed.
     timer_interval_seconds: float = 5.0
+    # How often the ticker gives freed heap back to the system (llmfleet/heap.py).
+    heap_release_interval_seconds: float = 15.0
     # Every deployment is passed at least this often, whatever happened: a safety net for an
     # event missed or a change no watch shows.
     resync_seconds: float = 300.0
