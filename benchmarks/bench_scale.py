@@ -7,8 +7,9 @@ chart's ServiceAccount, leader-elected like a chart replica; the apiserver's aud
 counts its requests.
 
 Phases: a burst of `--count` creates (apply to the last child, the PodDisruptionBudget,
-existing: p50/p99, and the operator's writes per deployment); settling (until the operator
-has written nothing for 15 s); a steady window (requests per second by verb and resource,
+existing: p50/p99, and the operator's writes per deployment); settling (until every build
+Job has its pod, so that the Job controller has caught up too, and then the operator has
+written nothing for 15 s); a steady window (requests per second by verb and resource,
 goal: no writes); `--single` more deployments applied one at a time onto the settled ones
 (apply to children p50/p99, goal under 2 s); the operator's RSS; and an operator restart
 with every Service deleted while it was down, to all restored.
@@ -52,7 +53,7 @@ NAMESPACE = "scale"
 LOG = REPO / "docs" / "benchmarks" / "scale-log.md"
 CREATE_THREADS = 8
 STEADY_SECONDS = 60
-QUIET_SECONDS = 15  # settled: no write by the operator for this long
+QUIET_SECONDS = 15  # settled: every build Job has its pod, then no write by the operator for this long
 SETTLE_TIMEOUT_SECONDS = 1800
 OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{SERVICE_ACCOUNT}"
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
@@ -216,7 +217,14 @@ def main() -> int:
             print("waiting for the operator to settle (no write for "
                   f"{QUIET_SECONDS} s)", file=sys.stderr, flush=True)
 
+            batch = client.BatchV1Api()
+
             def quiet() -> bool:
+                # A Job whose pod the Job controller has yet to create still changes the
+                # operator's status (Building) when it does: not settled.
+                if any(not (job.status.active or job.status.failed or job.status.succeeded)
+                       for job in batch.list_namespaced_job(NAMESPACE).items):
+                    return False
                 audit.read()
                 return time.time() - max(audit.last_write_s(), burst_started_unix) >= QUIET_SECONDS
             try:
