@@ -35,6 +35,7 @@ from bench_sandbox import commit, run, sandbox_with_operator  # noqa: E402
 from llmfleet_sandbox.manager import DEMO_LOAD_ARGS, DEMO_MANIFEST  # noqa: E402
 
 NAMESPACE = "bench"
+LAST_MINUTE_S = 60
 NAME = "chat"
 # (label, service proxy scheduler, extra load flags)
 RUNS = (
@@ -97,6 +98,9 @@ def figures(samples: list, requests: list, high_s: tuple[float, float], slo_ms: 
             "to_recovery_s": None if recovered is None else recovered - ready,
             "within_after_ready": within / len(after_ready) if after_ready else None,
             "p99_after_ready_ms": window_p99(after_ready, ready, high_s[1] - ready) if after_ready else None,
+            # The step's last minute, long after Ready: what the fleet gives this load once any
+            # backlog is gone, to tell the backlog's share of the tail from the load's own.
+            "p99_last_minute_ms": window_p99(requests, high_s[1] - LAST_MINUTE_S, LAST_MINUTE_S),
             "shares": sorted((count / total for count in served.values()), reverse=True),
             "requests": len(requests),
             # Seconds the operator reported RequestsBalanced=False (a sample a second).
@@ -109,15 +113,16 @@ def row(label: str, f: dict) -> str:
     to_recovery = "never" if f["ready_s"] is not None and f["recovered_s"] is None else seconds(f["to_recovery_s"])
     within = "-" if f["within_after_ready"] is None else f"{f['within_after_ready']:.1%}"
     p99 = "-" if f["p99_after_ready_ms"] is None else f"{f['p99_after_ready_ms']:.0f}"
+    last_minute = "-" if f["p99_last_minute_ms"] is None else f"{f['p99_last_minute_ms']:.0f}"
     shares = " / ".join(f"{share:.0%}" for share in f["shares"])
     return (f"| {label} | {f['peak']} | {seconds(f['ready_s'])} | {to_recovery} | {within} | {p99} | "
-            f"{shares} | {f['imbalanced_s']} |")
+            f"{shares} | {f['imbalanced_s']} | {last_minute} |")
 
 
 HEADER = ["| run | replicas at the step | new replicas Ready (s) | Ready to p99 within SLO (s) "
           "| arrivals after Ready within SLO | their p99 TTFT (ms) | requests per replica "
-          "| RequestsBalanced=False (s) |",
-          "|---|---:|---:|---:|---:|---:|---|---:|"]
+          "| RequestsBalanced=False (s) | p99 TTFT of the step's last minute (ms) |",
+          "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
 LOG_HEADER = """# Routing benchmark: every run
 
 Appended by `benchmarks/bench_routing.py` on every run; rows are never edited or removed.
@@ -144,7 +149,7 @@ def main() -> int:
     if not LOG.exists():
         LOG.write_text(LOG_HEADER)
     with LOG.open("a") as handle:
-        handle.write("".join(f"| {stamp} | {measured} {row(label, f).removeprefix('|')}\n"
+        handle.write("".join(f"| {stamp} | {measured} |{row(label, f).removeprefix('|')}\n"
                              for label, f in results.items()))
     lines = [
         "# Load spreading after a scale-up", "",
@@ -163,7 +168,8 @@ def main() -> int:
         "its p99 TTFT within the SLO (client-side); never: not before the step ends. Requests per "
         "replica: each serving pod's share of the requests the run's pods answered (Triton's success "
         "counter), largest first. RequestsBalanced=False: seconds of the run in which the operator said "
-        "requests pile up at some replicas while others idle (status sampled every second).", "",
+        "requests pile up at some replicas while others idle (status sampled every second). The step's "
+        "last minute: the p99 TTFT of the arrivals in it, long after Ready (client-side).", "",
         *HEADER, *(row(label, f) for label, f in results.items()), "",
     ]
     text = "\n".join(lines)
