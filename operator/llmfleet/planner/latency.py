@@ -223,6 +223,29 @@ def lognormal_cv(mean: float, p99: float) -> float:
     return math.sqrt(math.expm1(sigma ** 2))
 
 
+def erlang_c(servers: int, offered_load: float) -> float:
+    """Probability that an arrival waits in an M/M/c queue with `offered_load` < `servers`."""
+    term = total = 1.0
+    for count in range(1, servers):
+        term *= offered_load / count
+        total += term
+    all_busy = term * offered_load / servers * servers / (servers - offered_load)
+    return all_busy / (total + all_busy)
+
+
+def slot_wait_seconds(slots: int, slots_in_use: float, hold_s: float) -> tuple[float, float]:
+    """(mean, p99) wait for a free sequence slot, as in M/M/c with c = slots and mean hold
+    `hold_s`: Erlang C gives the chance of waiting, and a waiting request's wait is exponential
+    with mean hold_s / (c - load). Holds are less variable than exponential, which alone would
+    halve the wait (Allen-Cunneen), but so scaled the model fell short of the emulator's
+    scheduler at every load tried; the plain form is the conservative one
+    (docs/benchmarks/planner-vs-emulator.md)."""
+    waiting = erlang_c(slots, slots_in_use)
+    mean_if_waiting = hold_s / (slots - slots_in_use)
+    p99 = mean_if_waiting * math.log(waiting / P99_TAIL) if waiting > P99_TAIL else 0.0
+    return waiting * mean_if_waiting, p99
+
+
 def poisson_p99(mean: float) -> int:
     """99th percentile of a Poisson count (exact sum for small means, normal beyond)."""
     if mean <= 0:
@@ -253,13 +276,17 @@ def predict_at_load(engine: Engine, requests_per_sec: float, input_tokens_mean: 
                     prefix_sharing_fraction: float) -> LoadPrediction:
     """p99 TTFT and TPOT of one replica receiving Poisson arrivals at requests_per_sec.
 
-    Prompts compete for the engine's compute: each one adds an 'occupancy' (the extra time it
-    puts into the steps it rides in). Prompts wait for each other as in an M/G/1 queue, whose
-    mean wait is Pollaczek-Khinchine and whose tail is taken as exponential,
-    P(W > t) = rho exp(-rho t / E[W]). TTFT = queue wait + wait for the running step to end +
-    the prompt's own prefill; its p99 is the sum of the means plus the root-sum-square of each
-    part's excess at p99 (the parts are independent). TPOT is the steady step time plus the p99
-    of prompt interference over the request's decode life (a compound Poisson sum).
+    A request first waits for a sequence slot: the engine holds at most `slots` sequences
+    (max_batch_size, or fewer when the KV cache cannot reserve that many at p99 length), each
+    for its whole life, so slots are the servers of an M/G/c queue (`slot_wait_seconds`).
+    Admitted prompts then compete for the engine's compute: each one adds an 'occupancy' (the
+    extra time it puts into the steps it rides in). Prompts wait for each other as in an M/G/1
+    queue, whose mean wait is Pollaczek-Khinchine and whose tail is taken as exponential,
+    P(W > t) = rho exp(-rho t / E[W]). TTFT = slot wait + prompt queue wait + wait for the
+    running step to end + the prompt's own prefill; its p99 is the sum of the means plus the
+    root-sum-square of each part's excess at p99 (the parts are taken as independent). TPOT is
+    the steady step time plus the p99 of prompt interference over the request's decode life (a
+    compound Poisson sum).
     """
     rate = requests_per_sec
     prefix = input_tokens_mean * prefix_sharing_fraction
@@ -278,7 +305,7 @@ def predict_at_load(engine: Engine, requests_per_sec: float, input_tokens_mean: 
                               f"max_num_tokens {engine.max_num_tokens}")
     # Active decode sequences of an M/G/inf system are Poisson distributed.
     concurrency_p99 = poisson_p99(batch)
-    capacity = engine.fit.max_sequences(input_tokens_p99 + output_tokens_p99, engine.max_batch_size)
+    slots = engine.fit.max_sequences(input_tokens_p99 + output_tokens_p99, engine.max_batch_size)
     base_step = step_seconds(engine, batch, decode_context)
     occupancy = step_seconds(engine, batch, decode_context, new_mean,
                              prefill_attention_flops(engine.model, new_mean, prefix), 1.0) - base_step
@@ -292,21 +319,29 @@ def predict_at_load(engine: Engine, requests_per_sec: float, input_tokens_mean: 
     wait_p99 = wait_mean / rho * math.log(rho / P99_TAIL) if rho > P99_TAIL else 0.0
     prefill_mean = prefill_seconds(engine, new_mean, prefix, batch, decode_context)
     prefill_p99 = prefill_seconds(engine, new_p99, input_tokens_p99 * prefix_sharing_fraction, batch, decode_context)
-    ttft_mean = wait_mean + base_step / 2 + prefill_mean
-    excess = math.sqrt((wait_p99 - wait_mean) ** 2 + (base_step / 2) ** 2 + (prefill_p99 - prefill_mean) ** 2)
     decode_steps = max(1.0, output_tokens_mean - 1)
+    # A slot is held from admission to the last token; its length varies with the answer's.
+    slot_hold_s = wait_mean + prefill_mean + decode_steps * tau
+    slots_in_use = rate * slot_hold_s
+    if slots_in_use >= slots:
+        holds = (f"the engine's {slots} batch slots" if slots == engine.max_batch_size else
+                 f"the {slots} sequences of p99 context {input_tokens_p99 + output_tokens_p99:.0f} tokens "
+                 "the KV cache holds")
+        kind = "overloaded" if slots == engine.max_batch_size else "KV cache"
+        return LoadPrediction(math.inf, math.inf, math.inf, batch, concurrency_p99,
+                              f"{kind}: {slots_in_use:.1f} requests in flight on average need more than {holds}")
+    slot_wait_mean, slot_wait_p99 = slot_wait_seconds(slots, slots_in_use, slot_hold_s)
+    ttft_mean = slot_wait_mean + wait_mean + base_step / 2 + prefill_mean
+    excess = math.sqrt((slot_wait_p99 - slot_wait_mean) ** 2 + (wait_p99 - wait_mean) ** 2
+                       + (base_step / 2) ** 2 + (prefill_p99 - prefill_mean) ** 2)
     interference_sd = math.sqrt(rate * decode_steps * tau * occupancy_second_moment) / decode_steps
-    problem = None
-    if concurrency_p99 > capacity:
-        problem = (f"KV cache: p99 concurrency {concurrency_p99} exceeds {capacity} sequences "
-                   f"at p99 context {input_tokens_p99 + output_tokens_p99:.0f} tokens")
     return LoadPrediction(
         ttft_p99_ms=(ttft_mean + excess) * 1000,
         tpot_p99_ms=(tau + Z_P99 * interference_sd) * 1000,
         queue_wait_p99_ms=wait_p99 * 1000,
         decode_batch=batch,
         concurrency_p99=concurrency_p99,
-        problem=problem,
+        problem=None,
     )
 
 

@@ -1,0 +1,42 @@
+"""The planner's p99 TTFT and TPOT under load against the emulated engine's scheduler, run in
+virtual time on the same engine (planner_emulator.py). The full grid and its errors are in
+docs/benchmarks/planner-vs-emulator.md; this is the part that must not regress."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from planner_emulator import Case, compare, error_summary
+
+# A 4-sequence engine (the sandbox demo's and the autoscaling tests' shape): under load its
+# requests wait for a batch slot, which a model of prompts and steps alone does not see.
+SMALL_BATCH_70B = ("llama-3.1-70b", "H100-SXM-80GB", 1, "FP8", "FP8", 4, 2048)
+CASES = [
+    Case(*SMALL_BATCH_70B, 128, 256, 32, 64, 0.75),
+    Case(*SMALL_BATCH_70B, 128, 256, 32, 64, 1.5),
+    Case(*SMALL_BATCH_70B, 128, 256, 32, 64, 2.25),
+    Case(*SMALL_BATCH_70B, 256, 512, 64, 128, 0.75),
+    Case("llama-3.1-8b", "A100-SXM-80GB", 1, "BF16", "BF16", 16, 512, 200, 400, 40, 80, 5.0),
+    Case("llama-3.1-8b", "A100-SXM-80GB", 1, "BF16", "BF16", 16, 512, 200, 400, 40, 80, 10.0),
+]
+
+
+@pytest.fixture(scope="module")
+def comparisons():
+    return [compare(case, duration_s=900) for case in CASES]
+
+
+def test_p99_ttft_under_load_is_within_a_factor_of_the_emulated_engines(comparisons):
+    for comparison in comparisons:
+        assert math.isfinite(comparison.predicted_ttft_p99_ms), comparison
+        ratio = comparison.predicted_ttft_p99_ms / comparison.emulated_ttft_p99_ms
+        assert 1 / 3 <= ratio <= 3, (comparison.case.label, comparison)
+    median, _ = error_summary([comparison.ttft_error for comparison in comparisons])
+    assert median <= 0.5, [(c.case.label, round(c.ttft_error, 2)) for c in comparisons]
+
+
+def test_p99_tpot_under_load_is_within_a_third_of_the_emulated_engines(comparisons):
+    for comparison in comparisons:
+        assert abs(comparison.tpot_error) <= 1 / 3, (comparison.case.label, comparison)
