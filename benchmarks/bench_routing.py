@@ -1,7 +1,7 @@
 """Load spreading after a scale-up, on the demo's own workload: how long after the new replicas
 are Ready the p99 TTFT of new arrivals is back within the SLO, and the share of requests each
-replica served, with the sandbox's Service proxy spreading connections round-robin (kube-proxy's
-default) and least-connections (kube-proxy IPVS's `lc`), and with a client that keeps its
+replica served, with the sandbox's Service proxy spreading connections round-robin (kube-proxy
+IPVS's default `rr`) and least-connections (its `lc`), and with a client that keeps its
 connections (round-robin).
 
 Each run: a fresh sandbox (`sandbox up --service-proxy-scheduler ...`) and the operator on the
@@ -9,11 +9,12 @@ host, the demo's LLMDeployment (examples/sandbox-chat.yaml, API defaults) and th
 instructions print (`llmfleet_sandbox.manager.DEMO_LOAD_ARGS`) through its Service.
 Prints markdown, writes docs/benchmarks/routing.md and appends every run to
 docs/benchmarks/routing-log.md. Needs root and no other bench sandbox running.
-Run: sudo .venv/bin/python benchmarks/bench_routing.py   (about 30 minutes)
+Run: sudo .venv/bin/python benchmarks/bench_routing.py [--runs N]   (about 10 minutes a run)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -131,11 +132,16 @@ Appended by `benchmarks/bench_routing.py` on every run; rows are never edited or
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=len(RUNS), choices=range(1, len(RUNS) + 1),
+                        help=f"how many of the runs, in order (default all {len(RUNS)}): "
+                             + "; ".join(label for label, _, _ in RUNS))
+    args = parser.parse_args()
     measured = commit()
     schedule, seconds, load_flags, high_s = demo_load()
     slo_ms = slo_ttft_ms()
     results = {}
-    for label, scheduler, client_flags in RUNS:
+    for label, scheduler, client_flags in RUNS[:args.runs]:
         print(f"== {label}", flush=True)
         with sandbox_with_operator(NAMESPACE, ("--service-proxy-scheduler", scheduler)) as (env, work):
             target = deploy(env)

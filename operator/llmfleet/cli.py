@@ -301,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox_up.add_argument("--service-proxy-scheduler", choices=("round-robin", "least-connections"),
                             default="round-robin",
                             help="how Services spread connections over ready endpoints: round-robin "
-                                 "(kube-proxy's default) or least-connections (kube-proxy IPVS mode's lc); "
+                                 "(kube-proxy IPVS mode's default rr) or least-connections (its lc); "
                                  "either way a connection, not a request, is balanced (default round-robin)")
     sandbox_up.add_argument("--scrape-interval", type=int, default=5,
                             help="Prometheus scrape interval in seconds (default 5)")

@@ -92,8 +92,8 @@ class SandboxConfig:
     gpus_per_node: int = 8
     gpu_type: str = DEFAULT_GPU_TYPE
     scrape_interval_seconds: int = 5
-    # How the service proxy spreads a Service's connections: "round-robin" (kube-proxy's
-    # default) or "least-connections" (its IPVS mode's `lc`).
+    # How the service proxy spreads a Service's connections: "round-robin" (kube-proxy IPVS
+    # mode's default `rr`) or "least-connections" (its `lc`).
     service_proxy_scheduler: str = "round-robin"
     instance: int = 0
     # None: the instance's ports.
