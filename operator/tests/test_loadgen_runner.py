@@ -37,7 +37,7 @@ class InstantStream:
         return None
 
 
-def test_a_request_waiting_for_its_arrival_goes_out_on_a_stream_young_enough_at_the_send(monkeypatch):
+def test_a_stream_that_aged_while_its_request_waited_for_its_arrival_is_replaced_at_the_send(monkeypatch):
     """Requests a second apart with streams retired at 0.2 s: each must open a new stream. A
     stream picked before the wait was sent on a second later: at a replica's scale-down it had
     left the Service by then, and the request failed there."""

@@ -146,6 +146,7 @@ def run_open_loop(target: Target, plan: Sequence[PlannedRequest], prompts: Promp
                 prompt = prompts.prompt(planned.index, planned.input_tokens)  # prepared before its arrival
                 record = RequestRecord(planned.index, endpoint, planned.input_tokens, planned.output_tokens,
                                        arrival_s=planned.arrival_s)
+                stream = stream_for(endpoint)
                 delay_s = planned.arrival_s - clock.now_s()
                 if (delay_s > 0 and stop.wait(delay_s)) or stop.is_set():
                     stopped_at_s = clock.now_s()
@@ -153,9 +154,11 @@ def run_open_loop(target: Target, plan: Sequence[PlannedRequest], prompts: Promp
                 if in_flight.count >= max_in_flight:
                     cap_hits += 1
                     in_flight.wait_below(max_in_flight)
-                # Taken at the send, not before the wait: a stream picked young and used seconds
-                # later reached a replica that had left the Service and stopped serving.
-                stream = stream_for(endpoint)
+                if stream.age_s() > max_stream_age_s:
+                    # Aged while waiting for the arrival: at low rates a stream picked young was
+                    # sent on seconds later, after its replica had left the Service and stopped.
+                    stream.close()
+                    stream = stream_for(endpoint)
                 in_flight.add()
                 stream.send(record, prompt)
                 sent += 1
