@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import sys
@@ -88,7 +89,7 @@ def figures(samples: list, requests: list, high_s: tuple[float, float], slo_ms: 
     ready = next((s[0] for s in samples if s[0] >= high_s[0] and (s[2] or 0) >= peak), None)
     recovered = None
     if ready is not None:
-        starts = range(int(ready), int(high_s[1] - RECOVERY_WINDOW_S) + 1)
+        starts = range(math.ceil(ready), int(high_s[1] - RECOVERY_WINDOW_S) + 1)
         p99s = [(start, window_p99(requests, start, RECOVERY_WINDOW_S)) for start in starts]
         recovered = next((start for start, _ in p99s
                           if all(q is None or q <= slo_ms for s, q in p99s if s >= start)), None)

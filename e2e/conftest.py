@@ -14,8 +14,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,50 @@ def service_target(sandbox: "Sandbox", name: str, namespace: str, timeout: float
                 raise AssertionError(f"{namespace}/{name} does not serve through {target} after "
                                      f"{timeout:.0f} s: {error}") from None
         time.sleep(1.0)
+
+
+@dataclass
+class StatusSample:
+    seconds: float
+    replicas: int | None
+    ready: int | None
+    ttft_p99_ms: float | None
+    metrics_available: str | None
+
+
+@dataclass
+class StatusWatcher:
+    """Samples an LLMDeployment's status every second while a load runs."""
+
+    sandbox: Sandbox
+    name: str
+    namespace: str
+    samples: list[StatusSample] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self, started: float) -> None:
+        while not self.stop.is_set():
+            status = self.sandbox.kubectl_json("get", "llmdeployment", self.name, "-n", self.namespace
+                                               ).get("status") or {}
+            metrics = next((c["status"] for c in status.get("conditions") or []
+                            if c["type"] == "MetricsAvailable"), None)
+            self.samples.append(StatusSample(time.monotonic() - started, status.get("replicas"),
+                                             status.get("readyReplicas"), status.get("ttftP99Ms"), metrics))
+            self.stop.wait(1.0)
+
+    def timeline(self) -> list[tuple]:
+        """(s, replicas, ready, p99 TTFT ms) every 5 samples, for failure messages."""
+        return [(round(s.seconds), s.replicas, s.ready, s.ttft_p99_ms and round(s.ttft_p99_ms))
+                for s in self.samples[::5]]
+
+    def replica_changes(self, since_s: float = 0.0) -> list[tuple[float, int]]:
+        changes, previous = [], None
+        for sample in self.samples:
+            if sample.seconds >= since_s and sample.replicas is not None:
+                if previous is not None and sample.replicas != previous:
+                    changes.append((sample.seconds, sample.replicas))
+                previous = sample.replicas
+        return changes
 
 
 # Beside a sandbox of the default instance (`make sandbox`): own bridge, subnets and ports.

@@ -10,12 +10,11 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from conftest import service_target, stop_load, wait_for
+from conftest import StatusSample, StatusWatcher, service_target, stop_load, wait_for
 from operator_fixtures import small_batch_70b
 
 pytestmark = pytest.mark.e2e
@@ -36,50 +35,7 @@ def scaler(name: str, min_replicas: int = 1, target_ttft_p99_ms: int | None = No
         "scaleDownStabilizationSeconds": SCALE_DOWN_STABILIZATION_S, "cooldownSeconds": COOLDOWN_S})
 
 
-@dataclass
-class Observation:
-    seconds: float
-    replicas: int | None
-    ready: int | None
-    ttft_p99_ms: float | None
-    metrics_available: str | None
-
-
-@dataclass
-class Watcher:
-    """Samples the LLMDeployment's status every second while a load runs."""
-
-    sandbox: object
-    name: str
-    samples: list[Observation] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self, started: float) -> None:
-        while not self.stop.is_set():
-            status = _status(self.sandbox, self.name)
-            metrics = next((c["status"] for c in status.get("conditions") or []
-                            if c["type"] == "MetricsAvailable"), None)
-            self.samples.append(Observation(time.monotonic() - started, status.get("replicas"),
-                                            status.get("readyReplicas"), status.get("ttftP99Ms"),
-                                            metrics))
-            self.stop.wait(1.0)
-
-    def timeline(self) -> list[tuple]:
-        """(s, replicas, ready, p99 TTFT ms) every 5 samples, for failure messages."""
-        return [(round(s.seconds), s.replicas, s.ready, s.ttft_p99_ms and round(s.ttft_p99_ms))
-                for s in self.samples[::5]]
-
-    def replica_changes(self, since_s: float = 0.0) -> list[tuple[float, int]]:
-        changes, previous = [], None
-        for sample in self.samples:
-            if sample.seconds >= since_s and sample.replicas is not None:
-                if previous is not None and sample.replicas != previous:
-                    changes.append((sample.seconds, sample.replicas))
-                previous = sample.replicas
-        return changes
-
-
-def _longest_run_under(samples: list[Observation], limit_ms: float, from_s: float, to_s: float) -> float:
+def _longest_run_under(samples: list[StatusSample], limit_ms: float, from_s: float, to_s: float) -> float:
     """Seconds of the longest stretch in (from_s, to_s) in which every sample's p99 TTFT was
     known and under `limit_ms`."""
     longest, run_start = 0.0, None
@@ -123,7 +79,7 @@ def autoscaling_namespace(sandbox, operator):
 def test_scales_up_on_a_breach_recovers_and_scales_down_without_cutting_requests(sandbox, tmp_path):
     target = _deploy_ready(sandbox, "burst")
     assert _status(sandbox, "burst")["replicas"] == 1
-    watcher = Watcher(sandbox, "burst")
+    watcher = StatusWatcher(sandbox, "burst", NAMESPACE)
     started = time.monotonic()
     thread = threading.Thread(target=watcher.run, args=(started,), daemon=True)
     thread.start()
@@ -160,7 +116,7 @@ def test_steady_load_does_not_flap_and_a_prometheus_outage_holds_replicas(sandbo
     # Two replicas at 1.5 requests/s each: p99 TTFT well inside the target, too busy for one.
     # Steered to the SLO itself, above the default target (60 % of it): this load sits between.
     target = _deploy_ready(sandbox, "steady", min_replicas=2, target_ttft_p99_ms=SLO_TTFT_MS)
-    watcher = Watcher(sandbox, "steady")
+    watcher = StatusWatcher(sandbox, "steady", NAMESPACE)
     started = time.monotonic()
     thread = threading.Thread(target=watcher.run, args=(started,), daemon=True)
     thread.start()

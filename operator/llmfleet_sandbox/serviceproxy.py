@@ -6,6 +6,10 @@ loopback) and splices each connection to a ready endpoint from the Service's
 EndpointSlices. Connections, not requests, are balanced, as by kube-proxy: round robin
 (its default), or to the endpoint with the fewest open connections (IPVS mode's `lc`
 scheduler), ties round robin. With no ready endpoint, connections are refused.
+The scheduler is the proxy's (`--scheduler`); a Service's annotation
+`sandbox.llmfleet.io/service-proxy-scheduler` chooses another for that Service alone, as
+some service proxies take a per-Service load-balancing algorithm, so that tests can compare
+both in one sandbox.
 Run as `python -m llmfleet_sandbox.serviceproxy --kubeconfig FILE [--scheduler NAME]`.
 """
 
@@ -27,6 +31,7 @@ BUFFER_BYTES = 64 * 1024
 ROUND_ROBIN = "round-robin"
 LEAST_CONNECTIONS = "least-connections"
 SCHEDULERS = (ROUND_ROBIN, LEAST_CONNECTIONS)
+SCHEDULER_ANNOTATION = "sandbox.llmfleet.io/service-proxy-scheduler"
 
 
 class EndpointTable:
@@ -67,14 +72,16 @@ class EndpointTable:
                     backends.extend((address, port) for address in endpoint["addresses"])
         return sorted(backends)
 
-    def pick(self, namespace: str, service: str, port_name: str) -> tuple[str, int] | None:
-        """The endpoint for a new connection, counted open until `closed`."""
+    def pick(self, namespace: str, service: str, port_name: str,
+             scheduler: str | None = None) -> tuple[str, int] | None:
+        """The endpoint for a new connection, counted open until `closed`; `scheduler`
+        overrides the table's for this Service."""
         backends = self.ready_backends(namespace, service, port_name)
         if not backends:
             return None
         key = (namespace, service, port_name)
         with self.lock:
-            if self.scheduler == LEAST_CONNECTIONS:
+            if (scheduler or self.scheduler) == LEAST_CONNECTIONS:
                 fewest = min(self.open_connections[backend] for backend in backends)
                 backends = [backend for backend in backends if self.open_connections[backend] == fewest]
             counter = self.counters.setdefault(key, itertools.count())
@@ -94,21 +101,22 @@ class ServiceProxy:
         self.loop = loop
         self.endpoints = EndpointTable(scheduler)
         self.services: dict[tuple[str, str], dict] = {}
-        # (cluster IP, port) -> (server, namespace, service, port name)
+        # (cluster IP, port) -> (server, namespace, service, port name, scheduler or None)
         self.listeners: dict[tuple[str, int], tuple[asyncio.AbstractServer, str, str, str]] = {}
         self.stopping = threading.Event()
         self.sync_lock = asyncio.Lock()
 
-    def wanted_listeners(self) -> dict[tuple[str, int], tuple[str, str, str]]:
+    def wanted_listeners(self) -> dict[tuple[str, int], tuple[str, str, str, str | None]]:
         wanted = {}
         for (namespace, name), service in self.services.items():
             spec = service.get("spec") or {}
             cluster_ip = spec.get("clusterIP")
             if not cluster_ip or cluster_ip == "None":
                 continue
+            scheduler = service_scheduler(service)
             for port in spec.get("ports") or []:
                 if port.get("protocol", "TCP") == "TCP":
-                    wanted[(cluster_ip, port["port"])] = (namespace, name, port.get("name") or "")
+                    wanted[(cluster_ip, port["port"])] = (namespace, name, port.get("name") or "", scheduler)
         return wanted
 
     async def sync_listeners(self) -> None:
@@ -130,10 +138,12 @@ class ServiceProxy:
                 continue
             self.listeners[address] = (server, *target)
             print(f"service {target[0]}/{target[1]} port {target[2] or address[1]} "
-                  f"listening on {address[0]}:{address[1]}", flush=True)
+                  f"listening on {address[0]}:{address[1]}"
+                  + (f", scheduler {target[3]}" if target[3] else ""), flush=True)
 
-    async def forward(self, reader, writer, namespace: str, service: str, port_name: str) -> None:
-        backend = self.endpoints.pick(namespace, service, port_name)
+    async def forward(self, reader, writer, namespace: str, service: str, port_name: str,
+                      scheduler: str | None) -> None:
+        backend = self.endpoints.pick(namespace, service, port_name, scheduler)
         if backend is None:
             writer.close()
             return
@@ -186,6 +196,18 @@ class ServiceProxy:
             metadata = endpoint_slice["metadata"]
             self.endpoints.set_slice(metadata["namespace"], metadata["name"],
                                      None if event_type == "DELETED" else endpoint_slice)
+
+
+def service_scheduler(service: dict) -> str | None:
+    """The Service's own scheduler from its annotation; an unknown one is reported and
+    ignored (the proxy's scheduler serves it), as a proxy does not refuse a Service."""
+    metadata = service["metadata"]
+    scheduler = (metadata.get("annotations") or {}).get(SCHEDULER_ANNOTATION)
+    if scheduler is None or scheduler in SCHEDULERS:
+        return scheduler
+    print(f"service {metadata['namespace']}/{metadata['name']}: {SCHEDULER_ANNOTATION} must be one of "
+          f"{', '.join(SCHEDULERS)}, got {scheduler!r}; using the proxy's scheduler", flush=True)
+    return None
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -6,7 +6,12 @@ from __future__ import annotations
 from llmfleet_sandbox.poddiscovery import pod_target_groups
 from llmfleet_sandbox.probes import ProbeState
 from llmfleet_sandbox.processes import ProcessTable, process_start_ticks
-from llmfleet_sandbox.serviceproxy import EndpointTable
+from llmfleet_sandbox.serviceproxy import (
+    LEAST_CONNECTIONS,
+    SCHEDULER_ANNOTATION,
+    EndpointTable,
+    service_scheduler,
+)
 
 
 def _slice(name, service, addresses_ready, port=8001, port_name="grpc", terminating=()):
@@ -46,6 +51,30 @@ def test_round_robin_ignores_open_connections():
     table.set_slice("ns", "a", _slice("a", "chat", [("10.0.0.1", True), ("10.0.0.2", True)]))
     picks = [table.pick("ns", "chat", "grpc") for _ in range(4)]  # none closed
     assert picks.count(("10.0.0.1", 8001)) == picks.count(("10.0.0.2", 8001)) == 2
+
+
+def test_a_services_annotation_chooses_its_own_scheduler():
+    table = EndpointTable()  # round robin for every Service without the annotation
+    table.set_slice("ns", "a", _slice("a", "chat", [("10.0.0.1", True), ("10.0.0.2", True)]))
+    busy = table.pick("ns", "chat", "grpc")  # a connection that stays open
+
+    def short_connection(scheduler):
+        backend = table.pick("ns", "chat", "grpc", scheduler)
+        table.closed(backend)
+        return backend
+
+    assert {short_connection(LEAST_CONNECTIONS) for _ in range(4)} == {("10.0.0.2", 8001)} != {busy}
+    assert {short_connection(None) for _ in range(4)} == {busy, ("10.0.0.2", 8001)}
+    annotated = {"metadata": {"namespace": "ns", "name": "chat",
+                              "annotations": {SCHEDULER_ANNOTATION: LEAST_CONNECTIONS}}}
+    assert service_scheduler(annotated) == LEAST_CONNECTIONS
+    assert service_scheduler({"metadata": {"namespace": "ns", "name": "chat"}}) is None
+
+
+def test_an_unknown_scheduler_annotation_is_reported_and_ignored(capsys):
+    service = {"metadata": {"namespace": "ns", "name": "chat", "annotations": {SCHEDULER_ANNOTATION: "random"}}}
+    assert service_scheduler(service) is None
+    assert "must be one of round-robin, least-connections, got 'random'" in capsys.readouterr().out
 
 
 def test_a_closed_connection_is_no_longer_counted():
