@@ -27,8 +27,9 @@ from llmfleet.api import GROUP, KIND, PLURAL, VERSION
 from llmfleet.heap import release_free_heap
 from llmfleet.k8s import CHILD_KINDS, KubeGateway, NamespaceTerminating, load_api_client
 from llmfleet.metrics import PrometheusMetrics
+from llmfleet.planner.cluster import cluster_gpus, gpu_node, gpu_pod
 from llmfleet.reconcile import OperatorSettings, needs_periodic_pass, reconcile
-from llmfleet.render.identity import MANAGED_BY_LABEL
+from llmfleet.render.identity import DEPLOYMENT_LABEL, MANAGED_BY_LABEL, selector_labels
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 log = logging.getLogger(__name__)
@@ -125,6 +126,27 @@ def _deployment_by_uid(body, **_) -> dict:
     return {body["metadata"]["uid"]: indexed(body)}
 
 
+# What a new plan may use: the GPU nodes, and the pods holding GPUs (anyone's: GPUs are shared).
+# Each keeps only the few fields the count needs. Operators limited to some namespaces see
+# only those namespaces' pods, and count GPUs held elsewhere as free.
+@kopf.index("", "v1", "nodes", id="gpu_nodes")
+def _gpu_node(body, **_) -> dict | None:
+    node = gpu_node(body)
+    return {None: node} if node is not None else None
+
+
+@kopf.index("", "v1", "pods", id="gpu_pods")
+def _gpu_pod(body, **_) -> dict | None:
+    pod = gpu_pod(body, DEPLOYMENT_LABEL)
+    return {None: pod} if pod is not None else None
+
+
+def _cluster_gpus(body, indexes):
+    metadata = body["metadata"]
+    return lambda: cluster_gpus(indexes["gpu_nodes"].get(None, ()), indexes["gpu_pods"].get(None, ()),
+                                metadata["namespace"], selector_labels(metadata["name"])[DEPLOYMENT_LABEL])
+
+
 def _children(uid: str, indexes) -> list[dict]:
     return [child for kind in CHILD_KINDS for child in indexes[f"children_{kind.plural}"].get(uid, ())]
 
@@ -138,7 +160,7 @@ def _run(body, memo, indexes) -> None:
     with _object_locks[uid]:
         try:
             reconcile(dict(body), memo.gateway, memo.operator_settings, utc_now(), memo.metrics,
-                      children=_children(uid, indexes))
+                      children=_children(uid, indexes), cluster_gpus=_cluster_gpus(body, indexes))
         except NamespaceTerminating as going:
             # The object goes with its namespace (deletion reaches it after its children).
             log.debug("namespace %s is being deleted; not reconciling %s", going, body["metadata"]["name"])

@@ -13,6 +13,7 @@ condition, never as an exception Kopf would retry forever.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -41,7 +42,7 @@ from llmfleet.planner.spec_adapter import (
     plan_status_from_plan,
     serving_release,
 )
-from llmfleet.planner.types import Plan
+from llmfleet.planner.types import ClusterGpus, Plan
 from llmfleet.inference import ask_golden_prompts
 from llmfleet.inference.golden import Replica
 from llmfleet.render import (
@@ -201,16 +202,17 @@ class PlanChoice:
     status: dict  # status.plan
 
 
-def _plan(ctx: Context, spec: LLMDeploymentSpec) -> PlanChoice:
+def _plan(ctx: Context, spec: LLMDeploymentSpec, cluster_gpus: Callable[[], ClusterGpus] | None) -> PlanChoice:
     """The stored plan while the spec is unchanged and no re-plan is asked for, so an operator
-    upgrade with new calibration neither re-plans nor rebuilds what serves; else a new plan."""
+    upgrade with new calibration neither re-plans nor rebuilds what serves, and GPUs freed or
+    taken elsewhere do not move it; else a new plan for the cluster's GPUs now."""
     stored = ctx.stored
     if (stored.plan is not None and stored.observed_generation == ctx.generation
             and stored.replan_request == ctx.replan_request):
         reused = plan_from_status(stored.plan)
         if reused is not None or not stored.plan.gpu_type:
             return PlanChoice(reused, stored.plan.model_dump(mode="json", by_alias=True, exclude_none=True))
-    fresh = make_plan(plan_request_from_spec(spec))
+    fresh = make_plan(plan_request_from_spec(spec, cluster_gpus=cluster_gpus() if cluster_gpus else None))
     return PlanChoice(fresh if fresh.feasible else None,
                       plan_status_from_plan(fresh).model_dump(mode="json", by_alias=True, exclude_none=True))
 
@@ -513,8 +515,14 @@ def _conditions(ctx: Context, plan_status: dict, build: BuildState, rollout: Rol
     counts = f"{ready}/{desired} replicas ready"
     short = f"{counts}; {pods_say}" if pods_say and ready < desired else counts
     scaling_up = _scaling_up(ctx, rollout, scaling)
-    after = ctx.condition(ctx.conditions_before, ConditionType.PLANNED, TRUE, Reason.PLAN_FOUND,
-                          f"{plan_status.get('summary', '')} x{desired}: " + (plan_status.get("rationale") or [""])[0])
+    if plan_status.get("capacityShortfall"):
+        planned = (FALSE, Reason.CAPACITY_SHORTFALL, f"{plan_status['capacityShortfall']}; serving "
+                   f"{plan_status.get('summary', '')} x{plan_status.get('replicas')} meanwhile (to plan again once "
+                   f"GPUs are free, set the annotation {REPLAN_ANNOTATION})")
+    else:
+        planned = (TRUE, Reason.PLAN_FOUND,
+                   f"{plan_status.get('summary', '')} x{desired}: " + (plan_status.get("rationale") or [""])[0])
+    after = ctx.condition(ctx.conditions_before, ConditionType.PLANNED, *planned)
     after = ctx.condition(after, ConditionType.ENGINE_BUILT, TRUE if build.finished else FALSE, build.reason,
                           build.message)
     after = ctx.condition(after, ConditionType.WORKLOAD_AVAILABLE, TRUE if rollout.ready_anywhere else FALSE,
@@ -646,7 +654,8 @@ def decide_invalid(ctx: Context, reason: str, message: str, plan_status: dict | 
 def decide(body: dict, children, settings: OperatorSettings, now: datetime,
            snapshot: MetricsSnapshot | None = None, samples: Samples | None = None,
            golden: GoldenAnswers | None = None, not_ready_reason: str | None = None,
-           deployment: LLMDeployment | None = None, build_failure: str | None = None) -> Outcome:
+           deployment: LLMDeployment | None = None, build_failure: str | None = None,
+           cluster_gpus: Callable[[], ClusterGpus] | None = None) -> Outcome:
     """`snapshot` is the deployment's metrics when autoscaling is enabled (None: no
     Prometheus configured, which the autoscaler treats like an outage: hold); `samples` the
     canary and stable revisions' requests when an analysis step is due (`analysis_query`);
@@ -654,14 +663,15 @@ def decide(body: dict, children, settings: OperatorSettings, now: datetime,
     `not_ready_reason` what the pods say when the canary's replicas are overdue (`overdue_canary`)
     or the current revision is short of ready replicas (`short_of_ready`); `build_failure` what
     its failed build pod said (`failing_build`). `deployment` is the body already parsed, if the
-    caller has it."""
+    caller has it. `cluster_gpus` gives the cluster's GPUs, asked only when planning anew (None:
+    any type the spec allows)."""
     ctx = Context(body, tuple(children), settings, now, snapshot)
     try:
         deployment = _validate(ctx) if deployment is None else deployment
     except InvalidSpecError as error:
         return decide_invalid(ctx, Reason.INVALID_SPEC, "; ".join(f"{path}: {text}" for path, text in error.problems))
     spec = deployment.spec
-    choice = _plan(ctx, spec)
+    choice = _plan(ctx, spec, cluster_gpus)
     if choice.plan is None:
         # Keep whatever already serves; create nothing new for an unmeetable spec.
         closest = (choice.status.get("rejected") or [None])[0]
@@ -878,10 +888,11 @@ def golden_answers(kube, namespace: str, name: str, query: QualityQuery, request
 
 
 def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metrics=None,
-              children: list[dict] = ()) -> Outcome:
+              children: list[dict] = (), cluster_gpus: Callable[[], ClusterGpus] | None = None) -> Outcome:
     """Bring the cluster to the state `decide` wants for this LLMDeployment.
 
-    `children` are the objects it owns (from the operator's indexes).
+    `children` are the objects it owns and `cluster_gpus` gives the cluster's GPUs (both from
+    the operator's indexes).
     `metrics` (a llmfleet.metrics.PrometheusMetrics, or None) is read only when the
     deployment autoscales or a canary analysis is due."""
     metadata = body["metadata"]
@@ -913,7 +924,7 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
     build_failure = last_build_failure(_pods_of(kube, namespace, name, failing, BUILD_COMPONENT)) \
         if failing else None
     outcome = decide(body, children, settings, now, snapshot, samples, golden, why_not_ready, deployment,
-                     build_failure)
+                     build_failure, cluster_gpus)
     for manifest in outcome.ensure:
         kube.ensure(manifest)
     live = {(child["kind"], child["metadata"]["name"]): child for child in children}

@@ -30,6 +30,8 @@ class Reason:
     # Planned
     PLAN_FOUND = "PlanFound"
     PLAN_INFEASIBLE = "PlanInfeasible"
+    # Planned False while serving: the SLO plan needs more GPUs than are free
+    CAPACITY_SHORTFALL = "CapacityShortfall"
     # Planned and Ready, for a spec the operator cannot act on
     INVALID_SPEC = "InvalidSpec"
     RENDER_FAILED = "RenderFailed"

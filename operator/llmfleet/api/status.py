@@ -92,6 +92,13 @@ class PlanStatus(ApiModel):
         max_length=MAX_RATIONALE_LINES,
         description="Why this configuration, one statement per line.",
     )
+    capacity_shortfall: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="Set when the configuration meeting the SLO needs more GPUs than the cluster "
+        "has free: which, how many, and what is served meanwhile (the Planned condition says "
+        "CapacityShortfall).",
+    )
     rejected: list[RejectedOption] | None = Field(
         default=None,
         max_length=MAX_REJECTED_OPTIONS,

@@ -20,6 +20,8 @@ def format_plan_table(plan: Plan) -> str:
         ("quantization", str(plan.quantization)),
         ("kvCacheDtype", str(plan.kv_cache_dtype)),
     ]
+    if plan.shortfall:
+        rows.append(("capacity", plan.shortfall.message))
     if plan.predicted:
         p = plan.predicted
         rows += [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llmfleet.catalog import Catalog, GpuType, KvCacheDtype, ModelArch, QuantizationFormat, load_catalog
 from llmfleet.planner.latency import (
@@ -15,7 +15,7 @@ from llmfleet.planner.latency import (
     saturation_throughput_tokens_per_sec,
 )
 from llmfleet.planner.memory import kv_bytes_per_token, tensor_parallel_problem
-from llmfleet.planner.types import Estimate, Plan, PlanRequest, Predicted, RejectedOption
+from llmfleet.planner.types import CapacityShortfall, ClusterGpus, Estimate, Plan, PlanRequest, Predicted, RejectedOption
 
 REJECTED_PER_REASON = 3
 REJECTED_TOTAL = 24
@@ -58,6 +58,27 @@ class _Outcome:
     @property
     def cost(self) -> float:
         return self.gpus * self.option.gpu.relative_cost_per_gpu_hour
+
+
+@dataclass(frozen=True)
+class _GpuLimits:
+    """The GPUs of each type a search may use: the cluster's schedulable ones (the SLO plan) or
+    its free ones (a plan that fits now); a type not listed has none."""
+
+    gpus_by_type: dict[str, int]
+    kind: str  # "schedulable" or "free", for reasons
+    reason_class: str
+
+    @classmethod
+    def schedulable(cls, cluster: ClusterGpus) -> "_GpuLimits":
+        return cls({c.gpu_type: c.allocatable for c in cluster.capacities}, "schedulable", "cluster")
+
+    @classmethod
+    def free(cls, cluster: ClusterGpus) -> "_GpuLimits":
+        return cls({c.gpu_type: c.free for c in cluster.capacities}, "free", "capacity")
+
+    def of(self, gpu_type: str) -> int:
+        return self.gpus_by_type.get(gpu_type, 0)
 
 
 def _resolve_model(model: ModelArch | str, catalog: Catalog) -> ModelArch:
@@ -115,7 +136,8 @@ def _slo_failure(prediction: LoadPrediction, request: PlanRequest) -> tuple[str,
     return ("ttft-slo" if ttft_ratio >= tpot_ratio else "tpot-slo"), "; ".join(misses)
 
 
-def _search_replicas(engine: Engine, option: _Option, request: PlanRequest, best_gpus: int | None) -> _Outcome:
+def _search_replicas(engine: Engine, option: _Option, request: PlanRequest, best_gpus: int | None,
+                     limits: _GpuLimits | None) -> _Outcome:
     """Fewest replicas of this configuration meeting the SLO (prediction is monotone in load)."""
     w, space = request.workload, request.space
     tp = option.tensor_parallel_size
@@ -127,6 +149,10 @@ def _search_replicas(engine: Engine, option: _Option, request: PlanRequest, best
     fewest = max(1, math.ceil(w.peak_requests_per_sec / saturation_rps))
     if space.pinned_replicas is not None:
         fewest = most = space.pinned_replicas
+        if limits is not None and limits.of(option.gpu.name) < most * tp:
+            return _Outcome(option, limits.reason_class, f"{most} pinned replicas need {most * tp} GPUs; "
+                            f"{limits.of(option.gpu.name)} {option.gpu.name} are {limits.kind}",
+                            replicas=most, engine=engine)
     else:
         most = space.gpu_budget // tp if space.gpu_budget else fewest * UNBOUNDED_REPLICA_FACTOR
         if best_gpus is not None and fewest * tp > best_gpus:
@@ -135,11 +161,18 @@ def _search_replicas(engine: Engine, option: _Option, request: PlanRequest, best
         if most < fewest:
             return _Outcome(option, "gpu-budget", f"needs at least {fewest * tp} GPUs for the throughput, "
                             f"budget is {space.gpu_budget}", replicas=max(most, 0), engine=engine)
+        scope = "within the GPU budget" if space.gpu_budget else "at any replica count"
+        if limits is not None and limits.of(option.gpu.name) // tp < most:
+            most = limits.of(option.gpu.name) // tp
+            scope = f"within the {limits.of(option.gpu.name)} {limits.kind} {option.gpu.name}"
+            if most < fewest:
+                return _Outcome(option, limits.reason_class, f"needs at least {fewest * tp} GPUs for the "
+                                f"throughput; {limits.of(option.gpu.name)} {option.gpu.name} are {limits.kind}",
+                                replicas=max(most, 0), engine=engine)
     prediction, violation = _predict(engine, request, most)
     if violation > 1:
         kind, reason = _slo_failure(prediction, request)
         if space.pinned_replicas is None:
-            scope = "within the GPU budget" if space.gpu_budget else "at any replica count"
             reason = f"{reason} ({scope}: {most} replicas)"
         return _Outcome(option, kind, reason, most, engine, prediction, violation)
     low, high = fewest, most
@@ -182,7 +215,8 @@ def _bounded_rejections(outcomes: list[_Outcome]) -> tuple[RejectedOption, ...]:
     return tuple(kept[:REJECTED_TOTAL])
 
 
-def _options(request: PlanRequest, catalog: Catalog, rejected: list[_Outcome]) -> list[_Option]:
+def _options(request: PlanRequest, catalog: Catalog, rejected: list[_Outcome],
+             limits: _GpuLimits | None) -> list[_Option]:
     space = request.space
     gpus = [space.pinned_gpu_type] if space.pinned_gpu_type else list(space.gpu_types)
     tps = [space.pinned_tensor_parallel_size] if space.pinned_tensor_parallel_size else list(space.tensor_parallel_sizes)
@@ -196,6 +230,9 @@ def _options(request: PlanRequest, catalog: Catalog, rejected: list[_Outcome]) -
                 for kv_name in kvs:
                     option = _Option(gpu, tp, catalog.quantization(quant_name), catalog.kv_cache_dtype(kv_name))
                     problem = support_problem(request.model, option)
+                    if problem is None and limits is not None and limits.of(gpu_name) < tp:
+                        problem = (limits.reason_class, f"{limits.of(gpu_name)} {gpu_name} are {limits.kind}"
+                                   + (f"; {space.cluster_gpus.describe()}" if not limits.of(gpu_name) else ""))
                     if problem is None and space.release_support is not None:
                         why = space.release_support.problem(gpu_name, quant_name, kv_name, space.release)
                         problem = ("release", why) if why else None
@@ -212,8 +249,38 @@ def _options(request: PlanRequest, catalog: Catalog, rejected: list[_Outcome]) -
 
 def plan(request: PlanRequest, catalog: Catalog | None = None) -> Plan:
     """The configuration with the fewest GPUs meeting p99 TTFT and TPOT at peak load
-    (ties: lower relative cost, then more headroom, then lower quality cost)."""
+    (ties: lower relative cost, then more headroom, then lower quality cost).
+
+    Given the cluster's GPUs, only types it has are chosen. When that plan needs more GPUs
+    than are free, a plan meeting the SLO on the free GPUs is chosen instead; failing that, the
+    SLO plan's configuration with the replicas the free GPUs hold (or, if they hold none, the
+    SLO plan itself, waiting for GPUs), with the shortfall said."""
     catalog = catalog or load_catalog()
+    cluster = request.space.cluster_gpus
+    if cluster is None:
+        return _plan_within(request, catalog, None)
+    slo_plan = _plan_within(request, catalog, _GpuLimits.schedulable(cluster))
+    free = cluster.of(slo_plan.gpu_type).free if slo_plan.gpu_type else 0
+    if not slo_plan.feasible or slo_plan.gpus_total <= free:
+        return slo_plan
+    label = (f"{slo_plan.replicas} x {slo_plan.gpu_type} TP{slo_plan.tensor_parallel_size} "
+             f"{slo_plan.quantization} KV {slo_plan.kv_cache_dtype}")
+    fits_now = _plan_within(request, catalog, _GpuLimits.free(cluster))
+    if fits_now.feasible:
+        return replace(fits_now, rationale=(*fits_now.rationale, f"{label} would need {slo_plan.gpus_total} GPUs; "
+                                            f"{free} {slo_plan.gpu_type} are free"))
+    shortfall = CapacityShortfall(label, slo_plan.gpu_type, slo_plan.gpus_total, free)
+    gpus_per_replica = slo_plan.gpus_total // slo_plan.replicas
+    replicas_now = free // gpus_per_replica
+    if replicas_now == 0 or request.space.pinned_replicas is not None:
+        return replace(slo_plan, shortfall=shortfall, rationale=(
+            *slo_plan.rationale, f"{free} {slo_plan.gpu_type} are free: pods beyond them wait for GPUs"))
+    return replace(slo_plan, replicas=replicas_now, shortfall=shortfall, rationale=(
+        *slo_plan.rationale, f"serving {replicas_now} replica(s), what the {free} free {slo_plan.gpu_type} hold, "
+                             f"until {slo_plan.gpus_total - replicas_now * gpus_per_replica} more are free"))
+
+
+def _plan_within(request: PlanRequest, catalog: Catalog, limits: _GpuLimits | None) -> Plan:
     model = _resolve_model(request.model, catalog)
     request = PlanRequest(model, request.workload, request.slo, request.space)
     w, space = request.workload, request.space
@@ -224,7 +291,7 @@ def plan(request: PlanRequest, catalog: Catalog | None = None) -> Plan:
         return Plan(False, None, None, None, None, 0, None, (reason,))
     rejected: list[_Outcome] = []
     viable: list[tuple[int, _Option, Engine]] = []
-    for option in _options(request, catalog, rejected):
+    for option in _options(request, catalog, rejected, limits):
         engine = _engine_for(model, option, catalog, space)
         fit = engine.fit
         if not fit.weights_fit:
@@ -245,7 +312,7 @@ def plan(request: PlanRequest, catalog: Catalog | None = None) -> Plan:
     met: list[_Outcome] = []
     for _, option, engine in viable:
         best_gpus = min((o.gpus for o in met), default=None)
-        outcome = _search_replicas(engine, option, request, best_gpus)
+        outcome = _search_replicas(engine, option, request, best_gpus, limits)
         (met if outcome.reason_class is None else rejected).append(outcome)
     evaluated = len(met) + len(rejected)
     if met:

@@ -32,7 +32,7 @@ from llmfleet.api import Quantization as ApiQuantization
 from llmfleet.api import RejectedOption as ApiRejectedOption
 from llmfleet.catalog import Catalog, ModelArch, load_catalog, model_from_numbers
 from llmfleet.catalog.release_record import ReleaseError, ReleaseRecord, release_for
-from llmfleet.planner.types import Plan, PlanRequest, Predicted, SearchSpace, SloTargets, Workload
+from llmfleet.planner.types import ClusterGpus, Plan, PlanRequest, Predicted, SearchSpace, SloTargets, Workload
 
 INLINE_MODEL_NAME = "inline architecture"
 # Status string limits of the API (see api/status.py); longer planner text is cut to fit.
@@ -133,7 +133,7 @@ def _names(values) -> tuple[str, ...]:
     return tuple(value.value for value in values)
 
 
-def _search_space_from_spec(spec: LLMDeploymentSpec, catalog: Catalog) -> SearchSpace:
+def _search_space_from_spec(spec: LLMDeploymentSpec, catalog: Catalog, cluster_gpus: ClusterGpus | None) -> SearchSpace:
     # An omitted resources block or list allows every value; an omitted pin leaves it open.
     release = serving_release(spec)
     resources = spec.resources or ResourcesSpec()
@@ -157,6 +157,7 @@ def _search_space_from_spec(spec: LLMDeploymentSpec, catalog: Catalog) -> Search
         release=release.release,
         release_support=(release.support.for_checkpoints(release, hub_repo_id(spec.model.source), spec.model.source)
                          if release.runtime == Runtime.LLMAPI.value else release.support),
+        cluster_gpus=cluster_gpus,
     )
 
 
@@ -169,8 +170,10 @@ def serving_release(spec: LLMDeploymentSpec) -> ReleaseRecord:
         raise InvalidSpecError([("spec.engine.image", str(error))]) from None
 
 
-def plan_request_from_spec(spec: LLMDeploymentSpec, *, catalog: Catalog | None = None) -> PlanRequest:
-    """The planner's question for a validated `spec`.
+def plan_request_from_spec(spec: LLMDeploymentSpec, *, catalog: Catalog | None = None,
+                           cluster_gpus: ClusterGpus | None = None) -> PlanRequest:
+    """The planner's question for a validated `spec`, on a cluster with `cluster_gpus` (None:
+    any GPU type the spec allows).
 
     Raises InvalidSpecError for a spec that admission accepts but that leaves nothing to plan
     with (no quantisation allowed by both the resources and the quality budget).
@@ -186,7 +189,7 @@ def plan_request_from_spec(spec: LLMDeploymentSpec, *, catalog: Catalog | None =
             tpot_p99_ms=spec.slo.tpot_p99_ms,
             max_quality_loss_percent=quality.max_quality_loss_percent if quality else None,
         ),
-        space=_search_space_from_spec(spec, catalog),
+        space=_search_space_from_spec(spec, catalog, cluster_gpus),
     )
 
 
@@ -250,6 +253,7 @@ def plan_status_from_plan(plan: Plan) -> PlanStatus:
         summary=plan.summary,
         predicted=_prediction(plan.predicted),
         rationale=rationale,
+        capacity_shortfall=_fit(plan.shortfall.message, MAX_STATUS_LINE_CHARS) if plan.shortfall else None,
         rejected=rejected[:MAX_REJECTED_OPTIONS] or None,
     )
 

@@ -38,6 +38,51 @@ class SloTargets:
 
 
 @dataclass(frozen=True)
+class GpuCapacity:
+    """One GPU type in the cluster: GPUs on schedulable nodes, and of those the ones no other
+    workload holds (the deployment's own pods' GPUs count as free: a new plan replaces them)."""
+
+    gpu_type: str
+    allocatable: int
+    free: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.free <= self.allocatable:
+            raise ValueError(f"{self.gpu_type}: free GPUs ({self.free}) must be within 0..allocatable "
+                             f"({self.allocatable})")
+
+
+@dataclass(frozen=True)
+class ClusterGpus:
+    """The GPU types a cluster offers (GPU Feature Discovery's product label, mapped to the
+    catalog's names) and how many of each; a type it lacks has none."""
+
+    capacities: tuple[GpuCapacity, ...] = ()
+
+    def of(self, gpu_type: str) -> GpuCapacity:
+        return next((c for c in self.capacities if c.gpu_type == gpu_type), GpuCapacity(gpu_type, 0, 0))
+
+    def describe(self) -> str:
+        offered = [f"{c.gpu_type} x{c.allocatable} ({c.free} free)" for c in self.capacities if c.allocatable]
+        return "the cluster has " + (", ".join(offered) if offered else "no schedulable GPU node")
+
+
+@dataclass(frozen=True)
+class CapacityShortfall:
+    """The plan that meets the SLO needs more GPUs of its type than are free now."""
+
+    slo_plan: str  # e.g. "4 x H100-SXM-80GB TP2 FP8 KV FP8"
+    gpu_type: str
+    gpus_needed: int
+    gpus_free: int
+
+    @property
+    def message(self) -> str:
+        return (f"meeting the SLO needs {self.slo_plan} ({self.gpus_needed} GPUs) but {self.gpus_free} "
+                f"{self.gpu_type} are free: {self.gpus_needed - self.gpus_free} more {self.gpu_type} needed")
+
+
+@dataclass(frozen=True)
 class SearchSpace:
     gpu_types: tuple[str, ...]
     tensor_parallel_sizes: tuple[int, ...] = (1, 2, 4, 8)
@@ -56,6 +101,8 @@ class SearchSpace:
     # reasons; None: any combination the GPU supports.
     release: str | None = None
     release_support: ReleaseSupport | None = None
+    # The cluster's GPUs; None: not known (planning offline), any GPU type may be chosen.
+    cluster_gpus: ClusterGpus | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +159,9 @@ class Plan:
     rationale: tuple[str, ...]
     rejected: tuple[RejectedOption, ...] = field(default_factory=tuple)
     pipeline_parallel_size: int = 1
+    # Set when the plan that meets the SLO does not fit the free GPUs: this plan is then the
+    # best that fits now (or the SLO plan itself, waiting for GPUs, when nothing fits).
+    shortfall: CapacityShortfall | None = None
 
     @property
     def gpus_total(self) -> int:
@@ -140,6 +190,7 @@ class Plan:
             "predicted": self.predicted.to_json_dict() if self.predicted else None,
             "rationale": list(self.rationale),
             "rejected": [r.to_json_dict() for r in self.rejected],
+            **({"capacityShortfall": self.shortfall.message} if self.shortfall else {}),
         }
 
 

@@ -1,0 +1,104 @@
+"""The cluster's GPUs as the planner sees them, from Node and Pod objects.
+
+A GPU node is known by GPU Feature Discovery's product label (`nvidia.com/gpu.product`),
+mapped to the catalog's GPU type, and its allocatable `nvidia.com/gpu`. It counts while it
+is Ready and schedulable. A GPU is free when no running or pending-on-the-node pod of another
+workload requests it; the deployment being planned may reuse its own pods' GPUs, since a new
+plan replaces them. Pure: the caller passes the objects (the operator from its indexes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from llmfleet.catalog import Catalog, load_catalog
+from llmfleet.planner.types import ClusterGpus, GpuCapacity
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_RESOURCE = "nvidia.com/gpu"
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class GpuNode:
+    name: str
+    gpu_product: str
+    allocatable_gpus: int
+    schedulable: bool
+
+
+@dataclass(frozen=True)
+class GpuPod:
+    """A pod that holds GPUs on a node: bound to it and not finished."""
+
+    namespace: str
+    deployment: str | None  # its LLMDeployment's label value, when it belongs to one
+    node: str
+    gpus: int
+
+
+def gpu_node(node: dict) -> GpuNode | None:
+    """The node's GPUs, or None for a node without GPU Feature Discovery's product label."""
+    metadata, status = node["metadata"], node.get("status") or {}
+    product = (metadata.get("labels") or {}).get(GPU_PRODUCT_LABEL)
+    if not product:
+        return None
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return GpuNode(metadata["name"], product, _count(status.get("allocatable"), GPU_RESOURCE),
+                   ready and not (node.get("spec") or {}).get("unschedulable", False))
+
+
+def gpu_pod(pod: dict, deployment_label: str) -> GpuPod | None:
+    """The GPUs a pod holds, or None when it holds none (no GPU request, not bound, finished);
+    `deployment_label` is the label that names a pod's LLMDeployment."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    node = spec.get("nodeName")
+    if not node or status.get("phase") in FINISHED_PHASES:
+        return None
+    # As the scheduler counts: the larger of the app containers' sum and any init container.
+    app = sum(_gpus(c) for c in spec.get("containers") or [])
+    init = max((_gpus(c) for c in spec.get("initContainers") or []), default=0)
+    gpus = max(app, init)
+    if not gpus:
+        return None
+    metadata = pod["metadata"]
+    return GpuPod(metadata["namespace"], (metadata.get("labels") or {}).get(deployment_label), node, gpus)
+
+
+def cluster_gpus(nodes: Iterable[GpuNode], pods: Iterable[GpuPod], namespace: str, deployment: str,
+                 catalog: Catalog | None = None) -> ClusterGpus:
+    """GPUs per catalog type on schedulable nodes, and those free for the LLMDeployment whose
+    pods in `namespace` carry the label value `deployment`. Products the catalog does not know
+    are left out."""
+    catalog = catalog or load_catalog()
+    type_of_product = {gpu.gfd_product: gpu.name for gpu in catalog.gpus.values()}
+    held: dict[str, int] = {}
+    for pod in pods:
+        if (pod.namespace, pod.deployment) != (namespace, deployment):
+            held[pod.node] = held.get(pod.node, 0) + pod.gpus
+    allocatable: dict[str, int] = {}
+    free: dict[str, int] = {}
+    for node in nodes:
+        gpu_type = type_of_product.get(node.gpu_product)
+        if gpu_type is None or not node.schedulable:
+            continue
+        allocatable[gpu_type] = allocatable.get(gpu_type, 0) + node.allocatable_gpus
+        free[gpu_type] = free.get(gpu_type, 0) + max(0, node.allocatable_gpus - held.get(node.name, 0))
+    return ClusterGpus(tuple(GpuCapacity(gpu_type, allocatable[gpu_type], free[gpu_type])
+                             for gpu_type in sorted(allocatable)))
+
+
+def _gpus(container: dict) -> int:
+    """A container's GPUs: extended resources are requested by limits (requests, if given,
+    must equal them)."""
+    resources = container.get("resources") or {}
+    return _count(resources.get("limits"), GPU_RESOURCE) or _count(resources.get("requests"), GPU_RESOURCE)
+
+
+def _count(resources: dict | None, resource: str) -> int:
+    value = (resources or {}).get(resource)
+    try:
+        return int(value) if value is not None else 0
+    except (TypeError, ValueError):
+        return 0

@@ -1,0 +1,172 @@
+"""The planner on a known cluster: GPU types it lacks are never chosen, and a plan that needs
+more GPUs than are free says so and serves what fits now."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+
+from llmfleet.catalog import load_catalog
+from llmfleet.planner import PlanRequest, SearchSpace, SloTargets, Workload, plan
+from llmfleet.planner.cluster import cluster_gpus, gpu_node, gpu_pod
+from llmfleet.planner.types import ClusterGpus, GpuCapacity
+from llmfleet.reconcile import OperatorSettings, decide
+from llmfleet.render import RenderSettings
+from test_reconcile import NOW, body, condition
+
+CATALOG = load_catalog()
+H100, L40S, B200 = "H100-SXM-80GB", "L40S-48GB", "B200-180GB"
+LABEL = "llmfleet.io/deployment"
+CHAT = Workload(input_tokens_mean=1000, input_tokens_p99=4000, output_tokens_mean=200, output_tokens_p99=800,
+                peak_requests_per_sec=5)
+
+
+def node(name: str, product: str | None, gpus: int = 8, ready: bool = True, unschedulable: bool = False) -> dict:
+    return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product} if product else {}},
+            "spec": {"unschedulable": True} if unschedulable else {},
+            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)} if product else {},
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def pod(namespace: str, on_node: str | None, gpus: int, deployment: str | None = None, phase: str = "Running",
+        init_gpus: int = 0) -> dict:
+    return {"metadata": {"namespace": namespace, "name": "p", "labels": {LABEL: deployment} if deployment else {}},
+            "spec": {**({"nodeName": on_node} if on_node else {}),
+                     "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}}],
+                     "initContainers": [{"resources": {"limits": {"nvidia.com/gpu": str(init_gpus)}}}]},
+            "status": {"phase": phase}}
+
+
+def product(gpu_type: str) -> str:
+    return CATALOG.gpu(gpu_type).gfd_product
+
+
+def cluster(*capacities: tuple[str, int, int]) -> ClusterGpus:
+    return ClusterGpus(tuple(GpuCapacity(*capacity) for capacity in capacities))
+
+
+def request(gpu_types=(H100, L40S, B200), cluster_gpus=None, model="llama-3.1-8b", workload=CHAT,
+            **space) -> PlanRequest:
+    return PlanRequest(CATALOG.model(model), workload, SloTargets(1000, 50),
+                       SearchSpace(gpu_types=gpu_types, cluster_gpus=cluster_gpus, **space))
+
+
+def test_nodes_count_by_product_only_while_ready_and_schedulable():
+    assert gpu_node(node("cpu", None)) is None
+    assert gpu_node(node("a", product(H100))).schedulable
+    assert not gpu_node(node("b", product(H100), ready=False)).schedulable
+    assert not gpu_node(node("c", product(H100), unschedulable=True)).schedulable
+    nodes = [gpu_node(n) for n in (node("a", product(H100)), node("b", product(H100), ready=False),
+                                   node("c", product(L40S), gpus=4), node("d", "NVIDIA-Unknown-Board"))]
+    assert cluster_gpus(nodes, [], "ns", "chat") == cluster((H100, 8, 8), (L40S, 4, 4))
+
+
+def test_pods_hold_gpus_only_while_bound_and_not_finished_and_init_containers_as_the_scheduler_counts():
+    assert gpu_pod(pod("ns", None, 2), LABEL) is None  # pending, not bound
+    assert gpu_pod(pod("ns", "a", 2, phase="Succeeded"), LABEL) is None
+    assert gpu_pod(pod("ns", "a", 0), LABEL) is None
+    assert gpu_pod(pod("ns", "a", 2, init_gpus=4), LABEL).gpus == 4
+    assert gpu_pod(pod("ns", "a", 2, deployment="chat"), LABEL).deployment == "chat"
+
+
+def test_free_gpus_leave_out_other_workloads_but_not_the_deployments_own_pods():
+    nodes = [gpu_node(node("a", product(H100))), gpu_node(node("b", product(H100)))]
+    pods = [gpu_pod(p, LABEL) for p in (pod("ns", "a", 2, deployment="chat"),      # its own: replaced by a plan
+                                        pod("ns", "a", 4, deployment="other"),
+                                        pod("team", "b", 8),
+                                        pod("ns", "b", 1, deployment="chat", phase="Failed"))]
+    assert cluster_gpus(nodes, [p for p in pods if p], "ns", "chat") == cluster((H100, 16, 4))
+    assert cluster_gpus(nodes, [p for p in pods if p], "other-ns", "chat") == cluster((H100, 16, 2))
+
+
+def test_without_a_cluster_the_cheapest_allowed_type_wins_and_with_one_only_types_it_has():
+    offline = plan(request())
+    assert offline.feasible and offline.gpu_type == L40S  # not in the cluster below: pods would stay Pending
+    on_cluster = plan(request(cluster_gpus=cluster((H100, 16, 16))))
+    assert on_cluster.feasible and on_cluster.gpu_type == H100
+    lacking = [r for r in on_cluster.rejected if r.reason.startswith("cluster: ")]
+    assert lacking and all(re.fullmatch(r"cluster: 0 (L40S-48GB|B200-180GB) are schedulable; the cluster has "
+                                        r"H100-SXM-80GB x16 \(16 free\)", r.reason) for r in lacking), lacking
+
+
+def test_a_spec_that_fits_only_a_type_the_cluster_has_lands_there():
+    result = plan(request(gpu_types=(B200, L40S), cluster_gpus=cluster((H100, 16, 16), (L40S, 8, 8))))
+    assert result.feasible and result.gpu_type == L40S and result.shortfall is None
+
+
+def test_no_allowed_type_in_the_cluster_is_infeasible_and_names_what_it_has():
+    result = plan(request(gpu_types=(B200,), cluster_gpus=cluster((H100, 16, 16))))
+    assert not result.feasible
+    assert "cluster" in result.rationale[0]
+
+
+# The sandbox demo's shape at 3 requests/s: 70B in 8-sequence batches, two replicas of one H100
+# each, where an L40S replica needs four GPUs.
+BIG = {"model": "llama-3.1-70b", "workload": Workload(256, 512, 64, 128, 3), "max_batch_size": 8}
+
+
+def _slo_plan(**kwargs):
+    result = plan(request(cluster_gpus=cluster((H100, 64, 64), (L40S, 64, 64)), **kwargs))
+    assert result.feasible and result.shortfall is None
+    return result
+
+
+def test_when_the_slo_plan_does_not_fit_the_free_gpus_another_type_that_meets_it_is_served():
+    wanted = _slo_plan(gpu_types=(H100, L40S), **BIG)
+    assert wanted.gpu_type == H100
+    result = plan(request(gpu_types=(H100, L40S), cluster_gpus=cluster((H100, 64, 0), (L40S, 64, 64)), **BIG))
+    assert result.feasible and result.gpu_type == L40S and result.shortfall is None
+    assert f"would need {wanted.gpus_total} GPUs; 0 H100-SXM-80GB are free" in result.rationale[-1]
+
+
+def test_a_shortfall_serves_the_slo_plans_configuration_on_the_gpus_free_and_says_how_many_more():
+    wanted = _slo_plan(gpu_types=(H100,), **BIG)
+    per_replica = wanted.gpus_total // wanted.replicas
+    assert wanted.replicas >= 2, "the case needs a plan of several replicas"
+    free = per_replica * (wanted.replicas - 1)
+    result = plan(request(gpu_types=(H100,), cluster_gpus=cluster((H100, 64, free)), **BIG))
+    assert (result.gpu_type, result.tensor_parallel_size, result.quantization) == \
+           (wanted.gpu_type, wanted.tensor_parallel_size, wanted.quantization)
+    assert result.replicas == wanted.replicas - 1
+    assert result.shortfall is not None
+    assert result.shortfall.gpus_needed == wanted.gpus_total and result.shortfall.gpus_free == free
+    assert f"{per_replica} more H100-SXM-80GB needed" in result.shortfall.message
+    assert result.to_json_dict()["capacityShortfall"] == result.shortfall.message
+
+
+def test_with_no_gpu_free_the_slo_plan_waits_for_gpus_and_says_so():
+    wanted = _slo_plan(gpu_types=(H100,), **BIG)
+    result = plan(request(gpu_types=(H100,), cluster_gpus=cluster((H100, 64, 0)), **BIG))
+    assert replace(result, shortfall=None, rationale=()) == replace(wanted, rationale=())
+    assert result.shortfall.gpus_free == 0 and "wait for GPUs" in result.rationale[-1]
+
+
+def test_pinned_replicas_are_kept_beyond_the_free_gpus():
+    result = plan(request(gpu_types=(H100,), pinned_replicas=4, cluster_gpus=cluster((H100, 64, 2))))
+    assert result.replicas == 4 and result.shortfall is not None
+
+
+@pytest.mark.parametrize("free, expected", [(16, "True"), (0, "False")])
+def test_the_planned_condition_says_capacity_shortfall_and_ready_does_not_depend_on_it(free, expected):
+    gpus = cluster((H100, 16, free))
+    outcome = decide(body(), [], OperatorSettings(render=RenderSettings()), NOW, cluster_gpus=lambda: gpus)
+    planned = condition(outcome, "Planned")
+    assert planned["status"] == expected
+    if expected == "False":
+        assert planned["reason"] == "CapacityShortfall"
+        assert "0 H100-SXM-80GB are free" in planned["message"] and "llmfleet.io/replan" in planned["message"]
+        assert outcome.status["plan"]["capacityShortfall"] and outcome.apply  # it still renders what fits
+    else:
+        assert "capacityShortfall" not in outcome.status["plan"]
+
+
+def test_a_stored_plan_does_not_ask_for_the_cluster():
+    first = decide(body(), [], OperatorSettings(render=RenderSettings()), NOW)
+
+    def never():
+        raise AssertionError("the cluster was asked although the plan is stored")
+
+    again = decide(body(status=first.status), [], OperatorSettings(render=RenderSettings()), NOW, cluster_gpus=never)
+    assert again.status["plan"] == first.status["plan"]
