@@ -197,6 +197,9 @@ class StatusWatcher:
 
 # Beside a sandbox of the default instance (`make sandbox`): own bridge, subnets and ports.
 TEST_INSTANCE = "1"
+# Two H100 nodes (the default) and one L40S node: a cluster of mixed pools for the planner.
+EXTRA_NODE_POOL = ("L40S-48GB", 1)
+L40S_NODE = "gpu-node-3"
 
 
 def _state_environment(state_dir: Path) -> dict[str, str]:
@@ -219,7 +222,8 @@ def sandbox() -> Sandbox:
         pytest.skip("the sandbox needs root for per-pod network namespaces")
     state_dir = Path(tempfile.mkdtemp(prefix="llmfleet-e2e-"))
     env = _state_environment(state_dir)
-    started = subprocess.run([*LLMFLEET, "sandbox", "up"], env=env, capture_output=True, text=True,
+    started = subprocess.run([*LLMFLEET, "sandbox", "up", "--extra-node-pool", "=".join(map(str, EXTRA_NODE_POOL))],
+                             env=env, capture_output=True, text=True,
                              timeout=1800)
     if started.returncode != 0:
         subprocess.run([*LLMFLEET, "sandbox", "down", "--purge"], env=env, capture_output=True)

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import LLMFLEET, service_target, stop_load, wait_for, wait_until_ready
+from conftest import L40S_NODE, LLMFLEET, service_target, stop_load, wait_for, wait_until_ready
 
 pytestmark = pytest.mark.e2e
 NAMESPACE = "rollout"
@@ -223,15 +223,21 @@ def test_a_bad_canary_fails_its_analysis_and_is_rolled_back_while_stable_serves(
 
 
 def test_canary_pods_that_cannot_be_scheduled_are_rolled_back_with_the_schedulers_reason(sandbox):
-    """The new revision's plan asks for a GPU type no node has: its pods stay Pending, and past
+    """The new revision's plan moves to the L40S node, whose taint (say, another team's) the
+    planner does not see and the pods do not tolerate: they stay Pending, and past
     canaryReadyDeadlineSeconds the canary is rolled back, quoting the scheduler."""
     body = manifest("pending", "v1", [{"setWeight": 50}])
     body["spec"]["rollout"]["gates"] = {"canaryReadyDeadlineSeconds": 20}
     sandbox.apply([body], namespace=NAMESPACE)
     stable = wait_until_ready(sandbox, "pending", NAMESPACE)["status"]["currentRevision"]
-    sandbox.kubectl("patch", "llmdeployment", "pending", "-n", NAMESPACE, "--type=merge",
-                    "-p", '{"spec": {"resources": {"allowedGpuTypes": ["A100-SXM-80GB"]}}}')
-    phases = _watch_phases(sandbox, "pending", "RolledBack", 240)
+    taint = "team=research:NoSchedule"
+    sandbox.kubectl("taint", "node", L40S_NODE, taint)
+    try:
+        sandbox.kubectl("patch", "llmdeployment", "pending", "-n", NAMESPACE, "--type=merge",
+                        "-p", '{"spec": {"resources": {"allowedGpuTypes": ["L40S-48GB"]}}}')
+        phases = _watch_phases(sandbox, "pending", "RolledBack", 240)
+    finally:
+        sandbox.kubectl("taint", "node", L40S_NODE, f"{taint}-")
     assert "Warming" in phases and "Progressing" not in phases, phases
     status = _status(sandbox, "pending")
     assert "canaryReadyDeadlineSeconds" in status["canary"]["message"]

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from conftest import wait_for
+from conftest import L40S_NODE, wait_for
 from triton_fixtures import (
     model_repository_config_map,
     service,
@@ -93,15 +93,16 @@ def test_nodes_are_ready_gpu_nodes_and_one_cpu_node(sandbox):
     all_nodes = sandbox.kubectl_json("get", "nodes")["items"]
     nodes = [node for node in all_nodes if node["metadata"]["name"].startswith("gpu-node-")]
     (cpu_node,) = [node for node in all_nodes if node["metadata"]["name"] == "cpu-node-1"]
-    assert len(nodes) == 2 and len(all_nodes) == 3
+    assert len(nodes) == 3 and len(all_nodes) == 4
     assert not cpu_node["spec"].get("taints") and "nvidia.com/gpu" not in cpu_node["status"]["capacity"]
     assert "nvidia.com/gpu.product" not in cpu_node["metadata"]["labels"]
     for node in nodes:
         assert node["status"]["capacity"]["nvidia.com/gpu"] == str(GPUS_PER_NODE)
         labels = node["metadata"]["labels"]
-        assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+        l40s = node["metadata"]["name"] == L40S_NODE  # the extra pool
+        assert labels["nvidia.com/gpu.product"] == ("NVIDIA-L40S" if l40s else "NVIDIA-H100-80GB-HBM3")
         assert labels["nvidia.com/gpu.count"] == str(GPUS_PER_NODE)
-        assert int(labels["nvidia.com/gpu.memory"]) > 80000
+        assert int(labels["nvidia.com/gpu.memory"]) > (45000 if l40s else 80000)
         ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
         assert ready["status"] == "True"
         assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"} in node["spec"]["taints"]

@@ -40,10 +40,19 @@ def _sandbox_config(args):
         node_count=args.nodes,
         gpus_per_node=args.gpus_per_node,
         gpu_type=args.gpu_type,
+        extra_node_pools=tuple(_node_pool(text) for text in args.extra_node_pool),
         scrape_interval_seconds=args.scrape_interval,
         service_proxy_scheduler=args.service_proxy_scheduler,
         instance=args.instance,
     )
+
+
+def _node_pool(text: str) -> tuple[str, int]:
+    gpu_type, separator, count = text.partition("=")
+    if not separator or not count.isdigit() or int(count) < 1:
+        raise BadInput(f"--extra-node-pool: expected GPU_TYPE=NODES with NODES at least 1 "
+                       f"(e.g. L40S-48GB=1), got {text!r}")
+    return gpu_type, int(count)
 
 
 def _run_sandbox(args) -> int:
@@ -59,10 +68,12 @@ def _run_sandbox(args) -> int:
     if args.sandbox_command == "up":
         if config.node_count < 1 or config.gpus_per_node < 1:
             raise SystemExit("llmfleet sandbox up: --nodes and --gpus-per-node must be at least 1")
-        try:
-            gfd_labels(config.gpu_type, config.gpus_per_node)
-        except ValueError as error:
-            raise SystemExit(f"llmfleet sandbox up: --gpu-type: {error}") from None
+        for flag, gpu_type in (("--gpu-type", config.gpu_type),
+                               *(("--extra-node-pool", pool_type) for pool_type, _ in config.extra_node_pools)):
+            try:
+                gfd_labels(gpu_type, config.gpus_per_node)
+            except ValueError as error:
+                raise SystemExit(f"llmfleet sandbox up: {flag}: {error}") from None
         config = manager.up(config)
         print(manager.status(config)[1])
         llmfleet = Path(sys.executable).parent / "llmfleet"
@@ -297,7 +308,10 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox_up.add_argument("--nodes", type=int, default=2, help="number of GPU nodes (default 2)")
     sandbox_up.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
     sandbox_up.add_argument("--gpu-type", default="H100-SXM-80GB",
-                            help="GPU type of every node, as named in the catalog (default H100-SXM-80GB)")
+                            help="GPU type of those nodes, as named in the catalog (default H100-SXM-80GB)")
+    sandbox_up.add_argument("--extra-node-pool", action="append", default=[], metavar="GPU_TYPE=NODES",
+                            help="more GPU nodes of another type, numbered after the others, e.g. "
+                                 "L40S-48GB=1 for a cluster of mixed pools (repeatable)")
     sandbox_up.add_argument("--service-proxy-scheduler", choices=("round-robin", "least-connections"),
                             default="round-robin",
                             help="how Services spread connections over ready endpoints: round-robin "

@@ -158,7 +158,7 @@ class NodeAgent:
 
     def node_manifest(self, node_name: str) -> dict:
         gpu_node = self._is_gpu_node(node_name)
-        gpu = gpus.gfd_labels(self.config.gpu_type, self.config.gpus_per_node) if gpu_node else {}
+        gpu = gpus.gfd_labels(self.config.gpu_node_types()[node_name], self.config.gpus_per_node) if gpu_node else {}
         return {
             "apiVersion": "v1",
             "kind": "Node",
@@ -218,7 +218,8 @@ class NodeAgent:
                     raise
                 self.core.patch_node(node_name, manifest)
             self.core.patch_node_status(node_name, self.node_status(node_name))
-            self.log(f"registered node {node_name}" + (f" with {self.config.gpus_per_node} x {self.config.gpu_type}"
+            self.log(f"registered node {node_name}" + (f" with {self.config.gpus_per_node} x "
+                                                        f"{self.config.gpu_node_types().get(node_name)}"
                                                         if self._is_gpu_node(node_name) else " (no GPU)"))
 
     def renew_leases(self, nodes: list[str]) -> None:

@@ -91,6 +91,9 @@ class SandboxConfig:
     node_count: int = 2
     gpus_per_node: int = 8
     gpu_type: str = DEFAULT_GPU_TYPE
+    # More GPU nodes of other types, (GPU type, node count) each, numbered after the first
+    # pool's: a cluster of mixed node pools.
+    extra_node_pools: tuple[tuple[str, int], ...] = ()
     scrape_interval_seconds: int = 5
     # How the service proxy spreads a Service's connections: "round-robin" (kube-proxy IPVS
     # mode's default `rr`) or "least-connections" (its `lc`).
@@ -161,8 +164,15 @@ class SandboxConfig:
     def pod_discovery_url(self) -> str:
         return f"http://127.0.0.1:{self.ports.pod_discovery}/targets"
 
+    def gpu_node_types(self) -> dict[str, str]:
+        """Every GPU node's name and its GPU type: gpu-node-1.. for `node_count` x `gpu_type`,
+        then the extra pools' nodes in order."""
+        pools = [(self.gpu_type, self.node_count), *self.extra_node_pools]
+        types = [gpu_type for gpu_type, count in pools for _ in range(count)]
+        return {f"gpu-node-{index}": gpu_type for index, gpu_type in enumerate(types, start=1)}
+
     def gpu_node_names(self) -> list[str]:
-        return [f"gpu-node-{index}" for index in range(1, self.node_count + 1)]
+        return list(self.gpu_node_types())
 
     def node_names(self) -> list[str]:
         """The GPU nodes and one CPU node: as in a real cluster, work that needs no GPU (the
@@ -177,4 +187,5 @@ class SandboxConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "SandboxConfig":
         return cls(**{**data, "state_dir": Path(data["state_dir"]), "ports": Ports(**data["ports"])
-                      if data.get("ports") else None})
+                      if data.get("ports") else None,
+                      "extra_node_pools": tuple(tuple(pool) for pool in data.get("extra_node_pools") or ())})

@@ -112,8 +112,9 @@ def up(config: SandboxConfig) -> SandboxConfig:
         progress(f"start failed; logs are in {config.logs_dir}; stopping what was started")
         stop_everything(config, quiet=True)
         raise
-    progress(f"up in {time.monotonic() - started:.1f} s: {config.node_count} nodes x "
-             f"{config.gpus_per_node} {config.gpu_type}, and a CPU node")
+    pools = [(config.gpu_type, config.node_count), *config.extra_node_pools]
+    progress(f"up in {time.monotonic() - started:.1f} s: " + ", ".join(
+        f"{count} nodes x {config.gpus_per_node} {gpu_type}" for gpu_type, count in pools) + ", and a CPU node")
     return config
 
 
