@@ -3,6 +3,10 @@ probe thresholds, pid records. Container roots and images: test_sandbox_rootfs.p
 
 from __future__ import annotations
 
+import json
+
+from llmfleet_sandbox.agent import NodeAgent
+from llmfleet_sandbox.config import SandboxConfig
 from llmfleet_sandbox.poddiscovery import pod_target_groups
 from llmfleet_sandbox.probes import ProbeState
 from llmfleet_sandbox.processes import ProcessTable, process_start_ticks
@@ -160,7 +164,6 @@ def test_pid_records_do_not_match_a_reused_pid(tmp_path):
 def test_each_instance_has_its_own_addresses_and_ports(tmp_path):
     import pytest
 
-    from llmfleet_sandbox.config import SandboxConfig
 
     default, beside = SandboxConfig(state_dir=tmp_path / "a"), SandboxConfig(state_dir=tmp_path / "b", instance=1)
     assert (default.network.bridge_name, default.apiserver_url, default.prometheus_url) == (
@@ -173,3 +176,22 @@ def test_each_instance_has_its_own_addresses_and_ports(tmp_path):
     assert SandboxConfig.from_dict(beside.to_dict()) == beside
     with pytest.raises(ValueError, match="instance must be within 0..9"):
         SandboxConfig(instance=10)
+
+
+def test_extra_node_pools_number_their_nodes_after_the_first_pool_and_survive_the_state_file(tmp_path):
+    config = SandboxConfig(state_dir=tmp_path, node_count=2, gpu_type="H100-SXM-80GB",
+                           extra_node_pools=(("L40S-48GB", 1), ("A100-SXM-80GB", 2)))
+    assert config.gpu_node_types() == {"gpu-node-1": "H100-SXM-80GB", "gpu-node-2": "H100-SXM-80GB",
+                                       "gpu-node-3": "L40S-48GB", "gpu-node-4": "A100-SXM-80GB",
+                                       "gpu-node-5": "A100-SXM-80GB"}
+    assert config.node_names()[-1] == "cpu-node-1"
+    assert SandboxConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+
+
+def test_an_agent_labels_each_node_with_its_pools_gpu(tmp_path):
+    config = SandboxConfig(state_dir=tmp_path, node_count=1, extra_node_pools=(("L40S-48GB", 1),))
+    agent = NodeAgent.__new__(NodeAgent)  # only its node rendering, no cluster
+    agent.config, agent.nodes = config, config.node_names()
+    products = {name: agent.node_manifest(name)["metadata"]["labels"].get("nvidia.com/gpu.product")
+                for name in config.node_names()}
+    assert products == {"gpu-node-1": "NVIDIA-H100-80GB-HBM3", "gpu-node-2": "NVIDIA-L40S", "cpu-node-1": None}
