@@ -89,8 +89,17 @@ def triton_deployment_ready(sandbox):
     sandbox.kubectl("delete", "deployment", DEPLOYMENT, "--ignore-not-found", "--wait=true")
 
 
+def _settled_nodes(sandbox) -> list[dict] | None:
+    """The nodes once the node lifecycle controller has lifted the not-ready taints it puts on
+    every new node (a moment after the node reports Ready)."""
+    nodes = sandbox.kubectl_json("get", "nodes")["items"]
+    lifted = all(not taint["key"].startswith("node.kubernetes.io/")
+                 for node in nodes for taint in node["spec"].get("taints") or [])
+    return nodes if lifted else None
+
+
 def test_nodes_are_ready_gpu_nodes_and_one_cpu_node(sandbox):
-    all_nodes = sandbox.kubectl_json("get", "nodes")["items"]
+    all_nodes = wait_for(lambda: _settled_nodes(sandbox), 60, "the not-ready taints to be lifted")
     nodes = [node for node in all_nodes if node["metadata"]["name"].startswith("gpu-node-")]
     (cpu_node,) = [node for node in all_nodes if node["metadata"]["name"] == "cpu-node-1"]
     assert len(nodes) == 3 and len(all_nodes) == 4

@@ -141,10 +141,24 @@ def _gpu_pod(body, **_) -> dict | None:
     return {None: pod} if pod is not None else None
 
 
+# PriorityClass values by name, and the cluster's default (globalDefault) under None.
+@kopf.index("scheduling.k8s.io", "v1", "priorityclasses", id="priority_classes")
+def _priority_class(body, **_) -> dict:
+    value = body.get("value") or 0
+    return {body["metadata"]["name"]: value, **({None: value} if body.get("globalDefault") else {})}
+
+
+def _priority(body, indexes) -> int:
+    """The priority the deployment's pods get: its PriorityClass's value, else the default."""
+    name = (((body.get("spec") or {}).get("resources") or {}).get("priorityClassName"))
+    return next(iter(indexes["priority_classes"].get(name, ())), 0)
+
+
 def _cluster_gpus(body, indexes):
     metadata = body["metadata"]
     return lambda: cluster_gpus(indexes["gpu_nodes"].get(None, ()), indexes["gpu_pods"].get(None, ()),
-                                metadata["namespace"], selector_labels(metadata["name"])[DEPLOYMENT_LABEL])
+                                metadata["namespace"], selector_labels(metadata["name"])[DEPLOYMENT_LABEL],
+                                _priority(body, indexes))
 
 
 def _children(uid: str, indexes) -> list[dict]:

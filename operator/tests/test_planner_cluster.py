@@ -81,6 +81,18 @@ def test_free_gpus_leave_out_other_workloads_but_not_the_deployments_own_pods():
     assert cluster_gpus(nodes, [p for p in pods if p], "other-ns", "chat") == cluster((H100, 16, 2))
 
 
+def test_gpus_of_lower_priority_pods_count_as_free_for_they_are_preempted():
+    nodes = [gpu_node(node("a", product(L40S)))]
+    batch = dict(pod("ns", "a", 4, deployment="batch"))
+    batch["spec"] = {**batch["spec"], "priority": 100}
+    other = dict(pod("ns", "a", 2, deployment="other"))
+    other["spec"] = {**other["spec"], "priority": 1000}
+    pods = [gpu_pod(batch, LABEL), gpu_pod(other, LABEL)]
+    assert cluster_gpus(nodes, pods, "ns", "urgent", priority=1000) == cluster((L40S, 8, 6))
+    assert cluster_gpus(nodes, pods, "ns", "urgent", priority=100) == cluster((L40S, 8, 2))
+    assert cluster_gpus(nodes, pods, "ns", "urgent") == cluster((L40S, 8, 2))
+
+
 def test_without_a_cluster_the_cheapest_allowed_type_wins_and_with_one_only_types_it_has():
     offline = plan(request())
     assert offline.feasible and offline.gpu_type == L40S  # not in the cluster below: pods would stay Pending

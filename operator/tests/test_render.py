@@ -213,6 +213,17 @@ def test_gpu_requests_and_scheduling(tensor_parallel_size):
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
 
 
+def test_a_priority_class_reaches_every_gpu_pod_and_none_is_set_without_one():
+    assert all("priorityClassName" not in pod for pod in pod_specs(rendered(1, REAL)))
+    body = manifest(1)
+    body["spec"]["resources"] = {"priorityClassName": "inference-critical"}
+    deployment = LLMDeployment.from_manifest(body)
+    chosen = plan(plan_request_from_spec(deployment.spec))
+    pods = list(pod_specs(render(deployment, chosen, revision_hash(deployment.spec, chosen), REAL,
+                                 serving_replicas=1)))
+    assert len(pods) == 2 and all(pod["priorityClassName"] == "inference-critical" for pod in pods)
+
+
 def test_triton_command_single_and_multi_gpu():
     single = rendered(1, REAL)[2]["spec"]["template"]["spec"]["containers"][0]["command"]
     assert single[0] == "tritonserver"

@@ -451,6 +451,14 @@ class ResourcesSpec(ApiModel):
         default=None,
         description="KV-cache element types the planner may choose from.",
     )
+    priority_class_name: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="PriorityClass of the serving and build pods: who gets scarce GPUs. The "
+        "scheduler preempts lower-priority pods for them, so the planner counts GPUs that "
+        "lower-priority pods hold as free. Omit for the cluster's default priority.",
+    )
 
 
 class PlanOverrides(ApiModel):

@@ -2,9 +2,10 @@
 
 A GPU node is known by GPU Feature Discovery's product label (`nvidia.com/gpu.product`),
 mapped to the catalog's GPU type, and its allocatable `nvidia.com/gpu`. It counts while it
-is Ready and schedulable. A GPU is free when no running or pending-on-the-node pod of another
-workload requests it; the deployment being planned may reuse its own pods' GPUs, since a new
-plan replaces them. Pure: the caller passes the objects (the operator from its indexes).
+is Ready and schedulable. A GPU is free when no bound, unfinished pod of another workload at
+the same or a higher priority holds it: the deployment being planned may reuse its own pods'
+GPUs, since a new plan replaces them, and the scheduler preempts lower-priority pods for its
+pods. Pure: the caller passes the objects (the operator from its indexes).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class GpuPod:
     deployment: str | None  # its LLMDeployment's label value, when it belongs to one
     node: str
     gpus: int
+    priority: int = 0  # spec.priority, which admission resolves from the pod's PriorityClass
 
 
 def gpu_node(node: dict) -> GpuNode | None:
@@ -63,19 +65,20 @@ def gpu_pod(pod: dict, deployment_label: str) -> GpuPod | None:
     if not gpus:
         return None
     metadata = pod["metadata"]
-    return GpuPod(metadata["namespace"], (metadata.get("labels") or {}).get(deployment_label), node, gpus)
+    return GpuPod(metadata["namespace"], (metadata.get("labels") or {}).get(deployment_label), node, gpus,
+                  spec.get("priority") or 0)
 
 
 def cluster_gpus(nodes: Iterable[GpuNode], pods: Iterable[GpuPod], namespace: str, deployment: str,
-                 catalog: Catalog | None = None) -> ClusterGpus:
+                 priority: int = 0, catalog: Catalog | None = None) -> ClusterGpus:
     """GPUs per catalog type on schedulable nodes, and those free for the LLMDeployment whose
-    pods in `namespace` carry the label value `deployment`. Products the catalog does not know
-    are left out."""
+    pods in `namespace` carry the label value `deployment` and run at `priority`. Products the
+    catalog does not know are left out."""
     catalog = catalog or load_catalog()
     type_of_product = {gpu.gfd_product: gpu.name for gpu in catalog.gpus.values()}
     held: dict[str, int] = {}
     for pod in pods:
-        if (pod.namespace, pod.deployment) != (namespace, deployment):
+        if (pod.namespace, pod.deployment) != (namespace, deployment) and pod.priority >= priority:
             held[pod.node] = held.get(pod.node, 0) + pod.gpus
     allocatable: dict[str, int] = {}
     free: dict[str, int] = {}

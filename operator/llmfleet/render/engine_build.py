@@ -328,7 +328,7 @@ def engine_build_job(deployment: LLMDeployment, plan: Plan, key: str, metadata: 
                 "spec": {
                     "restartPolicy": "Never",
                     "securityContext": pod.pod_security_context(),
-                    **(pod.gpu_scheduling(plan) if builds else {}),
+                    **(pod.gpu_scheduling(plan, deployment.spec.resources) if builds else {}),
                     **pod.image_pull_secrets(settings),
                     **({"initContainers": init_containers} if init_containers else {}),
                     "containers": [job_container],

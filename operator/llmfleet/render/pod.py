@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmfleet.api import ResourcesSpec
 from llmfleet.catalog import load_catalog
 from llmfleet.planner.types import Plan
 from llmfleet.render import layout
@@ -22,14 +23,16 @@ def gpus_per_replica(plan: Plan) -> int:
     return plan.tensor_parallel_size * plan.pipeline_parallel_size
 
 
-def gpu_scheduling(plan: Plan) -> dict[str, Any]:
-    """Pod spec fields that place a pod on a node of the planned GPU with enough GPUs.
+def gpu_scheduling(plan: Plan, resources: ResourcesSpec | None) -> dict[str, Any]:
+    """Pod spec fields that place a pod on a node of the planned GPU with enough GPUs, at the
+    deployment's priority.
 
     GPU Feature Discovery labels the product and the GPU count; `Gt` is strict, hence - 1.
     Engines are compiled for one GPU architecture, so the build Job is placed the same way.
     """
     gpu = load_catalog().gpu(plan.gpu_type)
     return {
+        **({"priorityClassName": resources.priority_class_name} if resources and resources.priority_class_name else {}),
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [
                 {"key": GPU_PRODUCT_LABEL, "operator": "In", "values": [gpu.gfd_product]},

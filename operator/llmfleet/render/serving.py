@@ -169,7 +169,7 @@ def serving_deployment(deployment: LLMDeployment, plan: Plan, metadata: dict[str
         "securityContext": pod.pod_security_context(),
         # Long enough for in-flight streams to finish after the endpoint is removed.
         "terminationGracePeriodSeconds": settings.termination_grace_period_seconds,
-        **pod.gpu_scheduling(plan),
+        **pod.gpu_scheduling(plan, deployment.spec.resources),
         **pod.image_pull_secrets(settings),
         "initContainers": [assembly],
         "containers": [server],
