@@ -1,14 +1,17 @@
 """The planner plans for the cluster it is in: the e2e sandbox has two H100 nodes and one L40S
 node (conftest). A spec allowing H200 or L40S, whose cheapest plan offline is one H200, lands
 on the L40S node; a second deployment that needs more L40S than are left serves what the free
-ones hold and says CapacityShortfall, naming how many more it needs."""
+ones hold and says CapacityShortfall, naming how many more it needs. With priorities, a
+deployment planned on the GPUs a lower-priority one holds gets them: the scheduler preempts."""
 
 from __future__ import annotations
+
+import subprocess
 
 import pytest
 import yaml
 
-from conftest import L40S_NODE, wait_until_ready
+from conftest import L40S_NODE, LLMFLEET, wait_for, wait_until_ready
 from llmfleet_sandbox.manager import DEMO_MANIFEST
 
 pytestmark = pytest.mark.e2e
@@ -30,6 +33,10 @@ def chat(name: str, allowed_gpu_types: list[str], peak_requests_per_second: floa
 def _serving_pods(sandbox, name: str) -> list[dict]:
     return sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "-l",
                                 f"llmfleet.io/deployment={name},app.kubernetes.io/component=server")["items"]
+
+
+def _get(sandbox, name: str) -> dict:
+    return sandbox.kubectl_json("get", "llmdeployment", name, "-n", NAMESPACE)
 
 
 def _condition(deployment: dict, kind: str) -> dict:
@@ -67,3 +74,56 @@ def test_a_spec_lands_on_the_gpu_type_the_cluster_has_and_a_shortfall_serves_wha
     assert _condition(short, "Ready")["status"] == "True"
     pods = _serving_pods(sandbox, "short")
     assert len(pods) == plan["replicas"] and {pod["spec"]["nodeName"] for pod in pods} == {L40S_NODE}
+
+
+def _gpu_pods_on_the_l40s_node(sandbox) -> list[dict]:
+    pods = sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "--field-selector", f"spec.nodeName={L40S_NODE}")
+    return pods["items"]
+
+
+@pytest.fixture
+def priority_classes(sandbox):
+    classes = {"llmfleet-e2e-batch": 100, "llmfleet-e2e-urgent": 1000}
+    sandbox.apply([{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+                    "value": value, "preemptionPolicy": "PreemptLowerPriority"}
+                   for name, value in classes.items()])
+    yield list(classes)
+    sandbox.kubectl("delete", "priorityclass", *classes, "--ignore-not-found")
+
+
+def test_a_higher_priority_deployment_takes_scarce_gpus_from_a_lower_one(sandbox, priority_classes):
+    low, high = priority_classes
+    # The L40S node to these two alone.
+    sandbox.kubectl("delete", "llmdeployment", "--all", "-n", NAMESPACE, "--wait=true")
+    wait_for(lambda: not _gpu_pods_on_the_l40s_node(sandbox), 180, "the earlier test's pods to be gone")
+    batch = chat("batch", [L40S], 1)
+    batch["spec"]["resources"]["priorityClassName"] = low
+    batch["spec"]["plan"] = {"replicas": 2}  # every L40S GPU, four per replica
+    sandbox.apply([batch], namespace=NAMESPACE)
+    wait_for(lambda: (_get(sandbox, "batch").get("status") or {}).get("readyReplicas") == 2, 300,
+             "both batch replicas ready")
+
+    urgent = chat("urgent", [L40S], 1)
+    urgent["spec"]["resources"]["priorityClassName"] = high
+    sandbox.apply([urgent], namespace=NAMESPACE)
+    # Planned on the GPUs batch holds, which the scheduler takes from it.
+    ready = wait_until_ready(sandbox, "urgent", NAMESPACE, timeout=300)
+    assert ready["status"]["plan"]["gpuType"] == L40S and "capacityShortfall" not in ready["status"]["plan"]
+    assert _condition(ready, "Planned")["status"] == "True"
+    assert [pod["spec"]["nodeName"] for pod in _serving_pods(sandbox, "urgent")] == [L40S_NODE]
+    pending = wait_for(lambda: [pod for pod in _serving_pods(sandbox, "batch") if pod["status"]["phase"] == "Pending"],
+                       60, "a batch pod waiting for GPUs")
+    scheduled = next(c for c in pending[0]["status"].get("conditions") or [] if c["type"] == "PodScheduled")
+    assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable"), scheduled
+    degraded = wait_for(lambda: (c := _condition(_get(sandbox, "batch"), "Degraded"))["status"] == "True" and c,
+                        60, "batch Degraded")
+    assert "1/2 replicas ready" in degraded["message"], degraded
+
+    # The fleet at a glance: every L40S GPU held, both deployments with their priorities.
+    report = subprocess.run([*LLMFLEET, "fleet", "status"], env=sandbox.env, capture_output=True, text=True,
+                            check=True).stdout
+    l40s = next(line.split() for line in report.splitlines() if line.strip().startswith(L40S))
+    assert l40s[1:] == ["1", "8", "8", "0"], report
+    rows = {line.split()[0]: line.split() for line in report.splitlines() if line.startswith(f"  {NAMESPACE}/")}
+    assert rows[f"{NAMESPACE}/urgent"][1] == high and rows[f"{NAMESPACE}/batch"][1] == low, report
+    assert rows[f"{NAMESPACE}/batch"][5] == "1/2", report

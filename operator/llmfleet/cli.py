@@ -459,7 +459,52 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=_run_operator)
     _add_load_parser(commands)
     _add_rollout_parser(commands)
+    _add_fleet_parser(commands)
     return parser
+
+
+def _add_fleet_parser(commands) -> None:
+    fleet = commands.add_parser(
+        "fleet", help="the cluster's GPUs and every LLMDeployment at a glance",
+        description="GPUs by type (nodes, allocatable, held by pods, free) and, for every LLMDeployment "
+                    "in the cluster, its priority class, plan, GPUs, ready replicas, p99 TTFT, TTFT target, "
+                    "SLO attainment (from Prometheus) and Planned condition.")
+    fleet_commands = fleet.add_subparsers(dest="fleet_command", required=True, metavar="ACTION")
+    status = fleet_commands.add_parser("status", help="print the report")
+    status.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then "
+                                                           "$KUBECONFIG, then ~/.kube/config)")
+    status.add_argument("--prometheus-url", default=os.environ.get("LLMFLEET_PROMETHEUS_URL"),
+                        help="Prometheus for SLO attainment (default $LLMFLEET_PROMETHEUS_URL; without it "
+                             "attainment is not shown)")
+    status.add_argument("--window-s", type=int, default=300, metavar="S",
+                        help="attainment over the last S seconds (default %(default)s)")
+    status.set_defaults(handler=_run_fleet)
+
+
+def _run_fleet(args) -> int:
+    import datetime
+
+    from llmfleet.fleet import fleet_status, gpus_by_type
+    from llmfleet.k8s import KubeGateway, load_api_client
+
+    if args.window_s < 10:
+        raise BadInput(f"--window-s must be at least 10 (two scrapes), got {args.window_s}")
+    nodes, pods, deployments = KubeGateway(load_api_client(args.kubeconfig)).list_cluster()
+    attainment = {}
+    if args.prometheus_url:
+        from llmfleet.metrics import PrometheusMetrics
+
+        metrics = PrometheusMetrics(args.prometheus_url)
+        now = datetime.datetime.now(datetime.timezone.utc)
+        for deployment in deployments:
+            metadata, target = deployment["metadata"], ((deployment.get("spec") or {}).get("slo") or {}).get("ttftP99Ms")
+            if target is not None:
+                attainment[(metadata["namespace"], metadata["name"])] = metrics.ttft_attainment(
+                    metadata["namespace"], metadata["name"], target, args.window_s, now)
+        metrics.close()
+    print(fleet_status(gpus_by_type(nodes, pods), deployments, attainment,
+                       args.window_s if args.prometheus_url else None))
+    return 0
 
 
 ROLLOUT_ACTIONS = {

@@ -245,6 +245,16 @@ def test_snapshot_reads_the_fleet(metrics):
         assert replica.requests_per_second == pytest.approx(REQUESTS_PER_SECOND / 2, rel=0.1)
 
 
+def test_ttft_attainment_is_the_share_within_the_largest_bound_under_the_target(metrics):
+    now = _now()
+    # 98 % of first tokens at or under 300 ms, the rest by 400 ms.
+    assert metrics.ttft_attainment(NAMESPACE, DEPLOYMENT, 300, WINDOW_SECONDS, now) == pytest.approx(0.98, abs=0.005)
+    assert metrics.ttft_attainment(NAMESPACE, DEPLOYMENT, 399, WINDOW_SECONDS, now) == pytest.approx(0.98, abs=0.005)
+    assert metrics.ttft_attainment(NAMESPACE, DEPLOYMENT, 400, WINDOW_SECONDS, now) == pytest.approx(1.0)
+    assert metrics.ttft_attainment(NAMESPACE, DEPLOYMENT, 5, WINDOW_SECONDS, now) is None  # under every bound
+    assert metrics.ttft_attainment(NAMESPACE, IDLE_DEPLOYMENT, 300, WINDOW_SECONDS, now) is None  # no requests
+
+
 def test_each_replica_is_seen_apart_and_a_p99_beyond_the_top_bucket_says_so(metrics):
     snapshot = metrics.snapshot(NAMESPACE, SKEWED_DEPLOYMENT, WINDOW_SECONDS, _now())
     assert snapshot.error is None

@@ -137,6 +137,15 @@ class KubeGateway:
         pods = self.core.list_namespaced_pod(namespace, label_selector=selector)
         return self.api_client.sanitize_for_serialization(pods)["items"]
 
+    def list_cluster(self) -> tuple[list[dict], list[dict], list[dict]]:
+        """Every node, every pod not finished and every LLMDeployment: `llmfleet fleet status`."""
+        serialize = self.api_client.sanitize_for_serialization
+        nodes = serialize(self.core.list_node())["items"]
+        pods = serialize(self.core.list_pod_for_all_namespaces(
+            field_selector="status.phase!=Succeeded,status.phase!=Failed"))["items"]
+        deployments = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
+        return nodes, pods, deployments
+
     def config_map_value(self, namespace: str, name: str, key: str) -> str | None:
         """One key of a ConfigMap; None when the ConfigMap or the key does not exist."""
         try:

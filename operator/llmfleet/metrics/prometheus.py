@@ -145,6 +145,20 @@ def revision_queries(namespace: str, deployment_name: str, revision: str, window
     )
 
 
+def ttft_attainment_query(namespace: str, deployment_name: str, slo_ttft_ms: float, window_seconds: int) -> str | None:
+    """The share of first tokens within the largest histogram bound at or under `slo_ttft_ms`
+    over the window (a lower bound on the SLO's attainment when the target falls between
+    bounds); None when the target is under the smallest bound."""
+    bound = max((le for le in TTFT_HISTOGRAM_BUCKETS_MS if le <= slo_ttft_ms), default=None)
+    if bound is None:
+        return None
+    selector = _deployment_selector(namespace, deployment_name)
+    window = f"[{window_seconds}s]"
+    # The exporter may write the bound as 500 or 500.0.
+    return (f'sum(rate({TTFT_HISTOGRAM}_bucket{{{selector}, le=~"{bound}(\\\\.0*)?"}}{window})) / '
+            f'sum(rate({TTFT_HISTOGRAM}_count{{{selector}}}{window}))')
+
+
 class _QueryFailed(Exception):
     pass
 
@@ -187,6 +201,15 @@ class PrometheusMetrics:
             queue_observable=queue_observable,
             replicas=tuple(ReplicaObservation(pod, replica_ttft.get(pod), replica_rate.get(pod))
                            for pod in sorted(replica_ttft.keys() | replica_rate.keys())))
+
+    def ttft_attainment(self, namespace: str, deployment_name: str, slo_ttft_ms: float, window_seconds: int,
+                        now: datetime) -> float | None:
+        """`ttft_attainment_query`'s answer: None without requests, or when Prometheus fails."""
+        query = ttft_attainment_query(namespace, deployment_name, slo_ttft_ms, window_seconds)
+        try:
+            return None if query is None else self._value("ttft_attainment", query, now)
+        except _QueryFailed:
+            return None
 
     def revision_samples(self, namespace: str, deployment_name: str, stable_revision: str, canary_revision: str,
                          window_seconds: int, now: datetime, request_model: str = TENSORRT_LLM_MODEL) -> Samples:

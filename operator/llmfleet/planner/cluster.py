@@ -74,22 +74,37 @@ def cluster_gpus(nodes: Iterable[GpuNode], pods: Iterable[GpuPod], namespace: st
     """GPUs per catalog type on schedulable nodes, and those free for the LLMDeployment whose
     pods in `namespace` carry the label value `deployment` and run at `priority`. Products the
     catalog does not know are left out."""
+    holding = [pod for pod in pods
+               if (pod.namespace, pod.deployment) != (namespace, deployment) and pod.priority >= priority]
+    return ClusterGpus(tuple(GpuCapacity(use.gpu_type, use.allocatable, use.allocatable - use.held)
+                             for use in gpu_use(nodes, holding, catalog)))
+
+
+@dataclass(frozen=True)
+class GpuUse:
+    gpu_type: str
+    nodes: int
+    allocatable: int
+    held: int  # by `pods`, at most what the nodes have
+
+
+def gpu_use(nodes: Iterable[GpuNode], pods: Iterable[GpuPod], catalog: Catalog | None = None) -> list[GpuUse]:
+    """Per catalog GPU type, over Ready and schedulable nodes: how many nodes and GPUs, and how
+    many of those GPUs `pods` hold."""
     catalog = catalog or load_catalog()
     type_of_product = {gpu.gfd_product: gpu.name for gpu in catalog.gpus.values()}
-    held: dict[str, int] = {}
+    held_on: dict[str, int] = {}
     for pod in pods:
-        if (pod.namespace, pod.deployment) != (namespace, deployment) and pod.priority >= priority:
-            held[pod.node] = held.get(pod.node, 0) + pod.gpus
-    allocatable: dict[str, int] = {}
-    free: dict[str, int] = {}
+        held_on[pod.node] = held_on.get(pod.node, 0) + pod.gpus
+    totals: dict[str, tuple[int, int, int]] = {}
     for node in nodes:
         gpu_type = type_of_product.get(node.gpu_product)
         if gpu_type is None or not node.schedulable:
             continue
-        allocatable[gpu_type] = allocatable.get(gpu_type, 0) + node.allocatable_gpus
-        free[gpu_type] = free.get(gpu_type, 0) + max(0, node.allocatable_gpus - held.get(node.name, 0))
-    return ClusterGpus(tuple(GpuCapacity(gpu_type, allocatable[gpu_type], free[gpu_type])
-                             for gpu_type in sorted(allocatable)))
+        count, allocatable, held = totals.get(gpu_type, (0, 0, 0))
+        totals[gpu_type] = (count + 1, allocatable + node.allocatable_gpus,
+                            held + min(node.allocatable_gpus, held_on.get(node.name, 0)))
+    return [GpuUse(gpu_type, *totals[gpu_type]) for gpu_type in sorted(totals)]
 
 
 def _gpus(container: dict) -> int:

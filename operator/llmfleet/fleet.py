@@ -1,0 +1,67 @@
+"""`llmfleet fleet status`: the cluster's GPUs by type and every LLMDeployment's plan,
+replicas, p99 TTFT and SLO attainment, as text. Pure: the CLI passes the objects it listed and
+the attainment it read from Prometheus."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from llmfleet.planner.cluster import GpuUse, gpu_node, gpu_pod, gpu_use
+from llmfleet.render.identity import DEPLOYMENT_LABEL
+
+NONE = "-"
+
+
+def gpus_by_type(nodes: list[dict], pods: list[dict]) -> list[GpuUse]:
+    gpu_nodes = [node for node in map(gpu_node, nodes) if node is not None]
+    gpu_pods = [pod for pod in (gpu_pod(p, DEPLOYMENT_LABEL) for p in pods) if pod is not None]
+    return gpu_use(gpu_nodes, gpu_pods)
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[column]) for row in (header, *rows)) for column in range(len(header))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in (header, *rows)]
+
+
+def _condition(deployment: dict, kind: str) -> dict:
+    return next((c for c in (deployment.get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
+
+
+def _deployment_row(deployment: dict, attainment: float | None) -> tuple[str, ...]:
+    metadata, spec, status = deployment["metadata"], deployment.get("spec") or {}, deployment.get("status") or {}
+    plan = status.get("plan") or {}
+    planned = _condition(deployment, "Planned")
+    ttft_p99 = status.get("ttftP99") or (f"{status['ttftP99Ms']:.0f} ms" if status.get("ttftP99Ms") is not None
+                                        else NONE)
+    target = (spec.get("slo") or {}).get("ttftP99Ms")
+    return (f"{metadata['namespace']}/{metadata['name']}",
+            (spec.get("resources") or {}).get("priorityClassName") or NONE,
+            plan.get("summary") or NONE,
+            str(plan.get("gpusTotal", NONE)) if plan.get("summary") else NONE,
+            f"{status.get('readyReplicas', 0)}/{status.get('replicas', 0)}",
+            ttft_p99,
+            f"{target} ms" if target is not None else NONE,
+            f"{attainment:.1%}" if attainment is not None else NONE,
+            f"{planned.get('status', NONE)} {planned.get('reason', '')}".strip())
+
+
+def fleet_status(gpus: list[GpuUse], deployments: list[dict],
+                 attainment: Mapping[tuple[str, str], float | None], window_seconds: int | None) -> str:
+    """The report; `attainment` by (namespace, name), over `window_seconds` (None: no
+    Prometheus was asked)."""
+    lines = ["GPUs (Ready, schedulable nodes; used: held by pods bound to them)"]
+    lines += ["  " + line for line in _table(
+        ("TYPE", "NODES", "GPUS", "USED", "FREE"),
+        [(g.gpu_type, str(g.nodes), str(g.allocatable), str(g.held), str(g.allocatable - g.held)) for g in gpus])]
+    if not gpus:
+        lines.append("  no GPU node (none with the nvidia.com/gpu.product label is Ready and schedulable)")
+    where = (f"share of first tokens within the TTFT target over the last {window_seconds} s"
+             if window_seconds is not None else "no Prometheus URL given")
+    lines += ["", f"LLMDeployments (attainment: {where})"]
+    ordered = sorted(deployments, key=lambda d: (d["metadata"]["namespace"], d["metadata"]["name"]))
+    lines += ["  " + line for line in _table(
+        ("NAME", "PRIORITY", "PLAN", "GPUS", "READY", "P99 TTFT", "TARGET", "ATTAINMENT", "PLANNED"),
+        [_deployment_row(d, attainment.get((d["metadata"]["namespace"], d["metadata"]["name"]))) for d in ordered])]
+    if not deployments:
+        lines.append("  none")
+    return "\n".join(lines)

@@ -1,0 +1,43 @@
+"""`llmfleet fleet status`'s report from listed objects (the listing is the Kubernetes API's;
+the e2e inventory test reads the command against the sandbox)."""
+
+from __future__ import annotations
+
+from llmfleet.fleet import fleet_status, gpus_by_type
+from test_planner_cluster import node, pod, product
+
+
+def deployment(namespace: str, name: str, **status) -> dict:
+    return {"metadata": {"namespace": namespace, "name": name},
+            "spec": {"slo": {"ttftP99Ms": 500}, "resources": {"priorityClassName": "batch"}},
+            "status": status}
+
+
+def test_gpus_by_type_count_what_bound_pods_hold_on_ready_schedulable_nodes():
+    nodes = [node("a", product("H100-SXM-80GB")), node("b", product("H100-SXM-80GB"), ready=False),
+             node("c", product("L40S-48GB")), node("cpu", None)]
+    pods = [pod("ns", "a", 2), pod("ns", "c", 8), pod("ns", "b", 4), pod("ns", None, 1)]
+    use = {g.gpu_type: (g.nodes, g.allocatable, g.held) for g in gpus_by_type(nodes, pods)}
+    assert use == {"H100-SXM-80GB": (1, 8, 2), "L40S-48GB": (1, 8, 8)}
+
+
+def test_the_report_lists_gpus_and_every_deployment_with_what_it_knows():
+    gpus = gpus_by_type([node("a", product("L40S-48GB"))], [pod("ns", "a", 4)])
+    serving = deployment("team", "chat", replicas=2, readyReplicas=1, ttftP99Ms=231.6,
+                         plan={"summary": "L40Sx4 FP8", "gpusTotal": 8},
+                         conditions=[{"type": "Planned", "status": "False", "reason": "CapacityShortfall"}])
+    waiting = deployment("team", "new")
+    report = fleet_status(gpus, [waiting, serving], {("team", "chat"): 0.9871}, 300)
+    lines = report.splitlines()
+    assert lines[1].split() == ["TYPE", "NODES", "GPUS", "USED", "FREE"]
+    assert lines[2].split() == ["L40S-48GB", "1", "8", "4", "4"]
+    rows = {line.split()[0]: line.split() for line in lines if line.startswith("  team/")}
+    assert rows["team/chat"] == ["team/chat", "batch", "L40Sx4", "FP8", "8", "1/2", "232", "ms", "500", "ms",
+                                 "98.7%", "False", "CapacityShortfall"]
+    assert rows["team/new"][2:] == ["-", "-", "0/0", "-", "500", "ms", "-", "-"]
+    assert "over the last 300 s" in report
+
+
+def test_without_prometheus_or_gpus_the_report_says_so():
+    report = fleet_status([], [], {}, None)
+    assert "no Prometheus URL given" in report and "no GPU node" in report and "  none" in report
