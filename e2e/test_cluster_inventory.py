@@ -35,6 +35,15 @@ def _serving_pods(sandbox, name: str) -> list[dict]:
                                 f"llmfleet.io/deployment={name},app.kubernetes.io/component=server")["items"]
 
 
+def _ready(sandbox, name: str) -> dict:
+    try:
+        return wait_until_ready(sandbox, name, NAMESPACE, timeout=300)
+    except AssertionError as error:
+        pods = sandbox.kubectl("get", "pods", "-n", NAMESPACE, "-o", "wide", check=False)
+        status = (_get(sandbox, name).get("status") or {})
+        raise AssertionError(f"{error}\nstatus: {status}\npods:\n{pods}") from None
+
+
 def _get(sandbox, name: str) -> dict:
     return sandbox.kubectl_json("get", "llmdeployment", name, "-n", NAMESPACE)
 
@@ -52,7 +61,7 @@ def inventory_namespace(sandbox, operator):
 
 def test_a_spec_lands_on_the_gpu_type_the_cluster_has_and_a_shortfall_serves_what_fits(sandbox):
     sandbox.apply([chat("fits", [H200, L40S], 1)], namespace=NAMESPACE)
-    fits = wait_until_ready(sandbox, "fits", NAMESPACE, timeout=300)
+    fits = _ready(sandbox, "fits")
     plan = fits["status"]["plan"]
     assert (plan["gpuType"], plan["replicas"]) == (L40S, 1), plan
     assert any(H200 in r["option"] and r["reason"].startswith("cluster: 0 H200-SXM-141GB are schedulable")
@@ -63,10 +72,10 @@ def test_a_spec_lands_on_the_gpu_type_the_cluster_has_and_a_shortfall_serves_wha
 
     # Three times the load: more L40S replicas than the node has GPUs left beside "fits".
     sandbox.apply([chat("short", [L40S], 3)], namespace=NAMESPACE)
-    short = wait_until_ready(sandbox, "short", NAMESPACE, timeout=300)
-    plan = short["status"]["plan"]
+    plan = wait_for(lambda: (_get(sandbox, "short").get("status") or {}).get("plan"), 60, "short's plan")
     free = 8 - gpus_per_replica
     assert plan["gpuType"] == L40S and plan["replicas"] == free // plan["tensorParallelSize"], plan
+    short = _ready(sandbox, "short")
     planned = _condition(short, "Planned")
     assert (planned["status"], planned["reason"]) == ("False", "CapacityShortfall"), planned
     assert f"but {free} L40S-48GB are free" in planned["message"] and "more L40S-48GB needed" in planned["message"]
@@ -107,7 +116,7 @@ def test_a_higher_priority_deployment_takes_scarce_gpus_from_a_lower_one(sandbox
     urgent["spec"]["resources"]["priorityClassName"] = high
     sandbox.apply([urgent], namespace=NAMESPACE)
     # Planned on the GPUs batch holds, which the scheduler takes from it.
-    ready = wait_until_ready(sandbox, "urgent", NAMESPACE, timeout=300)
+    ready = _ready(sandbox, "urgent")
     assert ready["status"]["plan"]["gpuType"] == L40S and "capacityShortfall" not in ready["status"]["plan"]
     assert _condition(ready, "Planned")["status"] == "True"
     assert [pod["spec"]["nodeName"] for pod in _serving_pods(sandbox, "urgent")] == [L40S_NODE]

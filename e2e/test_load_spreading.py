@@ -73,7 +73,7 @@ class Run:
             sampler.start()
             try:
                 self.result = subprocess.run(
-                    [sys.executable, "-m", "llmfleet", "load", "--target", target, "--model", "ensemble",
+                    [sys.executable, "-m", "llmfleet", "load", "--target", target,
                      "--schedule", SCHEDULE, "--duration-s", str(DURATION_S), *_token_flags(),
                      "--slo-ttft-ms", str(self.slo_ttft_ms), "--output-dir", str(self.output), "--quiet"],
                     env=self.sandbox.env, capture_output=True, text=True, timeout=DURATION_S + 300)
