@@ -78,7 +78,7 @@ def test_a_spec_lands_on_the_gpu_type_the_cluster_has_and_a_shortfall_serves_wha
     short = _ready(sandbox, "short")
     planned = _condition(short, "Planned")
     assert (planned["status"], planned["reason"]) == ("False", "CapacityShortfall"), planned
-    assert f"but {free} L40S-48GB are free" in planned["message"] and "more L40S-48GB needed" in planned["message"]
+    assert f"but {free} of the cluster's 8 L40S-48GB are free" in planned["message"] and "more L40S-48GB needed" in planned["message"]
     assert plan["capacityShortfall"] in planned["message"]
     assert _condition(short, "Ready")["status"] == "True"
     pods = _serving_pods(sandbox, "short")

@@ -148,6 +148,15 @@ def test_a_shortfall_serves_the_slo_plans_configuration_on_the_gpus_free_and_say
     assert result.to_json_dict()["capacityShortfall"] == result.shortfall.message
 
 
+def test_an_slo_plan_larger_than_the_cluster_is_a_shortfall_not_a_refusal():
+    wanted = _slo_plan(gpu_types=(H100,), **BIG)
+    per_replica = wanted.gpus_total // wanted.replicas
+    small = per_replica * (wanted.replicas - 1)  # the whole cluster holds one replica fewer
+    result = plan(request(gpu_types=(H100,), cluster_gpus=cluster((H100, small, small)), **BIG))
+    assert result.feasible and result.replicas == wanted.replicas - 1
+    assert f"but {small} of the cluster's {small} H100-SXM-80GB are free" in result.shortfall.message
+
+
 def test_with_no_gpu_free_the_slo_plan_waits_for_gpus_and_says_so():
     wanted = _slo_plan(gpu_types=(H100,), **BIG)
     result = plan(request(gpu_types=(H100,), cluster_gpus=cluster((H100, 64, 0)), **BIG))
@@ -168,7 +177,8 @@ def test_the_planned_condition_says_capacity_shortfall_and_ready_does_not_depend
     assert planned["status"] == expected
     if expected == "False":
         assert planned["reason"] == "CapacityShortfall"
-        assert "0 H100-SXM-80GB are free" in planned["message"] and "llmfleet.io/replan" in planned["message"]
+        assert "but 0 of the cluster's 16 H100-SXM-80GB are free" in planned["message"]
+        assert "llmfleet.io/replan" in planned["message"]
         assert outcome.status["plan"]["capacityShortfall"] and outcome.apply  # it still renders what fits
     else:
         assert "capacityShortfall" not in outcome.status["plan"]

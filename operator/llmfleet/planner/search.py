@@ -62,20 +62,22 @@ class _Outcome:
 
 @dataclass(frozen=True)
 class _GpuLimits:
-    """The GPUs of each type a search may use: the cluster's schedulable ones (the SLO plan) or
-    its free ones (a plan that fits now); a type not listed has none."""
+    """What a search may use of the cluster: for the SLO plan, the GPU types it has (a replica's
+    GPUs at most what it has of the type; replicas beyond it make a shortfall, not a refusal);
+    for a plan that fits now, the free GPUs, replicas included. A type not listed has none."""
 
     gpus_by_type: dict[str, int]
     kind: str  # "schedulable" or "free", for reasons
     reason_class: str
+    caps_replicas: bool
 
     @classmethod
     def schedulable(cls, cluster: ClusterGpus) -> "_GpuLimits":
-        return cls({c.gpu_type: c.allocatable for c in cluster.capacities}, "schedulable", "cluster")
+        return cls({c.gpu_type: c.allocatable for c in cluster.capacities}, "schedulable", "cluster", False)
 
     @classmethod
     def free(cls, cluster: ClusterGpus) -> "_GpuLimits":
-        return cls({c.gpu_type: c.free for c in cluster.capacities}, "free", "capacity")
+        return cls({c.gpu_type: c.free for c in cluster.capacities}, "free", "capacity", True)
 
     def of(self, gpu_type: str) -> int:
         return self.gpus_by_type.get(gpu_type, 0)
@@ -149,7 +151,7 @@ def _search_replicas(engine: Engine, option: _Option, request: PlanRequest, best
     fewest = max(1, math.ceil(w.peak_requests_per_sec / saturation_rps))
     if space.pinned_replicas is not None:
         fewest = most = space.pinned_replicas
-        if limits is not None and limits.of(option.gpu.name) < most * tp:
+        if limits is not None and limits.caps_replicas and limits.of(option.gpu.name) < most * tp:
             return _Outcome(option, limits.reason_class, f"{most} pinned replicas need {most * tp} GPUs; "
                             f"{limits.of(option.gpu.name)} {option.gpu.name} are {limits.kind}",
                             replicas=most, engine=engine)
@@ -162,7 +164,7 @@ def _search_replicas(engine: Engine, option: _Option, request: PlanRequest, best
             return _Outcome(option, "gpu-budget", f"needs at least {fewest * tp} GPUs for the throughput, "
                             f"budget is {space.gpu_budget}", replicas=max(most, 0), engine=engine)
         scope = "within the GPU budget" if space.gpu_budget else "at any replica count"
-        if limits is not None and limits.of(option.gpu.name) // tp < most:
+        if limits is not None and limits.caps_replicas and limits.of(option.gpu.name) // tp < most:
             most = limits.of(option.gpu.name) // tp
             scope = f"within the {limits.of(option.gpu.name)} {limits.kind} {option.gpu.name}"
             if most < fewest:
@@ -269,7 +271,8 @@ def plan(request: PlanRequest, catalog: Catalog | None = None) -> Plan:
     if fits_now.feasible:
         return replace(fits_now, rationale=(*fits_now.rationale, f"{label} would need {slo_plan.gpus_total} GPUs; "
                                             f"{free} {slo_plan.gpu_type} are free"))
-    shortfall = CapacityShortfall(label, slo_plan.gpu_type, slo_plan.gpus_total, free)
+    shortfall = CapacityShortfall(label, slo_plan.gpu_type, slo_plan.gpus_total, free,
+                                  cluster.of(slo_plan.gpu_type).allocatable)
     gpus_per_replica = slo_plan.gpus_total // slo_plan.replicas
     replicas_now = free // gpus_per_replica
     if replicas_now == 0 or request.space.pinned_replicas is not None:

@@ -75,11 +75,13 @@ class CapacityShortfall:
     gpu_type: str
     gpus_needed: int
     gpus_free: int
+    gpus_in_cluster: int
 
     @property
     def message(self) -> str:
-        return (f"meeting the SLO needs {self.slo_plan} ({self.gpus_needed} GPUs) but {self.gpus_free} "
-                f"{self.gpu_type} are free: {self.gpus_needed - self.gpus_free} more {self.gpu_type} needed")
+        return (f"meeting the SLO needs {self.slo_plan} ({self.gpus_needed} GPUs) but {self.gpus_free} of the "
+                f"cluster's {self.gpus_in_cluster} {self.gpu_type} are free: {self.gpus_needed - self.gpus_free} "
+                f"more {self.gpu_type} needed")
 
 
 @dataclass(frozen=True)
