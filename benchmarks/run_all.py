@@ -21,6 +21,7 @@ OUTPUT = REPO / "docs" / "benchmarks.md"
 BENCHMARKS = (
     ("bench_sandbox.py", "sandbox.md"),
     ("bench_planner.py", "planner.md"),
+    ("fit_calibration.py", "calibration.md"),
     ("bench_planner_vs_emulator.py", "planner-vs-emulator.md"),
     ("bench_emulator.py", "emulator.md"),
     ("bench_reconcile.py", "reconcile.md"),

@@ -166,6 +166,8 @@ class Calibration:
     runtime_reserve_bytes: int
     tokens_per_block: int
     source: str
+    # Multiplies the compute and bandwidth efficiencies on Blackwell GPUs only (1.0: no effect).
+    blackwell_efficiency_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,8 @@ class CalibrationMeasurement:
     input_tokens: int
     output_tokens: int
     output_tokens_per_sec: float
+    # Where the number was published (repository, file, commit, table and column).
+    source: str = ""
 
 
 @dataclass(frozen=True)

@@ -51,13 +51,21 @@ class Engine:
     allreduce_seconds_per_token: float
 
 
+def generation_efficiency_scale(gpu: GpuType, calibration: Calibration) -> float:
+    """Multiplier on the compute and memory-bandwidth efficiencies for a GPU generation that has
+    its own fitted factor: Blackwell (fitted to B200 NVFP4 rows). 1.0, no effect, for every other
+    generation, whose estimates use the shared factors alone."""
+    return calibration.blackwell_efficiency_scale if gpu.generation == "blackwell" else 1.0
+
+
 def build_engine(model: ModelArch, gpu: GpuType, quantization: QuantizationFormat, kv_dtype: KvCacheDtype,
                  tensor_parallel_size: int, calibration: Calibration, *, max_batch_size: int,
                  max_num_tokens: int, kv_cache_free_gpu_mem_fraction: float) -> Engine:
     tp = tensor_parallel_size
     cal = calibration
-    gemm = gpu.dense_flops_per_sec(quantization.activation_precision) * tp
-    attention = gpu.dense_flops_per_sec(ATTENTION_PRECISION) * tp
+    scale = generation_efficiency_scale(gpu, cal)
+    gemm = gpu.dense_flops_per_sec(quantization.activation_precision) * tp * scale
+    attention = gpu.dense_flops_per_sec(ATTENTION_PRECISION) * tp * scale
     if tp > 1:
         # Ring all-reduce moves 2(TP-1)/TP of the message per rank; two all-reduces per layer.
         bytes_per_token = model.hidden_size * UNQUANTIZED_BYTES_PER_PARAM * 2 * (tp - 1) / tp
@@ -73,7 +81,7 @@ def build_engine(model: ModelArch, gpu: GpuType, quantization: QuantizationForma
                        max_batch_size=max_batch_size,
                        kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction),
         calibration=cal,
-        effective_bandwidth_bytes_per_sec=gpu.memory_bandwidth_bytes_per_sec * cal.memory_bandwidth_efficiency,
+        effective_bandwidth_bytes_per_sec=gpu.memory_bandwidth_bytes_per_sec * cal.memory_bandwidth_efficiency * scale,
         prefill_gemm_flops_per_sec=gemm * cal.prefill_compute_efficiency,
         decode_gemm_flops_per_sec=gemm * cal.decode_compute_efficiency,
         prefill_attention_flops_per_sec=attention * cal.prefill_compute_efficiency,

@@ -1,0 +1,214 @@
+"""Fit the planner's efficiency factors to the measurements declared in calibration.yaml.
+
+Prints a markdown report (factors, errors overall and per group, leave-one-group-out errors,
+every row) and writes it to docs/benchmarks/calibration.md. With --write it also writes the
+fitted factor values and the '# fitted:' line into operator/llmfleet/catalog/calibration.yaml,
+leaving the rest of that file as it is. The fitting itself is llmfleet.planner.calibration_fit.
+Run: .venv/bin/python benchmarks/fit_calibration.py [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import llmfleet.catalog
+from llmfleet.catalog import load_catalog
+from llmfleet.planner import calibration_fit as cf
+
+REPO = Path(__file__).resolve().parent.parent
+REPORT = REPO / "docs" / "benchmarks" / "calibration.md"
+CALIBRATION_YAML = Path(llmfleet.catalog.__file__).resolve().parent / "calibration.yaml"
+COMMAND = ".venv/bin/python benchmarks/fit_calibration.py"
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _pct(value: float) -> str:
+    return f"{value * 100:.0f} %"
+
+
+def _factor(value: float) -> str:
+    return f"{value:g}"
+
+
+def _grid_step(name: str) -> float:
+    grid = cf.SHARED_GRIDS.get(name, cf.GENERATION_GRID)
+    return round(grid[1] - grid[0], 6)
+
+
+def _label(group: cf.GroupError) -> str:
+    return "all rows" if group.kind == "all" else f"{group.kind} {group.name}"
+
+
+def _error_table(groups: list[cf.GroupError]) -> list[str]:
+    lines = ["| rows | n | median est/meas | median abs error | p90 abs error | worst row est/meas |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for group in groups:
+        lines.append(f"| {_label(group)} | {group.rows} | {group.median_ratio:.3f} | {_pct(group.median_abs_error)} "
+                     f"| {_pct(group.p90_abs_error)} | {group.worst_ratio:.2f} |")
+    return lines
+
+
+def _rms(ratios) -> float:
+    return math.sqrt(sum(math.log(ratio) ** 2 for ratio in ratios) / len(ratios))
+
+
+def _sources(rows) -> list[str]:
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.source or "(no source given)"] = counts.get(row.source or "(no source given)", 0) + 1
+    return [f"- {count} rows: {source}" for source, count in counts.items()]
+
+
+def fitted_comment(rows, ratios) -> str:
+    overall = cf.error_summary("all", "all rows", ratios)
+    held = "shared factors held (see above)" if cf.HELD else "nothing held"
+    return (f"{len(rows)} rows; RMS log error {_rms(ratios):.3f}; |est/meas - 1| median "
+            f"{_pct(overall.median_abs_error)}, p90 {_pct(overall.p90_abs_error)}; worst row "
+            f"{overall.worst_ratio:.2f}x; {held}.")
+
+
+def report(command: str, catalog, rows, fitted, free, folds, yaml_values) -> str:
+    ratios = cf.estimate_ratios(rows, fitted, catalog)
+    free_ratios = cf.estimate_ratios(rows, free, catalog)
+    fitted_values, free_values = cf.factor_values(fitted), cf.factor_values(free)
+    fitted_score, free_score = cf.score(rows, ratios), cf.score(rows, free_ratios)
+    base = [row for row in rows if catalog.gpu(row.gpu).generation not in cf.GENERATION_FACTORS]
+    lines = [
+        "# Calibration fit", "",
+        f"Written by `{command}`; rerun with `{COMMAND} [--write]` (`--write` also writes the fitted "
+        "factors into `operator/llmfleet/catalog/calibration.yaml`). Functions: "
+        "`operator/llmfleet/planner/calibration_fit.py`; method in its docstring and in "
+        "`docs/planner.md` (section Calibration).", "",
+        f"Rows: the {len(rows)} measurements declared in `calibration.yaml`, each with its source:", "",
+        *_sources(rows), "",
+        "Error measure: estimate/measured of `estimate()`'s saturation throughput "
+        f"(`max_throughput_tokens_per_sec`, kv_cache_free_gpu_mem_fraction {cf.KV_CACHE_FREE_GPU_MEM_FRACTION}). "
+        "The fit minimises the RMS of its log with no group (by GPU, model or format) having a median "
+        f"estimate/measured above {cf.MEDIAN_RATIO_LIMIT:.2f}; abs error is |estimate/measured - 1|, "
+        "p90 the nearest-rank 90th percentile.", "",
+        "## Factors", "",
+        "| factor | calibration.yaml | this fit (written) | free fit (nothing held) | grid step | how |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for name in cf.FITTED_FACTORS:
+        how = "held" if name in cf.HELD else "fitted"
+        grid = cf.SHARED_GRIDS.get(name, cf.GENERATION_GRID)
+        edge = " (grid edge)" if free_values[name] in (grid[0], grid[-1]) else ""
+        lines.append(f"| `{name}` | {_factor(yaml_values[name])} | {_factor(fitted_values[name])} | "
+                     f"{_factor(free_values[name])}{edge} | {_factor(_grid_step(name))} | {how} |")
+    for generation, factor in cf.GENERATION_FACTORS.items():
+        own = [row for row in rows if catalog.gpu(row.gpu).generation == generation]
+        if own:
+            without = cf.estimate_ratios(own, dataclasses.replace(fitted, **{factor: 1.0}), catalog)
+            with_factor = cf.estimate_ratios(own, fitted, catalog)
+            lines += ["", f"`{factor}` applies to the {len(own)} {generation} rows only. At 1.0 (the shared "
+                      f"factors alone) their median estimate/measured is {statistics.median(without):.3f} (limit "
+                      f"{cf.MEDIAN_RATIO_LIMIT:.2f}); with the fitted value, {statistics.median(with_factor):.3f}."]
+    in_sync = all(math.isclose(yaml_values[name], fitted_values[name]) for name in cf.FITTED_FACTORS)
+    lines += ["", "calibration.yaml holds the fitted factors." if in_sync else
+              f"**calibration.yaml differs from this fit**: run `{COMMAND} --write`.", ""]
+    if cf.HELD:
+        steps = {name: abs(free_values[name] - value) / _grid_step(name) for name, value in cf.HELD.items()}
+        moved = {name: count for name, count in steps.items() if count > 1 + 1e-9}
+        base_free = cf.score(base, cf.estimate_ratios(base, free, catalog))
+        base_held = cf.score(base, cf.estimate_ratios(base, fitted, catalog))
+        lines += [
+            f"Held factors: {', '.join(f'`{name}`' for name in cf.HELD)} (`calibration_fit.HELD`). "
+            f"On the {len(base)} rows of GPUs without a factor of their own (Hopper) the free fit has RMS "
+            f"log error {base_free.rms_log_error:.3f} against {base_held.rms_log_error:.3f} for the held values.",
+            "",
+            ("It differs from the held values by more than one grid step in "
+             + ", ".join(f"`{name}` ({count:.0f} steps)" for name, count in moved.items())
+             + ": a material change to today's plans, so it is reported here and not written."
+             if moved else "It differs from the held values only within the grid's resolution (one step at "
+             "most), so the held values are kept."),
+            "",
+        ]
+        edges = [name for name in cf.SHARED_GRIDS
+                 if free_values[name] in (cf.SHARED_GRIDS[name][0], cf.SHARED_GRIDS[name][-1])]
+        if edges:
+            lines += ["The free fit stops at the edge of the grid for "
+                      + ", ".join(f"`{name}` ({_factor(free_values[name])})" for name in edges)
+                      + ": the rows do not bound it inside the range searched.", ""]
+    lines += [
+        "## Error of the written factors (in-sample)", "",
+        f"{len(rows)} rows: RMS log error {fitted_score.rms_log_error:.3f}; highest group median "
+        f"estimate/measured {fitted_score.worst_group_median:.3f} ({fitted_score.worst_group}), "
+        f"limit {cf.MEDIAN_RATIO_LIMIT:.2f}.", "",
+        *_error_table(cf.group_errors(rows, ratios)), "",
+        "## Error of the free fit (not written)", "",
+        f"RMS log error {free_score.rms_log_error:.3f}; highest group median {free_score.worst_group_median:.3f} "
+        f"({free_score.worst_group}).", "",
+        *_error_table(cf.group_errors(rows, free_ratios)), "",
+        "## Leave one group out", "",
+        "Each fold refits every factor (nothing held) without one group's rows and predicts them: the "
+        "error to expect on a GPU, model or format the fit has not seen. A generation's own factor "
+        "cannot be fitted without that generation's rows, so leaving out B200 (or NVFP4, the same "
+        "rows) predicts it with the shared factors alone; leaving out FP8 leaves only B200 rows, "
+        "fitted with the shared factors and the Blackwell scale at 1.", "",
+        "| left out | n | refitted factors | median est/meas | median abs error | p90 abs error | worst row |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
+    for fold in folds:
+        values = ", ".join(_factor(value) for value in cf.factor_values(fold.calibration).values())
+        lines.append(f"| {fold.kind} {fold.name} | {fold.error.rows} | {values} | {fold.error.median_ratio:.3f} | "
+                     f"{_pct(fold.error.median_abs_error)} | {_pct(fold.error.p90_abs_error)} | "
+                     f"{fold.error.worst_ratio:.2f} |")
+    lines += ["", "Refitted factors in the order " + ", ".join(f"`{name}`" for name in cf.FITTED_FACTORS) + ".", "",
+              "## Every row (written factors)", "",
+              "| model | GPU | TP | format | KV | ISL/OSL | measured tok/s | estimated tok/s | est/meas |",
+              "|---|---|---:|---|---|---|---:|---:|---:|"]
+    for row, ratio in zip(rows, ratios):
+        lines.append(f"| {row.model} | {row.gpu} | {row.tensor_parallel_size} | {row.quantization} | "
+                     f"{row.kv_cache_dtype} | {row.input_tokens}/{row.output_tokens} | "
+                     f"{row.output_tokens_per_sec:,.0f} | {row.output_tokens_per_sec * ratio:,.0f} | {ratio:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true",
+                        help="write the fitted factors and the '# fitted:' line into calibration.yaml")
+    parser.add_argument("--report", type=Path, default=REPORT, help=f"markdown report path (default {REPORT})")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    catalog = load_catalog()
+    rows = catalog.calibration_measurements
+    progress(f"fitting {len(rows)} rows (held: {', '.join(cf.HELD) or 'nothing'})")
+    fitted = cf.fit(rows, catalog)
+    progress(f"free fit (nothing held) [{time.perf_counter() - started:.1f} s]")
+    free = cf.fit(rows, catalog, cf.FREE)
+    progress(f"leave one group out [{time.perf_counter() - started:.1f} s]")
+    folds = cf.leave_one_group_out(rows, catalog)
+    ratios = cf.estimate_ratios(rows, fitted, catalog)
+    feasible = cf.score(rows, ratios).feasible
+    yaml_values = cf.factor_values(catalog.calibration)
+    if args.write:
+        if not feasible:
+            progress("not written: no grid point keeps every group median within the limit")
+            return 1
+        text = CALIBRATION_YAML.read_text(encoding="utf-8")
+        CALIBRATION_YAML.write_text(cf.update_calibration_yaml(text, fitted, fitted_comment(rows, ratios)),
+                                    encoding="utf-8")
+        yaml_values = cf.factor_values(fitted)
+        progress(f"wrote {CALIBRATION_YAML}")
+    command = COMMAND + (" --write" if args.write else "")
+    markdown = report(command, catalog, rows, fitted, free, folds, yaml_values)
+    print(markdown, end="")
+    args.report.parent.mkdir(parents=True, exist_ok=True)
+    args.report.write_text(markdown, encoding="utf-8")
+    progress(f"wrote {args.report} [{time.perf_counter() - started:.1f} s]")
+    return 0 if feasible else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

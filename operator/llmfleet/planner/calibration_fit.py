@@ -1,0 +1,275 @@
+"""Fitting the latency model's efficiency factors to the catalog's declared measurements.
+
+Pure (no I/O, no clock): `benchmarks/fit_calibration.py` is the command line over these
+functions and `operator/tests/test_calibration_fit.py` checks the repository's calibration with
+them. The module sits in the planner, not in the catalog, because it evaluates the planner's
+`estimate()`; the catalog stays data only.
+
+What is fitted, in two stages:
+1. the shared factors (`SHARED_GRIDS`) to the rows of GPU generations that have no factor of their
+   own (today: Hopper), all generation factors at 1.0;
+2. each generation's own factor (`GENERATION_FACTORS`, today only Blackwell) to all rows, the
+   shared factors fixed, and only when the rows hold that generation and another one (otherwise
+   it would only trade places with the shared factors).
+If no row belongs to a generation without its own factor (a leave-one-group-out fold without the
+Hopper rows), stage 1 fits the shared factors to all rows with the generation factors at 1.0.
+A factor named in `held` keeps its held value and is not searched.
+
+Objective: the RMS of log(estimate / measured) of `estimate()`'s saturation throughput at
+kv_cache_free_gpu_mem_fraction 0.95. Constraint (conservative: an optimistic planner
+under-provisions): in every group of the rows (by GPU, by model, by quantisation format) the median
+estimate/measured is at most `MEDIAN_RATIO_LIMIT`. Candidates are ranked by (excess of the worst
+group median over the limit, RMS log error), so a feasible point always beats an infeasible one.
+Search: coordinate search on the grids from `START` (each round tries every grid value of one
+factor with the others fixed and keeps the best; rounds repeat until none moves), deterministic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Sequence
+
+from llmfleet.catalog import Calibration, CalibrationMeasurement, Catalog
+from llmfleet.planner.search import estimate
+
+KV_CACHE_FREE_GPU_MEM_FRACTION = 0.95
+MEDIAN_RATIO_LIMIT = 1.10
+GROUP_KINDS = ("gpu", "model", "quantization")
+MAX_ROUNDS = 100
+
+
+def _steps(low: float, high: float, step: float) -> tuple[float, ...]:
+    count = round((high - low) / step)
+    return tuple(round(low + index * step, 6) for index in range(count + 1))
+
+
+# Factor -> the values the search may take (the grid step is the fit's resolution).
+SHARED_GRIDS: Mapping[str, tuple[float, ...]] = {
+    "prefill_compute_efficiency": _steps(0.05, 1.0, 0.05),
+    "decode_compute_efficiency": _steps(0.05, 1.0, 0.05),
+    "memory_bandwidth_efficiency": _steps(0.3, 1.0, 0.05),
+    "step_overhead_ms": _steps(0.0, 20.0, 0.5),
+    "allreduce_latency_us": _steps(0.0, 100.0, 5.0),
+}
+# GPU generation -> its own factor, a multiplier on the shared efficiencies (latency.py).
+GENERATION_FACTORS: Mapping[str, str] = {"blackwell": "blackwell_efficiency_scale"}
+GENERATION_GRID = _steps(0.3, 1.5, 0.05)
+FITTED_FACTORS = (*SHARED_GRIDS, *GENERATION_FACTORS.values())
+# Where every search starts: round mid-range values, not the catalog's (so the fit does not
+# depend on the numbers it is meant to reproduce).
+START: Mapping[str, float] = {
+    "prefill_compute_efficiency": 0.5, "decode_compute_efficiency": 0.5, "memory_bandwidth_efficiency": 0.7,
+    "step_overhead_ms": 5.0, "allreduce_latency_us": 20.0,
+}
+# The shared factors stay at the values the planner's plans, tests and end-to-end expectations
+# were built on. A free fit to the Hopper rows moves them by more than the grid's resolution
+# (step overhead most; docs/benchmarks/calibration.md has the numbers), a change to today's H100
+# plans that a person decides on. To adopt the free fit, empty this mapping and run
+# `benchmarks/fit_calibration.py --write`.
+HELD: Mapping[str, float] = {
+    "prefill_compute_efficiency": 0.45, "decode_compute_efficiency": 0.4, "memory_bandwidth_efficiency": 0.7,
+    "step_overhead_ms": 4.0, "allreduce_latency_us": 20.0,
+}
+FREE: Mapping[str, float] = {}
+
+
+@dataclass(frozen=True)
+class GroupError:
+    """How far estimate() is from the measurements of one group of rows."""
+
+    kind: str  # "all", or one of GROUP_KINDS
+    name: str
+    rows: int
+    median_ratio: float  # median estimate/measured (> 1: the planner is optimistic)
+    median_abs_error: float  # median |estimate/measured - 1|
+    p90_abs_error: float  # nearest-rank 90th percentile of |estimate/measured - 1|
+    worst_ratio: float  # the row furthest from 1 in log terms
+
+
+@dataclass(frozen=True)
+class Score:
+    rms_log_error: float
+    worst_group: str
+    worst_group_median: float
+
+    @property
+    def excess(self) -> float:
+        return max(0.0, self.worst_group_median - MEDIAN_RATIO_LIMIT)
+
+    @property
+    def feasible(self) -> bool:
+        return self.excess == 0.0
+
+    def key(self) -> tuple[float, float]:
+        # Rounded so that float noise cannot make the search order platform dependent.
+        return round(self.excess, 9), round(self.rms_log_error, 12)
+
+
+@dataclass(frozen=True)
+class Fold:
+    """One leave-one-group-out fold: the factors fitted without the group, and the group's error."""
+
+    kind: str
+    name: str
+    calibration: Calibration
+    error: GroupError
+
+
+def group_name(row: CalibrationMeasurement, kind: str) -> str:
+    return {"gpu": row.gpu, "model": row.model, "quantization": row.quantization}[kind]
+
+
+def estimate_ratios(rows: Sequence[CalibrationMeasurement], calibration: Calibration,
+                    catalog: Catalog) -> tuple[float, ...]:
+    """estimate()'s saturation throughput over the measured one, per row."""
+    with_calibration = dataclasses.replace(catalog, calibration=calibration)
+    ratios = []
+    for row in rows:
+        try:
+            result = estimate(row.model, row.gpu, row.tensor_parallel_size, row.quantization, row.kv_cache_dtype,
+                              row.input_tokens, row.output_tokens, catalog=with_calibration,
+                              kv_cache_free_gpu_mem_fraction=KV_CACHE_FREE_GPU_MEM_FRACTION)
+        except ValueError as error:
+            raise ValueError(f"calibration row {row} cannot be estimated: {error}") from None
+        ratios.append(result.max_throughput_tokens_per_sec / row.output_tokens_per_sec)
+    return tuple(ratios)
+
+
+def nearest_rank(values: Iterable[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+
+def error_summary(kind: str, name: str, ratios: Sequence[float]) -> GroupError:
+    errors = [abs(ratio - 1) for ratio in ratios]
+    return GroupError(kind=kind, name=name, rows=len(ratios), median_ratio=statistics.median(ratios),
+                      median_abs_error=statistics.median(errors), p90_abs_error=nearest_rank(errors, 0.9),
+                      worst_ratio=max(ratios, key=lambda ratio: abs(math.log(ratio))))
+
+
+def _grouped(rows: Sequence[CalibrationMeasurement], ratios: Sequence[float]) -> dict[tuple[str, str], list[float]]:
+    groups: dict[tuple[str, str], list[float]] = {}
+    for kind in GROUP_KINDS:
+        for row, ratio in sorted(zip(rows, ratios), key=lambda pair: group_name(pair[0], kind)):
+            groups.setdefault((kind, group_name(row, kind)), []).append(ratio)
+    return groups
+
+
+def group_errors(rows: Sequence[CalibrationMeasurement], ratios: Sequence[float]) -> list[GroupError]:
+    """The error of all rows, then of each group, by kind and name."""
+    return [error_summary("all", "all rows", ratios),
+            *(error_summary(kind, name, values) for (kind, name), values in _grouped(rows, ratios).items())]
+
+
+def score(rows: Sequence[CalibrationMeasurement], ratios: Sequence[float]) -> Score:
+    rms = math.sqrt(sum(math.log(ratio) ** 2 for ratio in ratios) / len(ratios))
+    medians = {f"{kind} {name}": statistics.median(values) for (kind, name), values in _grouped(rows, ratios).items()}
+    worst = max(medians, key=lambda group: medians[group])
+    return Score(rms_log_error=rms, worst_group=worst, worst_group_median=medians[worst])
+
+
+def _coordinate_search(key: Callable[[dict[str, float]], tuple[float, float]], start: Mapping[str, float],
+                       grids: Mapping[str, tuple[float, ...]]) -> dict[str, float]:
+    point = dict(start)
+    cache: dict[tuple[float, ...], tuple[float, float]] = {}
+
+    def cached(candidate: dict[str, float]) -> tuple[float, float]:
+        index = tuple(candidate[name] for name in grids)
+        if index not in cache:
+            cache[index] = key(candidate)
+        return cache[index]
+
+    for _ in range(MAX_ROUNDS):
+        moved = False
+        for name, grid in grids.items():
+            best_value, best_key = point[name], cached(point)
+            for value in grid:
+                trial_key = cached({**point, name: value})
+                if trial_key < best_key:
+                    best_value, best_key = value, trial_key
+            if best_value != point[name]:
+                point[name] = best_value
+                moved = True
+        if not moved:
+            return point
+    raise RuntimeError(f"coordinate search did not settle in {MAX_ROUNDS} rounds")
+
+
+def generation(row: CalibrationMeasurement, catalog: Catalog) -> str:
+    return catalog.gpu(row.gpu).generation
+
+
+def fit(rows: Sequence[CalibrationMeasurement], catalog: Catalog,
+        held: Mapping[str, float] = HELD) -> Calibration:
+    """The fitted calibration (factors not in FITTED_FACTORS come from catalog.calibration)."""
+    if not rows:
+        raise ValueError("no rows to fit")
+    unknown = set(held) - set(FITTED_FACTORS)
+    if unknown:
+        raise ValueError(f"held factors {sorted(unknown)} are not fitted factors")
+    generation_defaults = {factor: held.get(factor, 1.0) for factor in GENERATION_FACTORS.values()}
+    calibration = dataclasses.replace(catalog.calibration, **{**START, **generation_defaults, **held})
+
+    def key_for(subset: Sequence[CalibrationMeasurement]) -> Callable[[dict[str, float]], tuple[float, float]]:
+        return lambda point: score(subset, estimate_ratios(subset, dataclasses.replace(calibration, **point),
+                                                           catalog)).key()
+
+    base_rows = [row for row in rows if generation(row, catalog) not in GENERATION_FACTORS]
+    shared = {name: grid for name, grid in SHARED_GRIDS.items() if name not in held}
+    if shared:
+        point = _coordinate_search(key_for(base_rows or rows), {name: START[name] for name in shared}, shared)
+        calibration = dataclasses.replace(calibration, **point)
+    if base_rows:
+        for gen, factor in GENERATION_FACTORS.items():
+            if factor in held or not any(generation(row, catalog) == gen for row in rows):
+                continue
+            point = _coordinate_search(key_for(rows), {factor: 1.0}, {factor: GENERATION_GRID})
+            calibration = dataclasses.replace(calibration, **point)
+    return calibration
+
+
+def leave_one_group_out(rows: Sequence[CalibrationMeasurement], catalog: Catalog,
+                        held: Mapping[str, float] = FREE) -> list[Fold]:
+    """For every group of every kind: fit without its rows, then measure the error on them.
+
+    By default nothing is held, so every fold refits every factor: the error of the fitting
+    procedure on data it has not seen, which is what a new GPU, model or format would meet."""
+    folds = []
+    for kind in GROUP_KINDS:
+        for name in sorted({group_name(row, kind) for row in rows}):
+            left_out = [row for row in rows if group_name(row, kind) == name]
+            kept = [row for row in rows if group_name(row, kind) != name]
+            if not kept:
+                continue
+            calibration = fit(kept, catalog, held)
+            ratios = estimate_ratios(left_out, calibration, catalog)
+            folds.append(Fold(kind, name, calibration, error_summary(kind, name, ratios)))
+    return folds
+
+
+def factor_values(calibration: Calibration) -> dict[str, float]:
+    return {name: getattr(calibration, name) for name in FITTED_FACTORS}
+
+
+def _yaml_number(value: float) -> str:
+    return repr(float(round(value, 6)))
+
+
+def update_calibration_yaml(text: str, calibration: Calibration, fitted_comment: str) -> str:
+    """calibration.yaml's text with the fitted factors' values and its '# fitted:' line replaced,
+    everything else (comments, rows, order) unchanged."""
+    for name, value in factor_values(calibration).items():
+        pattern = re.compile(rf"^(  {re.escape(name)}:[ \t]*)[^\s#]+", re.MULTILINE)
+        if len(pattern.findall(text)) != 1:
+            raise ValueError(f"calibration.yaml must have exactly one '  {name}:' line")
+        text = pattern.sub(lambda match: match.group(1) + _yaml_number(value), text)
+    fitted = re.compile(r"^# fitted:.*$", re.MULTILINE)
+    if len(fitted.findall(text)) != 1:
+        raise ValueError("calibration.yaml must have exactly one '# fitted:' comment line")
+    if "\n" in fitted_comment:
+        raise ValueError("the fitted comment is one line")
+    return fitted.sub(lambda _: f"# fitted: {fitted_comment}", text)
