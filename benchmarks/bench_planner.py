@@ -18,7 +18,7 @@ from llmfleet.planner import PlanRequest, SearchSpace, SloTargets, Workload, est
 REPEATS = 20
 REPORT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "planner.md"
 MEASUREMENT_SOURCE = ("NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md "
-                      "@00f37686aa854010d68bcbd0f4ab000221541ca6 (v1.0, trtllm-bench, FP8)")
+                      "@00f37686aa854010d68bcbd0f4ab000221541ca6 (v1.0, trtllm-bench; Hopper FP8, B200 NVFP4)")
 
 
 def _specs(catalog):
@@ -64,6 +64,7 @@ def accuracy_section(catalog) -> list[str]:
              f"Measured: {MEASUREMENT_SOURCE}, total output tokens/s of the TP group. These are the rows the",
              "calibration was fitted to (in-sample). Estimated with kv_cache_free_gpu_mem_fraction 0.95 and",
              "FP8 KV, as assumed in catalog/calibration.yaml. Llama 3.3 70B rows use the llama-3.1-70b architecture.",
+             "Fit and leave-one-group-out errors: [calibration.md](calibration.md).",
              "", "| model | GPU | TP | ISL/OSL | measured tok/s | estimated tok/s | ratio |",
              "|---|---|---:|---|---:|---:|---:|"]
     log_errors = []

@@ -41,7 +41,9 @@ def _ready(sandbox, name: str) -> dict:
     except AssertionError as error:
         pods = sandbox.kubectl("get", "pods", "-n", NAMESPACE, "-o", "wide", check=False)
         status = (_get(sandbox, name).get("status") or {})
-        raise AssertionError(f"{error}\nstatus: {status}\npods:\n{pods}") from None
+        logs = "\n".join(f"--- {pod['metadata']['name']}:\n" + "\n".join(
+            sandbox.container_log(pod, "triton").splitlines()[-40:]) for pod in _serving_pods(sandbox, name))
+        raise AssertionError(f"{error}\nstatus: {status}\npods:\n{pods}\n{logs}") from None
 
 
 def _get(sandbox, name: str) -> dict:
