@@ -49,6 +49,8 @@ TERMINATION_MESSAGE_MAX_BYTES = 2048
 TERMINATION_MESSAGE_MAX_LINES = 80
 NSENTER = shutil.which("nsenter") or "nsenter"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+# The kubelet's reason for a pod it cannot admit (e.g. its device manager has too few GPUs left).
+ADMISSION_ERROR_REASON = "UnexpectedAdmissionError"
 
 
 def rfc3339(timestamp: float | None = None) -> str:
@@ -158,6 +160,10 @@ class PodWorker(threading.Thread):
 
     def run(self) -> None:
         try:
+            refused = self._admit()
+            if refused is not None:
+                self._reject(refused)
+                return
             self._prepare()
             while not self.stop_requested.is_set():
                 self._step()
@@ -178,9 +184,27 @@ class PodWorker(threading.Thread):
             finally:  # else the agent would think the pod still runs, and ignore it for good
                 self.agent.pod_worker_finished(self)
 
+    def _admit(self) -> str | None:
+        """Take the pod's GPUs, as the kubelet's device manager does when it admits a pod; why
+        not, when the node has too few left (the scheduler may bind a preemptor while its
+        victims still hold theirs)."""
+        requested = self._gpu_request()
+        self.gpu_indices = self.agent.allocate_gpus(self.node_name, self.uid, requested)
+        if len(self.gpu_indices) < requested:
+            return (f"Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. "
+                    f"Requested: {requested}, Available: {len(self.gpu_indices)}, which is unexpected")
+        return None
+
+    def _reject(self, message: str) -> None:
+        """A pod the node cannot admit fails at once, without running anything; its controller
+        makes another."""
+        self.agent.log(f"pod {self.namespace}/{self.pod_name}: not admitted: {message}")
+        status = {"phase": "Failed", "reason": ADMISSION_ERROR_REASON, "message": message,
+                  "startTime": rfc3339(self.start_time)}
+        self.agent.core.patch_namespaced_pod_status(self.pod_name, self.namespace, {"status": status})
+
     def _prepare(self) -> None:
         self.pod_ip = self.agent.allocate_pod_ip(self.node_name, self.uid)
-        self.gpu_indices = self.agent.allocate_gpus(self.node_name, self.uid, self._gpu_request())
         self.pod_root.mkdir(parents=True, exist_ok=True)
         for directory in ("logs", "run", "rootfs"):
             (self.pod_root / directory).mkdir(exist_ok=True)

@@ -8,6 +8,7 @@ import json
 from llmfleet_sandbox.agent import NodeAgent
 from llmfleet_sandbox.config import SandboxConfig
 from llmfleet_sandbox.poddiscovery import pod_target_groups
+from llmfleet_sandbox.podworker import PodWorker
 from llmfleet_sandbox.probes import ProbeState
 from llmfleet_sandbox.processes import ProcessTable, process_start_ticks
 from llmfleet_sandbox.serviceproxy import (
@@ -195,3 +196,41 @@ def test_an_agent_labels_each_node_with_its_pools_gpu(tmp_path):
     products = {name: agent.node_manifest(name)["metadata"]["labels"].get("nvidia.com/gpu.product")
                 for name in config.node_names()}
     assert products == {"gpu-node-1": "NVIDIA-H100-80GB-HBM3", "gpu-node-2": "NVIDIA-L40S", "cpu-node-1": None}
+
+
+class _FullNodeAgent:
+    """Just what a pod worker asks of its agent before it runs anything: a node whose GPUs are
+    all taken, and a Kubernetes client that records status patches."""
+
+    def __init__(self, config):
+        self.config, self.patches, self.released, self.finished = config, [], [], []
+        self.core = self
+
+    def allocate_gpus(self, node_name, uid, count):
+        return []
+
+    def patch_namespaced_pod_status(self, name, namespace, body):
+        self.patches.append((namespace, name, body))
+
+    def release(self, node_name, uid):
+        self.released.append(uid)
+
+    def pod_worker_finished(self, worker):
+        self.finished.append(worker.uid)
+
+    def log(self, message):
+        pass
+
+
+def test_a_pod_whose_gpus_are_taken_fails_admission_as_the_kubelet_does_and_runs_nothing(tmp_path):
+    agent = _FullNodeAgent(SandboxConfig(state_dir=tmp_path))
+    pod = {"metadata": {"name": "urgent-0", "namespace": "ns", "uid": "uid-1"},
+           "spec": {"nodeName": "gpu-node-1", "containers": [
+               {"name": "triton", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}
+    worker = PodWorker(agent, pod)
+    worker.run()
+    ((namespace, name, body),) = agent.patches
+    assert (namespace, name, body["status"]["phase"], body["status"]["reason"]) == \
+           ("ns", "urgent-0", "Failed", "UnexpectedAdmissionError")
+    assert "Requested: 4, Available: 0" in body["status"]["message"]
+    assert agent.released == agent.finished == ["uid-1"] and worker.pod_ip is None
