@@ -35,6 +35,7 @@ from llmfleet.api.conditions import Condition
 from llmfleet.api.status import AutoscalerStatus, CanaryPhase, CanaryStatus, LLMDeploymentStatus, ReplicaRecommendation
 from llmfleet.autoscale import AutoscalerState, MetricsSnapshot, Recommendation, describe_ttft_p99, display_round
 from llmfleet.autoscale import decide as autoscale
+from llmfleet.k8s import WriteRefused
 from llmfleet.planner import plan as make_plan
 from llmfleet.planner.spec_adapter import (
     plan_from_status,
@@ -79,6 +80,8 @@ TRUE, FALSE, UNKNOWN = ConditionStatus.TRUE, ConditionStatus.FALSE, ConditionSta
 # Conditions whose True status is bad news, for the event type on transitions.
 BAD_WHEN_TRUE = {ConditionType.DEGRADED.value}
 # Any new value asks for a new plan without a spec change (e.g. after a catalog update).
+# Room in a condition message for the apiserver's words about a refused write.
+MAX_REFUSAL_CHARS = 900
 REPLAN_ANNOTATION = "llmfleet.io/replan"
 # `<verb>/<id>` (promote, abort, pause, resume, retry), written by `llmfleet rollout`.
 ROLLOUT_COMMAND_ANNOTATION = "llmfleet.io/rollout-command"
@@ -887,6 +890,15 @@ def golden_answers(kube, namespace: str, name: str, query: QualityQuery, request
     return ask_golden_prompts(stable[0], canary, request_model, prompts, query.gate.max_tokens)
 
 
+def refused_write_status(status: dict, message: str, now: datetime) -> dict:
+    """The status a pass decided, with Degraded saying which write the apiserver refused."""
+    conditions = [Condition.model_validate(c) for c in status.get("conditions") or []]
+    degraded = set_condition(conditions, ConditionType.DEGRADED, ConditionStatus.TRUE, Reason.CHILD_WRITE_REFUSED,
+                             f"the apiserver refused {message[:MAX_REFUSAL_CHARS]}; retrying", now,
+                             status.get("observedGeneration"))
+    return {**status, "conditions": _dump_conditions(degraded)}
+
+
 def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metrics=None,
               children: list[dict] = (), cluster_gpus: Callable[[], ClusterGpus] | None = None) -> Outcome:
     """Bring the cluster to the state `decide` wants for this LLMDeployment.
@@ -925,11 +937,18 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
         if failing else None
     outcome = decide(body, children, settings, now, snapshot, samples, golden, why_not_ready, deployment,
                      build_failure, cluster_gpus)
-    for manifest in outcome.ensure:
-        kube.ensure(manifest)
     live = {(child["kind"], child["metadata"]["name"]): child for child in children}
-    for manifest in outcome.apply:
-        kube.apply(manifest, live.get((manifest["kind"], manifest["metadata"]["name"])))
+    try:
+        for manifest in outcome.ensure:
+            kube.ensure(manifest)
+        for manifest in outcome.apply:
+            kube.apply(manifest, live.get((manifest["kind"], manifest["metadata"]["name"])))
+    except WriteRefused as refused:
+        # Kopf retries the pass; until then only status can tell the user why nothing changes.
+        kube.patch_status(namespace, name, refused_write_status(outcome.status, str(refused), now),
+                          metadata.get("resourceVersion"))
+        kube.emit_event(body, "Warning", Reason.CHILD_WRITE_REFUSED, str(refused))
+        raise
     for child in outcome.delete:
         kube.delete(child)
     # Only from the version this pass read: a pass that started from a stale copy (one handler

@@ -408,6 +408,30 @@ def test_a_pass_from_a_stale_copy_writes_status_only_from_that_version_and_tells
     assert [version for _, version in stale.patched] == ["41"] and stale.events == []
 
 
+def test_a_child_the_apiserver_refuses_is_said_in_degraded_and_the_pass_is_retried():
+    import pytest
+
+    from llmfleet.k8s import WriteRefused
+    from llmfleet.reconcile import reconcile
+
+    class RefusingGateway(RecordingGateway):
+        def apply(self, manifest, live=None):
+            if manifest["kind"] == "Service":
+                raise WriteRefused(f"Service {manifest['metadata']['name']}: 500 Internal error occurred: "
+                                   "failed to allocate a serviceIP: range is full")
+            super().apply(manifest, live)
+
+    kube = RefusingGateway(current=True)
+    with pytest.raises(WriteRefused):  # Kopf retries the pass
+        reconcile(body(), kube, SETTINGS, NOW)
+    ((status, _),) = kube.patched
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "ChildWriteRefused")
+    assert "the apiserver refused Service chat: 500" in degraded["message"] and "range is full" in degraded["message"]
+    assert kube.events == ["ChildWriteRefused"]
+    assert next(c for c in status["conditions"] if c["type"] == "Planned")["status"] == "True"  # the rest as decided
+
+
 def test_only_deployments_whose_decisions_depend_on_time_are_passed_every_tick():
     from llmfleet.reconcile import needs_periodic_pass
 

@@ -52,6 +52,8 @@ class Reason:
     # Degraded
     AS_PLANNED = "AsPlanned"
     BELOW_DESIRED_REPLICAS = "BelowDesiredReplicas"
+    # the apiserver refused to write a child (the pass is retried)
+    CHILD_WRITE_REFUSED = "ChildWriteRefused"
     # Ready
     SERVING = "Serving"
     REPLICAS_NOT_READY = "ReplicasNotReady"

@@ -11,7 +11,7 @@ import logging
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import ConflictError, ForbiddenError, NotFoundError
+from kubernetes.dynamic.exceptions import ConflictError, DynamicApiError, ForbiddenError, NotFoundError
 
 from llmfleet.api import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
@@ -23,6 +23,25 @@ log = logging.getLogger(__name__)
 
 class NamespaceTerminating(Exception):
     """The namespace is being deleted: nothing new can be created in it, and its objects go."""
+
+
+class WriteRefused(Exception):
+    """The apiserver refused to write a child (the Service range full, a webhook, a quota...):
+    which object, and the apiserver's own words."""
+
+
+@contextlib.contextmanager
+def _refusal_named(manifest: dict):
+    try:
+        yield
+    except ConflictError:
+        raise  # the object exists (ensure) or is being replaced: the caller knows what to do
+    except DynamicApiError as error:
+        try:
+            said = json.loads(error.body).get("message") or error.reason
+        except (TypeError, ValueError):
+            said = error.reason
+        raise WriteRefused(f"{manifest['kind']} {manifest['metadata']['name']}: {error.status} {said}") from error
 
 
 @contextlib.contextmanager
@@ -102,7 +121,7 @@ class KubeGateway:
             return
         resource = self._resource(manifest["apiVersion"], manifest["kind"])
         metadata = manifest["metadata"]
-        with _terminating_namespace_named(metadata.get("namespace", "")):
+        with _refusal_named(manifest), _terminating_namespace_named(metadata.get("namespace", "")):
             applied = resource.server_side_apply(
                 body=manifest, name=metadata["name"], namespace=metadata.get("namespace"),
                 field_manager=FIELD_MANAGER, force_conflicts=True)
@@ -117,7 +136,7 @@ class KubeGateway:
             return
         resource = self._resource(manifest["apiVersion"], manifest["kind"])
         try:
-            with _terminating_namespace_named(metadata.get("namespace", "")):
+            with _refusal_named(manifest), _terminating_namespace_named(metadata.get("namespace", "")):
                 resource.create(body=manifest, namespace=metadata.get("namespace"), field_manager=FIELD_MANAGER)
         except ConflictError:
             pass  # it exists
