@@ -1,7 +1,8 @@
 """Scale: many LLMDeployments on one operator in a fresh sandbox.
 
-Every deployment plans for A100s, which no sandbox node has: its build Job stays Pending
-(Unschedulable) and it serves no replica, so the machine's two cores go to the control
+Every deployment plans for A100s, whose one sandbox node is tainted against its pods (the
+planner sees the node, not the taint): its build Job stays Pending (Unschedulable) and it
+serves no replica, so the machine's two cores go to the control
 plane and the operator, not to emulated engines. The operator runs on the host as the
 chart's ServiceAccount, leader-elected like a chart replica; the apiserver's audit log
 counts its requests.
@@ -50,6 +51,9 @@ from operator_fixtures import (  # noqa: E402
 )
 
 NAMESPACE = "scale"
+# The GPU every deployment plans for: one node of it, after the sandbox's two H100 nodes.
+GPU_TYPE = "A100-SXM-80GB"
+A100_NODE = "gpu-node-3"
 LOG = REPO / "docs" / "benchmarks" / "scale-log.md"
 CREATE_THREADS = 8
 STEADY_SECONDS = 60
@@ -69,7 +73,7 @@ def manifest(name: str) -> dict:
             "slo": {"ttftP99Ms": 1000, "tpotP99Ms": 60},
             "workload": {"inputTokensMean": 256, "inputTokensP99": 512, "outputTokensMean": 64,
                          "outputTokensP99": 128, "peakRequestsPerSecond": 1},
-            "resources": {"allowedGpuTypes": ["A100-SXM-80GB"], "gpuBudget": 8},
+            "resources": {"allowedGpuTypes": [GPU_TYPE], "gpuBudget": 8},
         },
     }
 
@@ -176,11 +180,12 @@ def main() -> int:
     measured = commit()  # the code the operator runs: it is started now, edits later do not count
     with tempfile.TemporaryDirectory(prefix="llmfleet-bench-") as state:
         base_env = state_env(state)
-        run([*LLMFLEET, "up"], base_env)
+        run([*LLMFLEET, "up", "--extra-node-pool", f"{GPU_TYPE}=1"], base_env)
         operator = None
         try:
             env = sandbox_env(Path(state))
             sandbox = Sandbox(Path(state), env)
+            sandbox.kubectl("taint", "node", A100_NODE, "bench=scale:NoSchedule")
             sandbox.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
             sandbox.kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmfleet.io")
             for namespace in (NAMESPACE, OPERATOR_NAMESPACE):
@@ -285,8 +290,8 @@ def main() -> int:
         "fresh sandbox, the operator on the host as the chart's ServiceAccount with the chart's environment (leader-elected; its ticker passes "
         "only deployments that time can change, and every one each resync interval); "
         f"{args.count} LLMDeployments (Llama 3.1 8B) created at once by {CREATE_THREADS} client threads, then "
-        f"{args.single} more one at a time. Each plans for A100s, which no sandbox node has, so its build Job "
-        "stays Pending and no engine runs: what is measured is the operator and the control plane. Machine: "
+        f"{args.single} more one at a time. Each plans for A100s, whose one sandbox node is tainted against its "
+        "pods, so its build Job stays Pending and no engine runs: what is measured is the operator and the control plane. Machine: "
         f"{os.cpu_count()} cores, Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}. Every run is "
         "in [scale-log.md](scale-log.md).", "",
         "| measurement | result | goal |", "|---|---:|---|",
