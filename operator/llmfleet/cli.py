@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from llmfleet.render.settings import RenderSettings
+from llmfleet.settings import OperatorSettings
 
 
 class BadInput(Exception):
@@ -453,6 +454,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="this replica's name in the Lease; unique per process (default: "
                           "hostname and a random suffix). A process restarted with the same "
                           "identity takes its lease back without waiting for it to expire")
+    run.add_argument("--observation-interval-seconds", type=_positive_int,
+                     default=int(OperatorSettings.observation_interval_seconds), metavar="S",
+                     help="how often a settled revision's traffic is observed for live re-planning "
+                          "(spec.plan.liveReplanning; default %(default)s)")
+    run.add_argument("--observation-window-seconds", type=_positive_int,
+                     default=OperatorSettings.observation_window_seconds, metavar="S",
+                     help="the window each observation covers (default %(default)s)")
     run.add_argument("--liveness", default=None, metavar="URL",
                      help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
     run.add_argument("--verbose", action="store_true", help="debug logging")
@@ -676,9 +684,10 @@ def _run_operator(args) -> int:
     import kopf
 
     from llmfleet import handlers  # noqa: F401 - registers the handlers
-    from llmfleet.reconcile import OperatorSettings
-
-    settings = OperatorSettings(render=RenderSettings(
+    settings = OperatorSettings(
+        observation_interval_seconds=args.observation_interval_seconds,
+        observation_window_seconds=args.observation_window_seconds,
+        render=RenderSettings(
         engine_cache_claim_name=args.engine_cache_claim, engine_cache_storage_class=args.engine_cache_storage_class,
         engine_cache_size=args.engine_cache_size, model_code_image=args.model_code_image,
         object_store_client_image=args.object_store_client_image, operator_namespace=args.operator_namespace,

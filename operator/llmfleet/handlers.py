@@ -3,7 +3,7 @@
 Triggers: a change of an LLMDeployment (create, update, resume at startup), an event of one
 of its children, and one operator-wide ticker. The ticker passes every `timer_interval_seconds`
 the deployments whose decisions depend on time (`needs_periodic_pass`: autoscaling, a running
-canary, replicas short of ready) and every deployment once per `resync_seconds` (spread per
+canary, replicas short of ready; `observation_due`: live traffic to learn from) and every deployment once per `resync_seconds` (spread per
 object over its last quarter), with at most half the workers, so that a change never waits
 behind a tick. There are no
 per-object timers: they cost a wake-up per object per tick at any scale, and Kopf guards them
@@ -28,7 +28,8 @@ from llmfleet.heap import release_free_heap
 from llmfleet.k8s import CHILD_KINDS, KubeGateway, NamespaceTerminating, load_api_client
 from llmfleet.metrics import PrometheusMetrics
 from llmfleet.planner.cluster import cluster_gpus, gpu_node, gpu_pod
-from llmfleet.reconcile import OperatorSettings, needs_periodic_pass, reconcile
+from llmfleet.api.status import LearnedSpeed
+from llmfleet.reconcile import OperatorSettings, needs_periodic_pass, observation_due, reconcile
 from llmfleet.render.identity import DEPLOYMENT_LABEL, MANAGED_BY_LABEL, selector_labels
 
 RESOURCE = (GROUP, VERSION, PLURAL)
@@ -161,6 +162,14 @@ def _cluster_gpus(body, indexes):
                                 _priority(body, indexes))
 
 
+def _fleet_speeds(indexes):
+    """Every deployment's learned speeds, parsed only when a pass plans or learns."""
+    def speeds() -> list[LearnedSpeed]:
+        return [LearnedSpeed.model_validate(speed) for store in list(indexes["llm_deployments"].values())
+                for body in list(store) for speed in ((body.get("status") or {}).get("learnedSpeeds") or ())]
+    return speeds
+
+
 def _children(uid: str, indexes) -> list[dict]:
     return [child for kind in CHILD_KINDS for child in indexes[f"children_{kind.plural}"].get(uid, ())]
 
@@ -174,7 +183,8 @@ def _run(body, memo, indexes) -> None:
     with _object_locks[uid]:
         try:
             reconcile(dict(body), memo.gateway, memo.operator_settings, utc_now(), memo.metrics,
-                      children=_children(uid, indexes), cluster_gpus=_cluster_gpus(body, indexes))
+                      children=_children(uid, indexes), cluster_gpus=_cluster_gpus(body, indexes),
+                      fleet_speeds=_fleet_speeds(indexes))
         except NamespaceTerminating as going:
             # The object goes with its namespace (deletion reaches it after its children).
             log.debug("namespace %s is being deleted; not reconciling %s", going, body["metadata"]["name"])
@@ -197,14 +207,14 @@ def resync_after_seconds(uid: str, settings: OperatorSettings) -> float:
     return settings.resync_seconds * (0.75 + 0.25 * share)
 
 
-def _due(indexes, settings: OperatorSettings, now_s: float) -> list[dict]:
+def _due(indexes, settings: OperatorSettings, now_s: float, now: datetime.datetime) -> list[dict]:
     """The deployments the ticker passes now."""
     due = []
     for store in list(indexes["llm_deployments"].values()):
         for body in list(store):
             uid = body["metadata"]["uid"]
             stale = now_s - _last_pass.get(uid, 0.0) >= resync_after_seconds(uid, settings)
-            if stale or needs_periodic_pass(body, _children(uid, indexes)):
+            if stale or needs_periodic_pass(body, _children(uid, indexes)) or observation_due(body, now, settings):
                 due.append(body)
     return due
 
@@ -226,7 +236,7 @@ async def start_ticker(memo: kopf.Memo, settings: kopf.OperatorSettings, **index
             if now_s - trimmed_s >= memo.operator_settings.heap_release_interval_seconds:
                 await loop.run_in_executor(None, release_free_heap)
                 trimmed_s = now_s
-            due = _due(indexes, memo.operator_settings, now_s)
+            due = _due(indexes, memo.operator_settings, now_s, utc_now())
 
             async def passed(body) -> None:
                 async with in_flight:

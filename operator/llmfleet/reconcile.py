@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from functools import cached_property
 
 from pydantic import ValidationError
@@ -32,23 +32,42 @@ from llmfleet.api import (
     set_condition,
 )
 from llmfleet.api.conditions import Condition
-from llmfleet.api.status import AutoscalerStatus, CanaryPhase, CanaryStatus, LLMDeploymentStatus, ReplicaRecommendation
+from llmfleet.api.enums import LiveReplanning
+from llmfleet.api.status import (
+    AutoscalerStatus,
+    CanaryPhase,
+    CanaryStatus,
+    LearnedSpeed,
+    LLMDeploymentStatus,
+    ReplicaRecommendation,
+)
 from llmfleet.autoscale import AutoscalerState, MetricsSnapshot, Recommendation, describe_ttft_p99, display_round
 from llmfleet.autoscale import decide as autoscale
 from llmfleet.k8s import WriteRefused
 from llmfleet.planner import plan as make_plan
+from llmfleet.planner.live import (
+    ObservedWorkload,
+    engine_for_plan,
+    fit_speed_factor,
+    learn,
+    recommend,
+    workload_as_observed,
+    workload_drift,
+)
 from llmfleet.planner.spec_adapter import (
+    learned_speeds,
+    model_key,
     plan_from_status,
     plan_request_from_spec,
     plan_status_from_plan,
     serving_release,
+    speed_factors_for,
 )
-from llmfleet.planner.types import ClusterGpus, Plan
+from llmfleet.planner.types import ClusterGpus, Plan, SpeedFactor
 from llmfleet.inference import ask_golden_prompts
 from llmfleet.inference.golden import Replica
 from llmfleet.render import (
     RenderError,
-    RenderSettings,
     engine_build,
     namespace_prerequisites,
     render,
@@ -56,7 +75,7 @@ from llmfleet.render import (
     serving,
 )
 from llmfleet.render.identity import COMPONENT_LABEL, REVISION_LABEL, selector_labels
-from llmfleet.render.layout import GRPC_PORT, REQUEST_MODEL
+from llmfleet.render.layout import GRPC_PORT, REQUEST_MODEL, TTFT_HISTOGRAM_BUCKETS_MS
 from llmfleet.render.pod import GPU_RESOURCE
 from llmfleet.rollout import (
     CanaryState,
@@ -72,6 +91,7 @@ from llmfleet.rollout import (
 )
 from llmfleet.rollout import Outcome as AnalysisOutcome
 from llmfleet.rollout.quality import GoldenAnswers, judge_quality, parse_prompts
+from llmfleet.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
 SERVER_COMPONENT = serving.COMPONENT
@@ -85,23 +105,6 @@ MAX_REFUSAL_CHARS = 900
 REPLAN_ANNOTATION = "llmfleet.io/replan"
 # `<verb>/<id>` (promote, abort, pause, resume, retry), written by `llmfleet rollout`.
 ROLLOUT_COMMAND_ANNOTATION = "llmfleet.io/rollout-command"
-
-
-@dataclass(frozen=True)
-class OperatorSettings:
-    render: RenderSettings = field(default_factory=RenderSettings)
-    # How often deployments whose decisions depend on time (`needs_periodic_pass`) are passed.
-    timer_interval_seconds: float = 5.0
-    # How often the ticker gives freed heap back to the system (llmfleet/heap.py).
-    heap_release_interval_seconds: float = 15.0
-    # Every deployment is passed at least this often, whatever happened: a safety net for an
-    # event missed or a change no watch shows.
-    resync_seconds: float = 300.0
-    # The window of the p99 TTFT query: a few scrapes, short enough to react within ~20 s.
-    metrics_window_seconds: int = 30
-    # How long added replicas may take to become ready (engine load, warm-up) before missing
-    # ones count as Degraded rather than as a scale-up in progress.
-    replica_start_grace_seconds: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -203,21 +206,137 @@ def _validate(ctx: Context) -> LLMDeployment:
 class PlanChoice:
     plan: Plan | None  # None: no allowed configuration meets the spec
     status: dict  # status.plan
+    # How it was come by: the stored plan kept, a new one planned, or the recommendation adopted.
+    origin: str = "stored"
 
 
-def _plan(ctx: Context, spec: LLMDeploymentSpec, cluster_gpus: Callable[[], ClusterGpus] | None) -> PlanChoice:
+def _dump(model) -> dict:
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _settled(stored: LLMDeploymentStatus) -> bool:
+    """The current revision is the stable one: no rollout or canary under way."""
+    return stored.current_revision is not None and stored.current_revision == stored.stable_revision
+
+
+def _plan(ctx: Context, spec: LLMDeploymentSpec, cluster_gpus: Callable[[], ClusterGpus] | None,
+          fleet_speeds: Callable[[], list[LearnedSpeed]] | None) -> PlanChoice:
     """The stored plan while the spec is unchanged and no re-plan is asked for, so an operator
     upgrade with new calibration neither re-plans nor rebuilds what serves, and GPUs freed or
-    taken elsewhere do not move it; else a new plan for the cluster's GPUs now."""
+    taken elsewhere do not move it; the recommended plan instead once the revision has settled
+    when live re-planning is automatic; else a new plan for the cluster's GPUs now, with the
+    speeds learned so far."""
     stored = ctx.stored
     if (stored.plan is not None and stored.observed_generation == ctx.generation
             and stored.replan_request == ctx.replan_request):
+        recommended = stored.recommendation
+        if (recommended is not None and _live_replanning(spec) == LiveReplanning.AUTOMATIC and _settled(stored)
+                and plan_from_status(recommended.plan) is not None):
+            return PlanChoice(plan_from_status(recommended.plan), _dump(recommended.plan), "adopted")
         reused = plan_from_status(stored.plan)
         if reused is not None or not stored.plan.gpu_type:
-            return PlanChoice(reused, stored.plan.model_dump(mode="json", by_alias=True, exclude_none=True))
-    fresh = make_plan(plan_request_from_spec(spec, cluster_gpus=cluster_gpus() if cluster_gpus else None))
-    return PlanChoice(fresh if fresh.feasible else None,
-                      plan_status_from_plan(fresh).model_dump(mode="json", by_alias=True, exclude_none=True))
+            return PlanChoice(reused, _dump(stored.plan))
+    fresh = make_plan(plan_request_from_spec(spec, cluster_gpus=cluster_gpus() if cluster_gpus else None,
+                                             learned=_all_learned(ctx, fleet_speeds)))
+    return PlanChoice(fresh if fresh.feasible else None, _dump(plan_status_from_plan(fresh)), "planned")
+
+
+def _all_learned(ctx: Context, fleet_speeds: Callable[[], list[LearnedSpeed]] | None) -> list[LearnedSpeed]:
+    return [*(ctx.stored.learned_speeds or ()), *(fleet_speeds() if fleet_speeds else ())]
+
+
+# --- learn from live traffic ----------------------------------------------------------------------
+
+def _live_replanning(spec: LLMDeploymentSpec) -> LiveReplanning:
+    return spec.plan.live_replanning if spec.plan else LiveReplanning.RECOMMEND
+
+
+def observation_due(body: dict, now: datetime, settings: OperatorSettings) -> str | None:
+    """The revision whose traffic to observe now: live re-planning is on, the revision has
+    settled (rolled out, no canary, its plan made for this generation) and serves, and the
+    last observation is older than the interval. Read from the raw body: the ticker asks
+    this of every deployment."""
+    spec_plan = ((body.get("spec") or {}).get("plan")) or {}
+    if spec_plan.get("liveReplanning", LiveReplanning.RECOMMEND.value) == LiveReplanning.OFF.value:
+        return None
+    status = body.get("status") or {}
+    revision = status.get("currentRevision")
+    if (revision is None or revision != status.get("stableRevision") or not status.get("readyReplicas")
+            or status.get("observedGeneration") != body["metadata"].get("generation")):
+        return None
+    last = (status.get("observation") or {}).get("time")
+    if last is not None:
+        observed_at = datetime.strptime(last, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+        if (now - observed_at).total_seconds() < settings.observation_interval_seconds:
+            return None
+    return revision
+
+
+@dataclass(frozen=True)
+class Learning:
+    status: dict  # observation, learnedSpeeds and recommendation, as far as they change
+    events: tuple[Event, ...] = ()
+
+
+def _learn(ctx: Context, spec: LLMDeploymentSpec, choice: PlanChoice, revision: str,
+           observed: ObservedWorkload | None, cluster_gpus: Callable[[], ClusterGpus] | None,
+           fleet_speeds: Callable[[], list[LearnedSpeed]] | None) -> Learning:
+    """From an observation of the served revision: the speed fitted to it, folded into the
+    learned speeds, and a recommendation when a plan for the observed workload with those
+    speeds differs from the one served. A recommendation goes when the plan changes."""
+    stored = ctx.stored
+    if choice.origin == "adopted":
+        recommended = stored.recommendation
+        return Learning({"recommendation": None}, (Event("Normal", Reason.REPLANNED,
+                                                         f"serving the recommended plan: {recommended.message}"),))
+    if choice.origin == "planned":
+        return Learning({"recommendation": None})
+    if observed is None or choice.plan is None:
+        return Learning({})
+    observation = {"time": ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ"), "revision": revision,
+                   "windowSeconds": observed.window_seconds, "requests": round(observed.requests),
+                   "requestsPerSecond": round(observed.requests_per_second, 3), "replicas": observed.replicas}
+    if observed.error:
+        return Learning({"observation": {**observation, "message": f"Prometheus: {observed.error}"[:1024]}})
+    plan = choice.plan
+    request = plan_request_from_spec(spec, cluster_gpus=cluster_gpus() if cluster_gpus else None,
+                                     learned=_all_learned(ctx, fleet_speeds))
+    declared = request.workload
+    workload = workload_as_observed(declared, observed)
+    fit = fit_speed_factor(engine_for_plan(request, plan), workload, observed,
+                           min_requests=ctx.settings.observation_min_requests,
+                           ttft_histogram_top_ms=TTFT_HISTOGRAM_BUCKETS_MS[-1])
+    observation.update({"ttftP99Ms": _round(observed.ttft_p99_ms, 1),
+                        "inputTokensMean": _round(observed.input_tokens_mean, 1),
+                        "outputTokensMean": _round(observed.output_tokens_mean, 1),
+                        "speedFactor": _round(fit.factor, 4), "message": fit.note[:1024]})
+    speeds = list(stored.learned_speeds or ())
+    if fit.factor is not None:
+        known = next((SpeedFactor(plan.gpu_type, plan.quantization, s.speed_factor, s.requests) for s in speeds
+                      if (s.model, s.gpu_type.value, s.quantization.value)
+                      == (model_key(spec), plan.gpu_type, plan.quantization)), None)
+        speeds = learned_speeds(spec, speeds, learn(known, plan.gpu_type, plan.quantization, fit.factor,
+                                                    round(observed.requests)))
+    request = replace(request, workload=workload, space=replace(
+        request.space, speed_factors=speed_factors_for(spec, [*speeds, *(fleet_speeds() if fleet_speeds else ())])))
+    advice = recommend(request, plan, workload_drift(declared, observed),
+                       replicas_autoscaled=spec.autoscaling.enabled)
+    status = {"observation": {k: v for k, v in observation.items() if v is not None},
+              "learnedSpeeds": [_dump(s) for s in speeds] or None, "recommendation": None}
+    if advice is None:
+        return Learning(status)
+    recommended = plan_status_from_plan(advice.plan)
+    before = stored.recommendation
+    unchanged = before is not None and before.reason == advice.reason and before.plan.summary == recommended.summary \
+        and before.plan.replicas == recommended.replicas
+    status["recommendation"] = {"reason": advice.reason, "message": advice.message[:2048],
+                                "time": (before.time if unchanged else ctx.now).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                                "plan": _dump(recommended)}
+    return Learning(status, () if unchanged else (Event("Normal", advice.reason, advice.message),))
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 # --- build ----------------------------------------------------------------------------------------
@@ -658,7 +777,8 @@ def decide(body: dict, children, settings: OperatorSettings, now: datetime,
            snapshot: MetricsSnapshot | None = None, samples: Samples | None = None,
            golden: GoldenAnswers | None = None, not_ready_reason: str | None = None,
            deployment: LLMDeployment | None = None, build_failure: str | None = None,
-           cluster_gpus: Callable[[], ClusterGpus] | None = None) -> Outcome:
+           cluster_gpus: Callable[[], ClusterGpus] | None = None, observed: ObservedWorkload | None = None,
+           fleet_speeds: Callable[[], list[LearnedSpeed]] | None = None) -> Outcome:
     """`snapshot` is the deployment's metrics when autoscaling is enabled (None: no
     Prometheus configured, which the autoscaler treats like an outage: hold); `samples` the
     canary and stable revisions' requests when an analysis step is due (`analysis_query`);
@@ -667,14 +787,15 @@ def decide(body: dict, children, settings: OperatorSettings, now: datetime,
     or the current revision is short of ready replicas (`short_of_ready`); `build_failure` what
     its failed build pod said (`failing_build`). `deployment` is the body already parsed, if the
     caller has it. `cluster_gpus` gives the cluster's GPUs, asked only when planning anew (None:
-    any type the spec allows)."""
+    any type the spec allows). `observed` is the served revision's traffic when an observation
+    was due (`observation_due`); `fleet_speeds` the speeds other deployments learned."""
     ctx = Context(body, tuple(children), settings, now, snapshot)
     try:
         deployment = _validate(ctx) if deployment is None else deployment
     except InvalidSpecError as error:
         return decide_invalid(ctx, Reason.INVALID_SPEC, "; ".join(f"{path}: {text}" for path, text in error.problems))
     spec = deployment.spec
-    choice = _plan(ctx, spec, cluster_gpus)
+    choice = _plan(ctx, spec, cluster_gpus, fleet_speeds)
     if choice.plan is None:
         # Keep whatever already serves; create nothing new for an unmeetable spec.
         closest = (choice.status.get("rejected") or [None])[0]
@@ -683,6 +804,7 @@ def decide(body: dict, children, settings: OperatorSettings, now: datetime,
         return decide_invalid(ctx, Reason.PLAN_INFEASIBLE, message, choice.status)
     plan = choice.plan
     revision = revision_hash(spec, plan)
+    learning = _learn(ctx, spec, choice, revision, observed, cluster_gpus, fleet_speeds)
     build = build_state(ctx.children, revision,
                         build_failure if revision == ctx.stored.current_revision else None)
     # While a canary runs the autoscaler sizes the stable revision, which takes most traffic.
@@ -717,10 +839,11 @@ def decide(body: dict, children, settings: OperatorSettings, now: datetime,
         "canary": _canary_status(canary.state, canary.split),
         "ttftP99Ms": display_round(snapshot.ttft_p99_ms, 1) if snapshot is not None else None,
         "ttftP99": describe_ttft_p99(snapshot.ttft_p99_ms, snapshot) if snapshot is not None else None,
+        **learning.status,
     }
     scale_events = ([Event("Normal", scaling.decision.decision.value, scaling.decision.reason)]
                     if scaling.decision is not None and scaling.desired_replicas != scaling.previous_replicas else [])
-    return _outcome(ctx, status, conditions, events=[*scale_events, *canary.events],
+    return _outcome(ctx, status, conditions, events=[*scale_events, *canary.events, *learning.events],
                     ensure=namespace_prerequisites(deployment, settings.render), apply=manifests,
                     delete=rollout.delete)
 
@@ -900,13 +1023,14 @@ def refused_write_status(status: dict, message: str, now: datetime) -> dict:
 
 
 def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metrics=None,
-              children: list[dict] = (), cluster_gpus: Callable[[], ClusterGpus] | None = None) -> Outcome:
+              children: list[dict] = (), cluster_gpus: Callable[[], ClusterGpus] | None = None,
+              fleet_speeds: Callable[[], list[LearnedSpeed]] | None = None) -> Outcome:
     """Bring the cluster to the state `decide` wants for this LLMDeployment.
 
-    `children` are the objects it owns and `cluster_gpus` gives the cluster's GPUs (both from
-    the operator's indexes).
+    `children` are the objects it owns, `cluster_gpus` gives the cluster's GPUs and
+    `fleet_speeds` the speeds every deployment learned (all from the operator's indexes).
     `metrics` (a llmfleet.metrics.PrometheusMetrics, or None) is read only when the
-    deployment autoscales or a canary analysis is due."""
+    deployment autoscales, a canary analysis is due, or its traffic is to be observed."""
     metadata = body["metadata"]
     namespace, name = metadata["namespace"], metadata["name"]
     # Parsed once for the whole pass; an invalid body is left to decide, which says why.
@@ -932,11 +1056,14 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
               >= quality.canary_replicas else None)
     asked = overdue_canary(body, now, deployment) or short_of_ready(body, children)
     why_not_ready = not_ready_reason(_pods_of(kube, namespace, name, asked)) if asked else None
+    observe = observation_due(body, now, settings) if metrics is not None and release is not None else None
+    observed = (metrics.observed_workload(namespace, name, observe, settings.observation_window_seconds, now,
+                                          release.metrics) if observe else None)
     failing = failing_build(body, children)
     build_failure = last_build_failure(_pods_of(kube, namespace, name, failing, BUILD_COMPONENT)) \
         if failing else None
     outcome = decide(body, children, settings, now, snapshot, samples, golden, why_not_ready, deployment,
-                     build_failure, cluster_gpus)
+                     build_failure, cluster_gpus, observed, fleet_speeds)
     live = {(child["kind"], child["metadata"]["name"]): child for child in children}
     try:
         for manifest in outcome.ensure:

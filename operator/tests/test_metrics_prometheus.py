@@ -42,6 +42,7 @@ STARTUP_TIMEOUT_SECONDS = 20
 SHARE_BY_BUCKET = {100: 0.50, 300: 0.48, 400: 0.02}
 EXPECTED_P99_MS = 350.0
 REQUESTS_PER_SECOND = 100.0
+PROMPT_TOKENS_MEAN, ANSWER_TOKENS_MEAN = 700.0, 150.0
 
 pytestmark = pytest.mark.skipif(not PROMETHEUS_BINARY.exists(), reason="needs /usr/bin/prometheus")
 
@@ -88,6 +89,13 @@ class FakeTritonPod:
         lines += _histogram("tensorrt_llm", served, self.share_by_bucket)
         # The ensemble sees the same requests, slower: counting it would double the rate.
         lines += _histogram("ensemble", served, {500: 1.0})
+        for family, kind, mean_tokens in (("nv_llm_input_token_len", "total_input_tokens", PROMPT_TOKENS_MEAN),
+                                          ("nv_llm_output_token_len", "total_output_tokens", ANSWER_TOKENS_MEAN)):
+            labels = f'{gauge},response_metric_type="{kind}"'
+            lines += [f"# TYPE {family} histogram",
+                      f'{family}_bucket{{{labels},le="+Inf"}} {served}',
+                      f"{family}_sum{{{labels}}} {served * mean_tokens}",
+                      f"{family}_count{{{labels}}} {served}"]
         lines += ["# TYPE nv_trt_llm_request_metrics gauge",
                   f'nv_trt_llm_request_metrics{{{gauge},request_type="waiting"}} {self.waiting}',
                   f'nv_trt_llm_request_metrics{{{gauge},request_type="active"}} 7',
@@ -245,6 +253,24 @@ def test_snapshot_reads_the_fleet(metrics):
         assert replica.requests_per_second == pytest.approx(REQUESTS_PER_SECOND / 2, rel=0.1)
 
 
+def test_a_revisions_observed_workload_has_its_rate_replicas_ttft_and_lengths_where_exported(metrics):
+    engine = load_release_record(RUNTIME_RELEASES["engine"]).metrics
+    observed = metrics.observed_workload(NAMESPACE, DEPLOYMENT, "0123456789", WINDOW_SECONDS, _now(), engine)
+    assert observed.error is None
+    assert observed.requests_per_second == pytest.approx(REQUESTS_PER_SECOND, rel=0.1)
+    assert observed.requests == pytest.approx(REQUESTS_PER_SECOND * WINDOW_SECONDS, rel=0.2)
+    assert observed.replicas == 2
+    assert observed.ttft_p99_ms == pytest.approx(EXPECTED_P99_MS, abs=5)
+    assert observed.input_tokens_mean == pytest.approx(PROMPT_TOKENS_MEAN)
+    assert observed.output_tokens_mean == pytest.approx(ANSWER_TOKENS_MEAN)
+    # The LLM-API model exports no token lengths: they are unknown, not zero.
+    llmapi = load_release_record(RUNTIME_RELEASES["llmapi"]).metrics
+    without = metrics.observed_workload(NAMESPACE, DEPLOYMENT, "0123456789", WINDOW_SECONDS, _now(), llmapi)
+    assert (without.input_tokens_mean, without.output_tokens_mean) == (None, None)
+    other = metrics.observed_workload(NAMESPACE, DEPLOYMENT, "another", WINDOW_SECONDS, _now(), engine)
+    assert (other.requests, other.replicas, other.ttft_p99_ms) == (0, 0, None)
+
+
 def test_ttft_attainment_is_the_share_within_the_largest_bound_under_the_target(metrics):
     now = _now()
     # 98 % of first tokens at or under 300 ms, the rest by 400 ms.
@@ -361,6 +387,17 @@ def test_every_series_the_autoscaler_reads_is_exported_by_the_release_or_known_a
     series = set().union(*map(_queried_series, queries.values()))
     missing = {(name, fixed) for name, fixed in series if check_metric(record, name, dict(fixed))}
     assert missing == absent
+
+
+def test_every_series_an_observation_reads_is_exported_by_the_engine_release():
+    from llmfleet.metrics.prometheus import workload_queries
+
+    record = load_release_record(RUNTIME_RELEASES["engine"])
+    queries = asdict(workload_queries("ns", "chat", "abc123", 60))
+    series = set().union(*map(_queried_series, queries.values()))
+    assert {name for name, _ in series} == {"nv_inference_first_response_histogram_ms", "nv_llm_input_token_len",
+                                            "nv_llm_output_token_len"}
+    assert all(check_metric(record, name, dict(fixed)) == [] for name, fixed in series)
 
 
 @pytest.mark.parametrize("release", sorted(RUNTIME_RELEASES.values()))

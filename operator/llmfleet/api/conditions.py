@@ -62,6 +62,11 @@ class Reason:
     # RequestsBalanced (Unknown without metrics: MetricsAvailable's reason)
     NO_REPLICA_SWAMPED = "NoReplicaSwamped"
     REPLICA_IMBALANCE = "ReplicaImbalance"
+    # status.recommendation from live metrics, and its events; Replanned when it is adopted
+    WORKLOAD_DRIFT = "WorkloadDrift"
+    SLO_AT_RISK = "SloAtRisk"
+    CHEAPER_PLAN = "CheaperPlan"
+    REPLANNED = "Replanned"
 
 
 class Condition(ApiModel):

@@ -66,6 +66,14 @@ class EndpointPickerFailureMode(str, Enum):
     FAIL_CLOSE = "FailClose"  # refuse it
 
 
+class LiveReplanning(str, Enum):
+    """What the operator does with what live metrics teach it about the plan."""
+
+    OFF = "Off"  # observe nothing beyond what the autoscaler reads
+    RECOMMEND = "Recommend"  # learn speeds, write status.recommendation and an event
+    AUTOMATIC = "Automatic"  # and serve the recommended plan, rolled out as spec.rollout says
+
+
 class ConditionStatus(str, Enum):
     """metav1.Condition status values."""
 

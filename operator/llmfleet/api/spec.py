@@ -28,6 +28,7 @@ from llmfleet.api.enums import (
     EndpointPickerFailureMode,
     GpuType,
     KvCacheDtype,
+    LiveReplanning,
     Quantization,
 )
 
@@ -462,7 +463,8 @@ class ResourcesSpec(ApiModel):
 
 
 class PlanOverrides(ApiModel):
-    """Pins for individual plan choices; the planner chooses whatever is not pinned."""
+    """Pins for individual plan choices (the planner chooses whatever is not pinned), and what
+    live metrics may change."""
 
     gpu_type: GpuType | None = Field(default=None, description="Pin the GPU type.")
     tensor_parallel_size: TensorParallelSize | None = Field(
@@ -478,6 +480,13 @@ class PlanOverrides(ApiModel):
         description="Pin the replica count (0 stops serving but keeps the resource). This is "
         "the scale subresource's spec replicas: `kubectl scale` writes it. Not allowed while "
         "spec.autoscaling.enabled is true.",
+    )
+    live_replanning: LiveReplanning = Field(
+        default=LiveReplanning.RECOMMEND,
+        description="What live metrics may do to the plan. Recommend: the operator learns how fast "
+        "the served configuration really runs (status.learnedSpeeds), compares the observed "
+        "workload with spec.workload, and writes a better plan to status.recommendation; "
+        "Automatic: it also serves that plan, rolled out as spec.rollout says; Off: neither.",
     )
 
 

@@ -15,6 +15,7 @@ MAX_CONDITIONS = 16
 MAX_RATIONALE_LINES = 32
 MAX_REJECTED_OPTIONS = 32
 MAX_REVISIONS = 8
+MAX_LEARNED_SPEEDS = 16
 
 
 class PlanPrediction(ApiModel):
@@ -255,6 +256,49 @@ class CanaryStatus(ApiModel):
     )
 
 
+class ObservationStatus(ApiModel):
+    """The serving revision's traffic as its engines reported it, and the speed fitted to it."""
+
+    time: KubeTime = Field(description="End of the observed window.")
+    revision: str = Field(max_length=63, description="The revision observed.")
+    window_seconds: int = Field(ge=1, description="Length of the window, seconds.")
+    requests: int = Field(ge=0, description="Requests that got a first token in the window.")
+    requests_per_second: float = Field(ge=0, description="Their rate over all replicas.")
+    replicas: int = Field(ge=0, description="Serving pods that reported.")
+    ttft_p99_ms: float | None = Field(default=None, ge=0, description="Observed p99 time to first token, ms.")
+    input_tokens_mean: float | None = Field(
+        default=None, ge=0, description="Mean prompt length, tokens (only where the serving release "
+        "exports token-length histograms: the engine runtime)."
+    )
+    output_tokens_mean: float | None = Field(
+        default=None, ge=0, description="Mean generated length, tokens (as inputTokensMean)."
+    )
+    speed_factor: float | None = Field(
+        default=None, gt=0, description="The speed, relative to the planner's model, at which the model "
+        "predicts the observed p99 TTFT at the observed load; none when the window cannot tell."
+    )
+    message: str | None = Field(default=None, max_length=1024, description="How the fit went, or why none was made.")
+
+
+class LearnedSpeed(ApiModel):
+    """How fast one configuration of a model ran in live traffic, relative to the planner's model."""
+
+    model: str = Field(max_length=253, description="The model (catalog name or inline architecture).")
+    gpu_type: GpuType = Field(description="GPU type.")
+    quantization: Quantization = Field(description="Weight format.")
+    speed_factor: float = Field(gt=0, description="Above 1: faster than modelled; later plans use it.")
+    requests: int = Field(ge=0, description="Requests it was learned from.")
+
+
+class PlanRecommendation(ApiModel):
+    """A plan that live metrics show to be better than the one served."""
+
+    reason: str = Field(max_length=64, description="WorkloadDrift, SloAtRisk or CheaperPlan.")
+    message: str = Field(max_length=2048, description="Why, with the numbers.")
+    time: KubeTime = Field(description="When it was made.")
+    plan: PlanStatus = Field(description="The recommended plan.")
+
+
 class LLMDeploymentStatus(ApiModel):
     """Observed state of an LLMDeployment, written only by the operator."""
 
@@ -297,6 +341,18 @@ class LLMDeploymentStatus(ApiModel):
         "was made for; a new value asks for a new plan without a spec change."
     )
     autoscaler: AutoscalerStatus | None = Field(default=None, description="Autoscaler state.")
+    observation: ObservationStatus | None = Field(
+        default=None, description="The last look at live traffic (spec.plan.liveReplanning)."
+    )
+    learned_speeds: list[LearnedSpeed] | None = Field(
+        default=None,
+        max_length=MAX_LEARNED_SPEEDS,
+        description="Speeds learned from live traffic, by model, GPU type and weight format; every "
+        "deployment of the model plans with them.",
+    )
+    recommendation: PlanRecommendation | None = Field(
+        default=None, description="A better plan than the one served, from live metrics."
+    )
     canary: CanaryStatus | None = Field(default=None, description="Canary rollout state.")
     ttft_p99_ms: float | None = Field(
         default=None, ge=0, description="Observed p99 time to first token across replicas, ms; "

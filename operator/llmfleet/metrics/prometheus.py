@@ -20,6 +20,7 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.util.retry import Retry
 
 from llmfleet.autoscale import MetricsSnapshot, ReplicaObservation
+from llmfleet.planner.live import ObservedWorkload
 from llmfleet.rollout import RevisionSample, Samples
 from llmfleet.render.identity import REVISION_LABEL, selector_labels
 from llmfleet.render.layout import TENSORRT_LLM_MODEL, TTFT_HISTOGRAM_BUCKETS_MS
@@ -34,6 +35,9 @@ SUCCESS_COUNTER = "nv_inference_request_success"
 FAILURE_COUNTER = "nv_inference_request_failure"
 # The engine's queue, KV-cache and batch-slot gauges, which the scale-down decision reads.
 QUEUE_METRICS = (REQUEST_GAUGE, KV_CACHE_GAUGE)
+# The TensorRT-LLM backend's token-length histograms, where the release exports them.
+INPUT_LENGTH_HISTOGRAM = "nv_llm_input_token_len"
+OUTPUT_LENGTH_HISTOGRAM = "nv_llm_output_token_len"
 # Keeps an error message (some quote a whole response body) readable in status.
 MAX_ERROR_CHARS = 300
 
@@ -126,22 +130,57 @@ class RevisionQueries:
     ttft_p99_ms: str
 
 
+def _revision_selector(namespace: str, deployment_name: str, revision: str, model: str) -> str:
+    pods = {"namespace": namespace, _prometheus_label_name(REVISION_LABEL): revision, "model": model}
+    pods.update({_prometheus_label_name(key): value for key, value in selector_labels(deployment_name).items()})
+    return _matchers(pods)
+
+
 def revision_queries(namespace: str, deployment_name: str, revision: str, window_seconds: int,
                      request_model: str = TENSORRT_LLM_MODEL) -> RevisionQueries:
     """The PromQL for one revision of one LLMDeployment, summed over its pods. Requests are
     counted at `request_model`, the model clients call (the engine runtime's ensemble: Triton
     counts no failures of a decoupled Python model, only of the ensemble around it); TTFT is the
     engine's."""
-    pods = {"namespace": namespace, _prometheus_label_name(REVISION_LABEL): revision}
-    pods.update({_prometheus_label_name(key): value for key, value in selector_labels(deployment_name).items()})
-    engine = _matchers({**pods, "model": TENSORRT_LLM_MODEL})
-    requests = _matchers({**pods, "model": request_model})
+    engine = _revision_selector(namespace, deployment_name, revision, TENSORRT_LLM_MODEL)
+    requests = _revision_selector(namespace, deployment_name, revision, request_model)
     window = f"[{window_seconds}s]"
     return RevisionQueries(
         succeeded=f"sum(increase({SUCCESS_COUNTER}{{{requests}}}{window}))",
         failed=f"sum(increase({FAILURE_COUNTER}{{{requests}}}{window}))",
         ttft_p99_ms=(f"histogram_quantile(0.99, sum by (le) "
                      f"(rate({TTFT_HISTOGRAM}_bucket{{{engine}}}{window})))"),
+    )
+
+
+@dataclass(frozen=True)
+class WorkloadQueries:
+    """One revision's traffic over a window, summed over its pods (`ObservedWorkload`)."""
+
+    requests: str
+    requests_per_second: str
+    replicas: str
+    ttft_p99_ms: str
+    input_tokens_mean: str
+    output_tokens_mean: str
+
+
+def workload_queries(namespace: str, deployment_name: str, revision: str, window_seconds: int) -> WorkloadQueries:
+    """The PromQL for one revision's observed workload: requests by their first token, lengths
+    from the TensorRT-LLM backend's token-length histograms (their sums over their counts)."""
+    engine = _revision_selector(namespace, deployment_name, revision, TENSORRT_LLM_MODEL)
+    window = f"[{window_seconds}s]"
+    first_tokens = f"{TTFT_HISTOGRAM}_count{{{engine}}}"
+
+    def mean(histogram: str) -> str:
+        return f"sum(rate({histogram}_sum{{{engine}}}{window})) / sum(rate({histogram}_count{{{engine}}}{window}))"
+    return WorkloadQueries(
+        requests=f"sum(increase({first_tokens}{window}))",
+        requests_per_second=f"sum(rate({first_tokens}{window}))",
+        replicas=f"count(count by (pod) ({first_tokens}))",
+        ttft_p99_ms=f"histogram_quantile(0.99, sum by (le) (rate({TTFT_HISTOGRAM}_bucket{{{engine}}}{window})))",
+        input_tokens_mean=mean(INPUT_LENGTH_HISTOGRAM),
+        output_tokens_mean=mean(OUTPUT_LENGTH_HISTOGRAM),
     )
 
 
@@ -210,6 +249,21 @@ class PrometheusMetrics:
             return None if query is None else self._value("ttft_attainment", query, now)
         except _QueryFailed:
             return None
+
+    def observed_workload(self, namespace: str, deployment_name: str, revision: str, window_seconds: int,
+                          now: datetime, exported_metrics: Collection[str]) -> ObservedWorkload:
+        """The revision's traffic over the window before `now`; lengths only where the release
+        exports them; a failed query comes back as `ObservedWorkload.error`."""
+        queries = workload_queries(namespace, deployment_name, revision, window_seconds)
+        lengths = {"input_tokens_mean": INPUT_LENGTH_HISTOGRAM, "output_tokens_mean": OUTPUT_LENGTH_HISTOGRAM}
+        try:
+            values = {field: self._value(field, query, now) for field, query in asdict(queries).items()
+                      if field not in lengths or lengths[field] in exported_metrics}
+        except _QueryFailed as failure:
+            return ObservedWorkload(window_seconds, 0, 0.0, 0, None, error=str(failure))
+        return ObservedWorkload(window_seconds, values.pop("requests") or 0.0,
+                                values.pop("requests_per_second") or 0.0, round(values.pop("replicas") or 0),
+                                **values)
 
     def revision_samples(self, namespace: str, deployment_name: str, stable_revision: str, canary_revision: str,
                          window_seconds: int, now: datetime, request_model: str = TENSORRT_LLM_MODEL) -> Samples:

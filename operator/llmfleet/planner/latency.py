@@ -60,10 +60,13 @@ def generation_efficiency_scale(gpu: GpuType, calibration: Calibration) -> float
 
 def build_engine(model: ModelArch, gpu: GpuType, quantization: QuantizationFormat, kv_dtype: KvCacheDtype,
                  tensor_parallel_size: int, calibration: Calibration, *, max_batch_size: int,
-                 max_num_tokens: int, kv_cache_free_gpu_mem_fraction: float) -> Engine:
+                 max_num_tokens: int, kv_cache_free_gpu_mem_fraction: float, speed_factor: float = 1.0) -> Engine:
+    """`speed_factor`: how much faster than the calibrated model this configuration was seen
+    to run (learned from live metrics, `planner.live`); it scales the compute and memory
+    efficiencies as the generation factor does."""
     tp = tensor_parallel_size
     cal = calibration
-    scale = generation_efficiency_scale(gpu, cal)
+    scale = generation_efficiency_scale(gpu, cal) * speed_factor
     gemm = gpu.dense_flops_per_sec(quantization.activation_precision) * tp * scale
     attention = gpu.dense_flops_per_sec(ATTENTION_PRECISION) * tp * scale
     if tp > 1:

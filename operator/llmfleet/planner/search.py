@@ -15,7 +15,16 @@ from llmfleet.planner.latency import (
     saturation_throughput_tokens_per_sec,
 )
 from llmfleet.planner.memory import kv_bytes_per_token, tensor_parallel_problem
-from llmfleet.planner.types import CapacityShortfall, ClusterGpus, Estimate, Plan, PlanRequest, Predicted, RejectedOption
+from llmfleet.planner.types import (
+    CapacityShortfall,
+    ClusterGpus,
+    Estimate,
+    Plan,
+    PlanRequest,
+    Predicted,
+    RejectedOption,
+    SearchSpace,
+)
 
 REJECTED_PER_REASON = 3
 REJECTED_TOTAL = 24
@@ -83,7 +92,7 @@ class _GpuLimits:
         return self.gpus_by_type.get(gpu_type, 0)
 
 
-def _resolve_model(model: ModelArch | str, catalog: Catalog) -> ModelArch:
+def resolve_model(model: ModelArch | str, catalog: Catalog) -> ModelArch:
     return catalog.model(model) if isinstance(model, str) else model
 
 
@@ -102,11 +111,13 @@ def support_problem(model: ModelArch, option: _Option) -> tuple[str, str] | None
     return None
 
 
-def _engine_for(model: ModelArch, option: _Option, catalog: Catalog, space) -> Engine:
+def _engine_for(model: ModelArch, option: _Option, catalog: Catalog, space: SearchSpace) -> Engine:
+    learned = space.speed_factor(option.gpu.name, option.quantization.name)
     return build_engine(model, option.gpu, option.quantization, option.kv_dtype, option.tensor_parallel_size,
                         catalog.calibration, max_batch_size=space.max_batch_size,
                         max_num_tokens=space.max_num_tokens,
-                        kv_cache_free_gpu_mem_fraction=space.kv_cache_free_gpu_mem_fraction)
+                        kv_cache_free_gpu_mem_fraction=space.kv_cache_free_gpu_mem_fraction,
+                        speed_factor=learned.factor if learned else 1.0)
 
 
 def _gib(value: float) -> str:
@@ -284,7 +295,7 @@ def plan(request: PlanRequest, catalog: Catalog | None = None) -> Plan:
 
 
 def _plan_within(request: PlanRequest, catalog: Catalog, limits: _GpuLimits | None) -> Plan:
-    model = _resolve_model(request.model, catalog)
+    model = resolve_model(request.model, catalog)
     request = PlanRequest(model, request.workload, request.slo, request.space)
     w, space = request.workload, request.space
     context_p99 = w.input_tokens_p99 + w.output_tokens_p99
@@ -376,6 +387,10 @@ def _plan_from(outcome: _Outcome, feasible: bool, request: PlanRequest, evaluate
         f"memory per GPU: weights {_gib(fit.weight_bytes_per_gpu)}, activations {_gib(fit.activation_bytes_per_gpu)}, "
         f"runtime {_gib(fit.runtime_reserve_bytes)}, KV pool {_gib(fit.kv_budget_bytes_per_gpu)} = "
         f"{fit.kv_capacity_tokens} tokens, {predicted.max_concurrent_requests} requests at p99 context")
+    learned = request.space.speed_factor(option.gpu.name, option.quantization.name)
+    if learned is not None:
+        rationale.append(f"live metrics: {learned.gpu_type} {learned.quantization} ran at {learned.factor:.2f}x the "
+                         f"modelled speed over {learned.requests} requests; predictions for {option.label} use that")
     budget = request.slo.max_quality_loss_percent
     rationale.append(f"quality cost {option.quality_cost_percent:.1f}% ({option.quantization.name} + KV "
                      f"{option.kv_dtype.name})" + (f" within the {budget:g}% budget" if budget is not None else ""))
@@ -401,7 +416,7 @@ def estimate(model: ModelArch | str, gpu_type: str, tensor_parallel_size: int, q
     if min(isl, osl, concurrency) < 1:
         raise ValueError("isl, osl and concurrency must be at least 1")
     catalog = catalog or load_catalog()
-    model = _resolve_model(model, catalog)
+    model = resolve_model(model, catalog)
     option = _Option(catalog.gpu(gpu_type), tensor_parallel_size, catalog.quantization(quantization),
                      catalog.kv_cache_dtype(kv_dtype))
     problem = support_problem(model, option)

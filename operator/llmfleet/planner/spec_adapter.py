@@ -1,7 +1,8 @@
 """Translation between the LLMDeployment API and the planner.
 
 `plan_request_from_spec` turns a validated `spec` into the planner's `PlanRequest`;
-`plan_status_from_plan` turns the planner's `Plan` into the API's `status.plan`.
+`plan_status_from_plan` turns the planner's `Plan` into the API's `status.plan`;
+`learned_speeds`/`speed_factors_for` carry live speed factors between status and planner.
 
 Pure: no I/O beyond the packaged catalog (read once and cached), no clock. Where the API and
 the planner model a concept differently, the difference is resolved here, and each place says
@@ -10,6 +11,8 @@ numbers), so they are imported under explicit names.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from llmfleet.api import (
     MAX_RATIONALE_LINES,
@@ -30,9 +33,19 @@ from llmfleet.api import GpuType as ApiGpuType
 from llmfleet.api import KvCacheDtype as ApiKvCacheDtype
 from llmfleet.api import Quantization as ApiQuantization
 from llmfleet.api import RejectedOption as ApiRejectedOption
+from llmfleet.api.status import MAX_LEARNED_SPEEDS, LearnedSpeed
 from llmfleet.catalog import Catalog, ModelArch, load_catalog, model_from_numbers
 from llmfleet.catalog.release_record import ReleaseError, ReleaseRecord, release_for
-from llmfleet.planner.types import ClusterGpus, Plan, PlanRequest, Predicted, SearchSpace, SloTargets, Workload
+from llmfleet.planner.types import (
+    ClusterGpus,
+    Plan,
+    PlanRequest,
+    Predicted,
+    SearchSpace,
+    SloTargets,
+    SpeedFactor,
+    Workload,
+)
 
 INLINE_MODEL_NAME = "inline architecture"
 # Status string limits of the API (see api/status.py); longer planner text is cut to fit.
@@ -133,7 +146,8 @@ def _names(values) -> tuple[str, ...]:
     return tuple(value.value for value in values)
 
 
-def _search_space_from_spec(spec: LLMDeploymentSpec, catalog: Catalog, cluster_gpus: ClusterGpus | None) -> SearchSpace:
+def _search_space_from_spec(spec: LLMDeploymentSpec, catalog: Catalog, cluster_gpus: ClusterGpus | None,
+                            speed_factors: tuple[SpeedFactor, ...]) -> SearchSpace:
     # An omitted resources block or list allows every value; an omitted pin leaves it open.
     release = serving_release(spec)
     resources = spec.resources or ResourcesSpec()
@@ -158,6 +172,7 @@ def _search_space_from_spec(spec: LLMDeploymentSpec, catalog: Catalog, cluster_g
         release_support=(release.support.for_checkpoints(release, hub_repo_id(spec.model.source), spec.model.source)
                          if release.runtime == Runtime.LLMAPI.value else release.support),
         cluster_gpus=cluster_gpus,
+        speed_factors=speed_factors,
     )
 
 
@@ -171,9 +186,11 @@ def serving_release(spec: LLMDeploymentSpec) -> ReleaseRecord:
 
 
 def plan_request_from_spec(spec: LLMDeploymentSpec, *, catalog: Catalog | None = None,
-                           cluster_gpus: ClusterGpus | None = None) -> PlanRequest:
+                           cluster_gpus: ClusterGpus | None = None,
+                           learned: Iterable[LearnedSpeed] = ()) -> PlanRequest:
     """The planner's question for a validated `spec`, on a cluster with `cluster_gpus` (None:
-    any GPU type the spec allows).
+    any GPU type the spec allows), with the speeds `learned` from live traffic (any model's:
+    those of the spec's model are used).
 
     Raises InvalidSpecError for a spec that admission accepts but that leaves nothing to plan
     with (no quantisation allowed by both the resources and the quality budget).
@@ -189,8 +206,38 @@ def plan_request_from_spec(spec: LLMDeploymentSpec, *, catalog: Catalog | None =
             tpot_p99_ms=spec.slo.tpot_p99_ms,
             max_quality_loss_percent=quality.max_quality_loss_percent if quality else None,
         ),
-        space=_search_space_from_spec(spec, catalog, cluster_gpus),
+        space=_search_space_from_spec(spec, catalog, cluster_gpus, speed_factors_for(spec, learned)),
     )
+
+
+def model_key(spec: LLMDeploymentSpec) -> str:
+    """The model, as learned speeds name it: the catalog name, else the source of an inline
+    architecture."""
+    model = spec.model
+    return model.name.value if model.name else (model.source or INLINE_MODEL_NAME)[:253]
+
+
+def speed_factors_for(spec: LLMDeploymentSpec, learned: Iterable[LearnedSpeed]) -> tuple[SpeedFactor, ...]:
+    """The spec's model's learned speeds, the best-founded one per GPU type and format."""
+    key = model_key(spec)
+    best: dict[tuple[str, str], LearnedSpeed] = {}
+    for speed in learned:
+        pair = (speed.gpu_type.value, speed.quantization.value)
+        if speed.model == key and (pair not in best or speed.requests > best[pair].requests):
+            best[pair] = speed
+    return tuple(SpeedFactor(gpu, quantization, s.speed_factor, s.requests)
+                 for (gpu, quantization), s in sorted(best.items()))
+
+
+def learned_speeds(spec: LLMDeploymentSpec, stored: Iterable[LearnedSpeed], updated: SpeedFactor) -> list[LearnedSpeed]:
+    """`stored` with `updated` (of the spec's model) in place of its predecessor, most
+    requests first, within the API's bound."""
+    entry = LearnedSpeed(model=model_key(spec), gpu_type=ApiGpuType(updated.gpu_type),
+                         quantization=ApiQuantization(updated.quantization),
+                         speed_factor=round(updated.factor, 4), requests=updated.requests)
+    others = [s for s in stored if (s.model, s.gpu_type, s.quantization) != (entry.model, entry.gpu_type,
+                                                                                entry.quantization)]
+    return sorted([entry, *others], key=lambda s: -s.requests)[:MAX_LEARNED_SPEEDS]
 
 
 def _fit(text: str, max_chars: int) -> str:

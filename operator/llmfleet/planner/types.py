@@ -85,6 +85,22 @@ class CapacityShortfall:
 
 
 @dataclass(frozen=True)
+class SpeedFactor:
+    """How much faster (above 1) or slower than the calibrated model one GPU type and weight
+    format of the planned model ran in live traffic, and from how many requests that was learned
+    (`planner.live`)."""
+
+    gpu_type: str
+    quantization: str
+    factor: float
+    requests: int
+
+    def __post_init__(self) -> None:
+        if not self.factor > 0:
+            raise ValueError(f"speed factor must be positive, got {self.factor}")
+
+
+@dataclass(frozen=True)
 class SearchSpace:
     gpu_types: tuple[str, ...]
     tensor_parallel_sizes: tuple[int, ...] = (1, 2, 4, 8)
@@ -105,6 +121,16 @@ class SearchSpace:
     release_support: ReleaseSupport | None = None
     # The cluster's GPUs; None: not known (planning offline), any GPU type may be chosen.
     cluster_gpus: ClusterGpus | None = None
+    # Learned from live metrics; a configuration without one is taken as the model says.
+    speed_factors: tuple[SpeedFactor, ...] = ()
+
+    def speed_factor(self, gpu_type: str, quantization: str) -> SpeedFactor | None:
+        """The factor learned for this GPU type and format; else, conservatively, the best known
+        one of the same GPU type in another format (a model error seen in one format is likely in
+        the others, and an unobserved format must not look better for being unobserved)."""
+        same_gpu = [s for s in self.speed_factors if s.gpu_type == gpu_type]
+        exact = next((s for s in same_gpu if s.quantization == quantization), None)
+        return exact or max(same_gpu, key=lambda s: s.requests, default=None)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,198 @@
+"""Learning from live metrics (pure): how fast a configuration really runs, what the workload
+really is, and whether another plan would serve it better.
+
+The model is corrected by one number per (model, GPU type, weight format), a *speed factor*:
+the multiplier on the engine's compute and memory efficiencies with which the planner's
+latency model reproduces the p99 TTFT observed at the observed per-replica load. It is the
+quantity the autoscaler and the SLO are about, and the one the engine's metrics give in both
+runtimes (a TTFT histogram); TPOT has no histogram there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from llmfleet.api.conditions import Reason
+from llmfleet.catalog import Catalog, load_catalog
+from llmfleet.planner.latency import Engine, build_engine, predict_at_load
+from llmfleet.planner.search import plan as make_plan
+from llmfleet.planner.search import resolve_model
+from llmfleet.planner.types import Plan, PlanRequest, SpeedFactor, Workload
+
+# Beyond these the model is not wrong by a factor but about something else (a broken engine, a
+# histogram bound): the fit is clipped and says so.
+MIN_SPEED_FACTOR = 1 / 8
+MAX_SPEED_FACTOR = 8.0
+# Requests after which older evidence weighs no more than a new window's: an engine that
+# changes speed (a new build of the same format) is relearned within a few windows.
+SPEED_MEMORY_REQUESTS = 10_000
+# Workload drift: the observed rate above the declared peak, or a mean length this far off.
+RATE_DRIFT = 0.10
+LENGTH_DRIFT = 0.25
+_BISECTION_STEPS = 40
+
+
+@dataclass(frozen=True)
+class ObservedWorkload:
+    """One revision's traffic over a window, from its engines' metrics."""
+
+    window_seconds: int
+    requests: float  # first tokens in the window
+    requests_per_second: float
+    replicas: int  # serving pods that reported
+    ttft_p99_ms: float | None
+    # None: the serving release exports no token-length histograms.
+    input_tokens_mean: float | None = None
+    output_tokens_mean: float | None = None
+    error: str | None = None  # Prometheus did not answer; nothing else is known
+
+
+@dataclass(frozen=True)
+class SpeedFit:
+    """A speed factor fitted to one observation, or why none was."""
+
+    factor: float | None
+    note: str
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    reason: str  # Reason.WORKLOAD_DRIFT, SLO_AT_RISK or CHEAPER_PLAN
+    message: str
+    plan: Plan
+
+
+def workload_as_observed(declared: Workload, observed: ObservedWorkload) -> Workload:
+    """The declared workload with what was observed: mean lengths where the release exports
+    them (the p99s scaled with them, keeping the declared tail), and the observed rate where
+    it is above the declared peak."""
+    def scaled(mean: float, p99: float, seen: float | None) -> tuple[float, float]:
+        return (mean, p99) if seen is None or seen <= 0 else (seen, max(seen, p99 * seen / mean))
+
+    input_mean, input_p99 = scaled(declared.input_tokens_mean, declared.input_tokens_p99, observed.input_tokens_mean)
+    output_mean, output_p99 = scaled(declared.output_tokens_mean, declared.output_tokens_p99,
+                                     observed.output_tokens_mean)
+    prefix_limit = (input_mean - 1) / input_mean
+    return Workload(input_mean, input_p99, output_mean, output_p99,
+                    max(declared.peak_requests_per_sec, observed.requests_per_second),
+                    min(declared.prefix_sharing_fraction, prefix_limit))
+
+
+def workload_drift(declared: Workload, observed: ObservedWorkload) -> tuple[str, ...]:
+    """How the observed workload departs from the declared one, one statement per field."""
+    drift = []
+    if observed.requests_per_second > declared.peak_requests_per_sec * (1 + RATE_DRIFT):
+        drift.append(f"{observed.requests_per_second:.3g} req/s observed, above spec.workload."
+                     f"peakRequestsPerSecond {declared.peak_requests_per_sec:g}")
+    for seen, mean, field in ((observed.input_tokens_mean, declared.input_tokens_mean, "inputTokensMean"),
+                              (observed.output_tokens_mean, declared.output_tokens_mean, "outputTokensMean")):
+        if seen is not None and abs(seen / mean - 1) > LENGTH_DRIFT:
+            drift.append(f"mean {seen:.0f} tokens observed against spec.workload.{field} {mean:g}")
+    return tuple(drift)
+
+
+def fit_speed_factor(engine_at: Callable[[float], Engine], workload: Workload, observed: ObservedWorkload,
+                     *, min_requests: int, ttft_histogram_top_ms: float) -> SpeedFit:
+    """The speed factor with which the model predicts the observed p99 TTFT at the observed
+    per-replica rate and lengths (`workload` with them, `workload_as_observed`). Predicted TTFT
+    falls as the factor rises, so bisection on its logarithm finds it."""
+    if observed.ttft_p99_ms is None or observed.replicas < 1:
+        return SpeedFit(None, "no first tokens in the window")
+    if observed.requests < min_requests:
+        return SpeedFit(None, f"{observed.requests:.0f} requests in the window, fewer than the {min_requests} "
+                              "a fit needs")
+    if observed.ttft_p99_ms >= ttft_histogram_top_ms:
+        return SpeedFit(None, f"p99 TTFT beyond the histogram's top bound ({ttft_histogram_top_ms:g} ms)")
+    rate = observed.requests_per_second / observed.replicas
+
+    def predicted_ms(factor: float) -> float:
+        return predict_at_load(engine_at(factor), rate, workload.input_tokens_mean, workload.input_tokens_p99,
+                               workload.output_tokens_mean, workload.output_tokens_p99,
+                               workload.prefix_sharing_fraction).ttft_p99_ms
+
+    target = observed.ttft_p99_ms
+    if predicted_ms(MAX_SPEED_FACTOR) > target:
+        return SpeedFit(MAX_SPEED_FACTOR, f"faster than {MAX_SPEED_FACTOR:g}x the model; clipped")
+    if predicted_ms(MIN_SPEED_FACTOR) < target:
+        return SpeedFit(MIN_SPEED_FACTOR, f"slower than 1/{1 / MIN_SPEED_FACTOR:g} of the model; clipped")
+    low, high = math.log(MIN_SPEED_FACTOR), math.log(MAX_SPEED_FACTOR)
+    for _ in range(_BISECTION_STEPS):
+        middle = (low + high) / 2
+        if predicted_ms(math.exp(middle)) > target:
+            low = middle
+        else:
+            high = middle
+    factor = math.exp((low + high) / 2)
+    return SpeedFit(factor, f"p99 TTFT {target:.0f} ms at {rate:.3g} req/s per replica: "
+                            f"{factor:.2f}x the modelled speed")
+
+
+def learn(previous: SpeedFactor | None, gpu_type: str, quantization: str, fitted: float,
+          requests: int) -> SpeedFactor:
+    """The speed factor after one more fitted window: the request-weighted geometric mean of
+    the old and the new, the old counting for at most `SPEED_MEMORY_REQUESTS` requests."""
+    if previous is None:
+        return SpeedFactor(gpu_type, quantization, fitted, requests)
+    kept = min(previous.requests, SPEED_MEMORY_REQUESTS)
+    weight = requests / (requests + kept)
+    factor = math.exp((1 - weight) * math.log(previous.factor) + weight * math.log(fitted))
+    return SpeedFactor(gpu_type, quantization, factor, previous.requests + requests)
+
+
+def engine_for_plan(request: PlanRequest, current: Plan, catalog: Catalog | None = None
+                    ) -> Callable[[float], Engine]:
+    """The served configuration's engine, as a function of its speed factor."""
+    catalog = catalog or load_catalog()
+    model = resolve_model(request.model, catalog)
+    space = request.space
+
+    def engine_at(factor: float) -> Engine:
+        return build_engine(model, catalog.gpu(current.gpu_type), catalog.quantization(current.quantization),
+                            catalog.kv_cache_dtype(current.kv_cache_dtype), current.tensor_parallel_size,
+                            catalog.calibration, max_batch_size=space.max_batch_size,
+                            max_num_tokens=space.max_num_tokens,
+                            kv_cache_free_gpu_mem_fraction=space.kv_cache_free_gpu_mem_fraction,
+                            speed_factor=factor)
+    return engine_at
+
+
+def _label(p: Plan) -> str:
+    return (f"{p.replicas} x {p.gpu_type} TP{p.tensor_parallel_size} {p.quantization} KV {p.kv_cache_dtype} "
+            f"({p.gpus_total} GPUs)")
+
+
+def _meets_slo(request: PlanRequest, current: Plan, catalog: Catalog | None) -> bool:
+    pinned = replace(request.space, pinned_gpu_type=current.gpu_type, pinned_quantization=current.quantization,
+                     pinned_tensor_parallel_size=current.tensor_parallel_size,
+                     pinned_kv_cache_dtype=current.kv_cache_dtype, pinned_replicas=current.replicas,
+                     cluster_gpus=None)
+    return make_plan(replace(request, space=pinned), catalog).feasible
+
+
+def recommend(request: PlanRequest, current: Plan, drift: tuple[str, ...], *, replicas_autoscaled: bool,
+              catalog: Catalog | None = None) -> Recommendation | None:
+    """A plan for `request` (the observed workload, the learned speed factors) when it differs
+    from `current` in what a re-plan would change: the configuration, or the replicas when no
+    autoscaler sets them. None when the current plan stands or nothing meets the SLO."""
+    candidate = make_plan(request, catalog)
+    if not candidate.feasible:
+        return None
+    configuration = ("gpu_type", "tensor_parallel_size", "quantization", "kv_cache_dtype")
+    same_configuration = all(getattr(candidate, f) == getattr(current, f) for f in configuration)
+    if same_configuration and (replicas_autoscaled or candidate.replicas == current.replicas):
+        return None
+    if drift:
+        reason, why = Reason.WORKLOAD_DRIFT, "; ".join(drift)
+    elif not _meets_slo(request, current, catalog):
+        reason, why = Reason.SLO_AT_RISK, "with the learned speeds the served plan misses the SLO at the peak"
+    elif candidate.gpus_total < current.gpus_total:
+        reason, why = Reason.CHEAPER_PLAN, "with the learned speeds a plan with fewer GPUs meets the SLO"
+    else:
+        return None
+    learned = [f"{s.gpu_type} {s.quantization} {s.factor:.2f}x ({s.requests} requests)"
+               for s in request.space.speed_factors]
+    message = (f"{why}: {_label(current)} -> {_label(candidate)}"
+               + (f"; learned speeds: {', '.join(learned)}" if learned else ""))
+    return Recommendation(reason, message, replace(candidate, rationale=(*candidate.rationale, f"{reason}: {why}")))

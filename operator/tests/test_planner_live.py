@@ -1,0 +1,134 @@
+"""Learning from live metrics: the speed factor fitted to an observed p99 TTFT, its memory, the
+observed workload, and recommendations."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from llmfleet.catalog import load_catalog
+from llmfleet.planner import PlanRequest, SearchSpace, SloTargets, Workload, plan
+from llmfleet.planner.latency import predict_at_load
+from llmfleet.planner.live import (
+    MAX_SPEED_FACTOR,
+    SPEED_MEMORY_REQUESTS,
+    ObservedWorkload,
+    engine_for_plan,
+    fit_speed_factor,
+    learn,
+    recommend,
+    workload_as_observed,
+    workload_drift,
+)
+from llmfleet.planner.types import SpeedFactor
+
+CATALOG = load_catalog()
+H100 = "H100-SXM-80GB"
+CHAT = Workload(input_tokens_mean=1000, input_tokens_p99=4000, output_tokens_mean=200, output_tokens_p99=800,
+                peak_requests_per_sec=150)
+
+
+def request(workload=CHAT, speed_factors=(), **space) -> PlanRequest:
+    return PlanRequest(CATALOG.model("llama-3.1-8b"), workload, SloTargets(400, 20),
+                       SearchSpace(gpu_types=(H100,), quantizations=("BF16", "FP8"), speed_factors=speed_factors,
+                                   **space))
+
+
+SERVED = plan(request())
+
+
+def observed_at(factor: float, replicas: int = SERVED.replicas, requests: float = 2000,
+                rate: float = 60.0) -> ObservedWorkload:
+    """What an engine `factor` times the model's speed shows at `rate` req/s over the fleet."""
+    engine = engine_for_plan(request(), SERVED)(factor)
+    ttft = predict_at_load(engine, rate / replicas, CHAT.input_tokens_mean, CHAT.input_tokens_p99,
+                           CHAT.output_tokens_mean, CHAT.output_tokens_p99, 0.0).ttft_p99_ms
+    return ObservedWorkload(300, requests, rate, replicas, ttft)
+
+
+def fit(observed: ObservedWorkload, workload: Workload = CHAT):
+    return fit_speed_factor(engine_for_plan(request(), SERVED), workload, observed, min_requests=100,
+                            ttft_histogram_top_ms=300_000)
+
+
+@pytest.mark.parametrize("true_factor", [0.4, 1.0, 2.5])
+def test_the_fit_finds_the_speed_at_which_the_model_reproduces_the_observed_ttft(true_factor):
+    fitted = fit(observed_at(true_factor))
+    assert fitted.factor == pytest.approx(true_factor, rel=0.01)
+    assert f"{true_factor:.2f}x" in fitted.note
+
+
+def test_no_fit_from_too_few_requests_no_ttft_or_a_ttft_past_the_histogram():
+    assert fit(replace(observed_at(0.5), requests=99)).factor is None
+    assert "fewer than the 100" in fit(replace(observed_at(0.5), requests=99)).note
+    assert fit(replace(observed_at(0.5), ttft_p99_ms=None)).factor is None
+    past_top = fit_speed_factor(engine_for_plan(request(), SERVED), CHAT, observed_at(0.5), min_requests=100,
+                                ttft_histogram_top_ms=1.0)
+    assert past_top.factor is None and "top bound" in past_top.note
+
+
+def test_a_ttft_faster_than_any_plausible_engine_is_clipped_and_said():
+    fitted = fit(replace(observed_at(1.0), ttft_p99_ms=0.001))
+    assert fitted.factor == MAX_SPEED_FACTOR and "clipped" in fitted.note
+
+
+def test_learning_weighs_windows_by_requests_and_forgets_beyond_its_memory():
+    first = learn(None, H100, "FP8", 0.5, 1000)
+    assert (first.factor, first.requests) == (0.5, 1000)
+    equal = learn(first, H100, "FP8", 2.0, 1000)
+    assert equal.factor == pytest.approx(1.0) and equal.requests == 2000
+    long_known = SpeedFactor(H100, "FP8", 0.5, 10 * SPEED_MEMORY_REQUESTS)
+    # A change of speed is learned as if the old evidence were SPEED_MEMORY_REQUESTS requests.
+    moved = learn(long_known, H100, "FP8", 2.0, SPEED_MEMORY_REQUESTS)
+    assert moved.factor == pytest.approx(1.0)
+
+
+def test_the_observed_workload_keeps_the_declared_tail_and_never_plans_below_the_declared_peak():
+    observed = ObservedWorkload(300, 3000, 3.0, 2, 400.0, input_tokens_mean=2000, output_tokens_mean=None)
+    as_seen = workload_as_observed(CHAT, observed)
+    assert (as_seen.input_tokens_mean, as_seen.input_tokens_p99) == (2000, 8000)
+    assert (as_seen.output_tokens_mean, as_seen.output_tokens_p99) == (200, 800)
+    assert as_seen.peak_requests_per_sec == CHAT.peak_requests_per_sec
+    busier = workload_as_observed(CHAT, replace(observed, requests_per_second=200.0))
+    assert busier.peak_requests_per_sec == 200.0
+
+
+def test_drift_names_each_field_that_departs_from_the_spec():
+    assert workload_drift(CHAT, ObservedWorkload(300, 3000, 160, 2, 400.0, 1100, 220)) == ()
+    drift = workload_drift(CHAT, ObservedWorkload(300, 3000, 170, 2, 400.0, 2000, 220))
+    assert len(drift) == 2
+    assert "peakRequestsPerSecond 150" in drift[0] and "inputTokensMean 1000" in drift[1]
+
+
+def test_a_slower_engine_than_modelled_asks_for_more_gpus():
+    slow = request(speed_factors=(SpeedFactor(H100, SERVED.quantization, 0.4, 5000),))
+    advice = recommend(slow, SERVED, (), replicas_autoscaled=False)
+    assert advice is not None and advice.reason == "SloAtRisk"
+    assert advice.plan.gpus_total > SERVED.gpus_total
+    assert "0.40x (5000 requests)" in advice.message and f"({SERVED.gpus_total} GPUs)" in advice.message
+    assert any("ran at 0.40x the modelled speed" in line for line in advice.plan.rationale)
+
+
+def test_a_faster_engine_than_modelled_is_a_cheaper_plan_and_an_exact_model_recommends_nothing():
+    fast = request(speed_factors=(SpeedFactor(H100, SERVED.quantization, 3.0, 5000),))
+    advice = recommend(fast, SERVED, (), replicas_autoscaled=False)
+    assert advice is not None and advice.reason == "CheaperPlan"
+    assert advice.plan.gpus_total < SERVED.gpus_total
+    assert recommend(request(), SERVED, (), replicas_autoscaled=False) is None
+
+
+def test_with_an_autoscaler_a_change_of_replicas_alone_is_left_to_it():
+    slightly_slow = request(speed_factors=(SpeedFactor(H100, SERVED.quantization, 0.8, 5000),))
+    advice = recommend(slightly_slow, SERVED, (), replicas_autoscaled=False)
+    assert advice is not None and advice.plan.quantization == SERVED.quantization
+    assert advice.plan.tensor_parallel_size == SERVED.tensor_parallel_size
+    assert recommend(slightly_slow, SERVED, (), replicas_autoscaled=True) is None
+
+
+def test_drift_is_the_reason_when_the_workload_changed():
+    busier = replace(CHAT, peak_requests_per_sec=3 * CHAT.peak_requests_per_sec)
+    advice = recommend(request(workload=busier), SERVED, ("450 req/s observed",), replicas_autoscaled=False)
+    assert advice is not None and advice.reason == "WorkloadDrift" and "450 req/s observed" in advice.message
+    assert math.isclose(advice.plan.gpus_total / SERVED.gpus_total, 3, rel_tol=0.5)

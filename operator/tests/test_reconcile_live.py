@@ -1,0 +1,139 @@
+"""Live re-planning in the reconcile pipeline: when a revision's traffic is observed, what is
+learned from it, the recommendation, and its adoption when re-planning is automatic."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from llmfleet.planner.latency import predict_at_load
+from llmfleet.planner.live import ObservedWorkload, engine_for_plan
+from llmfleet.planner.spec_adapter import plan_from_status, plan_request_from_spec
+from llmfleet.api import LLMDeployment
+from llmfleet.api.status import LearnedSpeed, PlanStatus
+from llmfleet.reconcile import decide, observation_due
+from test_reconcile import NOW, SETTINGS, by_kind, condition, finished_job, ready_deployment
+
+LATER = NOW + timedelta(seconds=SETTINGS.observation_interval_seconds)
+
+
+def busy_body(status: dict | None = None, mode: str | None = None) -> dict:
+    """A deployment several replicas serve at its peak."""
+    spec = {
+        "model": {"name": "llama-3.1-8b", "source": "hf://meta-llama/Llama-3.1-8B-Instruct"},
+        "slo": {"ttftP99Ms": 400, "tpotP99Ms": 20, "quality": {"allowedQuantizations": ["BF16", "FP8"]}},
+        "workload": {"inputTokensMean": 1000, "inputTokensP99": 4000, "outputTokensMean": 200,
+                     "outputTokensP99": 800, "peakRequestsPerSecond": 150},
+        "resources": {"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 64},
+        **({"plan": {"liveReplanning": mode}} if mode else {}),
+    }
+    return {"apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
+            "metadata": {"name": "chat", "namespace": "serving", "uid": "uid-1", "generation": 3},
+            "spec": spec, **({"status": status} if status else {})}
+
+
+def settled(mode: str | None = None):
+    """The status and children of a rolled-out, ready `busy_body`."""
+    first = decide(busy_body(mode=mode), [], SETTINGS, NOW)
+    built = finished_job(by_kind(first.apply, "Job"))
+    second = decide(busy_body(first.status, mode), [built], SETTINGS, NOW)
+    serving = ready_deployment(by_kind(second.apply, "Deployment"), second.status["replicas"])
+    third = decide(busy_body(second.status, mode), [built, serving], SETTINGS, NOW)
+    assert condition(third, "Ready")["status"] == "True"
+    return third.status, [built, serving]
+
+
+def observed_at_speed(status: dict, factor: float, rate: float = 50.0, requests: float = 30_000) -> ObservedWorkload:
+    """What the served plan shows at `rate` req/s when its engine runs `factor` times the model."""
+    spec = LLMDeployment.from_manifest(busy_body()).spec
+    request = plan_request_from_spec(spec)
+    plan = plan_from_status(PlanStatus.model_validate(status["plan"]))
+    w = request.workload
+    replicas = status["replicas"]
+    ttft = predict_at_load(engine_for_plan(request, plan)(factor), rate / replicas, w.input_tokens_mean,
+                           w.input_tokens_p99, w.output_tokens_mean, w.output_tokens_p99, 0.0).ttft_p99_ms
+    return ObservedWorkload(300, requests, rate, replicas, ttft)
+
+
+def test_a_settled_serving_revision_is_observed_once_per_interval_unless_replanning_is_off():
+    status, _ = settled()
+    assert observation_due(busy_body(status), NOW, SETTINGS) == status["currentRevision"]
+    just_seen = {**status, "observation": {"time": NOW.strftime("%Y-%m-%dT%H:%M:%SZ")}}
+    assert observation_due(busy_body(just_seen), NOW + timedelta(seconds=10), SETTINGS) is None
+    assert observation_due(busy_body(just_seen), LATER, SETTINGS) == status["currentRevision"]
+    assert observation_due(busy_body(status, mode="Off"), NOW, SETTINGS) is None
+    rolling = {**status, "currentRevision": "new"}
+    assert observation_due(busy_body(rolling), NOW, SETTINGS) is None
+    edited = busy_body(status)
+    edited["metadata"]["generation"] += 1
+    assert observation_due(edited, NOW, SETTINGS) is None
+    assert observation_due(busy_body({**status, "readyReplicas": 0}), NOW, SETTINGS) is None
+
+
+def test_a_slow_engine_is_learned_and_a_plan_with_more_gpus_recommended_once():
+    status, children = settled()
+    outcome = decide(busy_body(status), children, SETTINGS, LATER, observed=observed_at_speed(status, 0.5))
+    observation = outcome.status["observation"]
+    assert observation["speedFactor"] == pytest.approx(0.5, rel=0.01)
+    assert observation["revision"] == status["currentRevision"] and observation["requests"] == 30_000
+    [learned] = outcome.status["learnedSpeeds"]
+    assert (learned["model"], learned["gpuType"], learned["quantization"]) == (
+        "llama-3.1-8b", status["plan"]["gpuType"], status["plan"]["quantization"])
+    recommendation = outcome.status["recommendation"]
+    assert recommendation["reason"] == "SloAtRisk"
+    assert recommendation["plan"]["gpusTotal"] > status["plan"]["gpusTotal"]
+    assert outcome.status["plan"] == status["plan"]  # recommended, not served
+    assert outcome.status["currentRevision"] == status["currentRevision"]
+    assert [e.reason for e in outcome.events] == ["SloAtRisk"]
+    # The same finding again is no news.
+    again = decide(busy_body(outcome.status), children, SETTINGS, LATER + timedelta(seconds=300),
+                   observed=observed_at_speed(status, 0.5))
+    assert again.status["recommendation"]["time"] == recommendation["time"]
+    assert [e.reason for e in again.events] == []
+
+
+def test_an_engine_as_fast_as_modelled_recommends_nothing_and_too_few_requests_learn_nothing():
+    status, children = settled()
+    exact = decide(busy_body(status), children, SETTINGS, LATER, observed=observed_at_speed(status, 1.0))
+    assert exact.status["recommendation"] is None and exact.events == []
+    quiet = decide(busy_body(status), children, SETTINGS, LATER, observed=observed_at_speed(status, 0.5, requests=50))
+    assert "speedFactor" not in quiet.status["observation"]
+    assert "fewer than the 200" in quiet.status["observation"]["message"]
+    assert quiet.status["learnedSpeeds"] is None
+
+
+def test_an_unanswered_observation_is_said_and_changes_nothing_else():
+    status, children = settled()
+    failed = decide(busy_body(status), children, SETTINGS, LATER,
+                    observed=ObservedWorkload(300, 0, 0.0, 0, None, error="ConnectionError: refused"))
+    assert failed.status["observation"]["message"] == "Prometheus: ConnectionError: refused"
+    assert "recommendation" not in failed.status and "learnedSpeeds" not in failed.status
+
+
+def test_automatic_replanning_serves_the_recommended_plan_as_a_new_revision():
+    status, children = settled(mode="Automatic")
+    learned = decide(busy_body(status, "Automatic"), children, SETTINGS, LATER,
+                     observed=observed_at_speed(status, 0.5))
+    recommended = learned.status["recommendation"]["plan"]
+    adopted = decide(busy_body(learned.status, "Automatic"), children, SETTINGS, LATER)
+    assert adopted.status["plan"] == recommended
+    assert adopted.status["recommendation"] is None
+    assert [e.reason for e in adopted.events if e.reason == "Replanned"] == ["Replanned"]
+    assert adopted.status["replicas"] == recommended["replicas"] > status["replicas"]
+    # Recommend (the default) only recommends.
+    status, children = settled()
+    learned = decide(busy_body(status), children, SETTINGS, LATER, observed=observed_at_speed(status, 0.5))
+    kept = decide(busy_body(learned.status), children, SETTINGS, LATER)
+    assert kept.status["plan"] == status["plan"] and "recommendation" not in kept.status  # left as stored
+
+
+def test_a_new_plan_uses_the_speeds_the_fleet_learned_for_its_model():
+    fresh = decide(busy_body(), [], SETTINGS, NOW)
+    plan = fresh.status["plan"]
+    slow = LearnedSpeed(model="llama-3.1-8b", gpu_type=plan["gpuType"], quantization=plan["quantization"],
+                        speed_factor=0.5, requests=20_000)
+    other_model = slow.model_copy(update={"model": "llama-3.1-70b", "speed_factor": 8.0})
+    informed = decide(busy_body(), [], SETTINGS, NOW, fleet_speeds=lambda: [slow, other_model])
+    assert informed.status["plan"]["gpusTotal"] > plan["gpusTotal"]
+    assert any("ran at 0.50x the modelled speed" in line for line in informed.status["plan"]["rationale"])
