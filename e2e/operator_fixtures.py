@@ -19,6 +19,11 @@ OPERATOR_NAMESPACE = "llmfleet-system"
 RELEASE = "llmfleet"
 SERVICE_ACCOUNT = f"{RELEASE}-operator"
 IN_CLUSTER_NAMESPACE = "in-cluster"
+# Live re-planning observes every 15 s over a minute, fitting from 100 requests: the defaults
+# (5 minutes, 200) would make its test wait minutes; the mechanism is the same.
+OBSERVATION_WINDOW_S = 60
+LIVE_REPLANNING_FLAGS = ("--observation-interval-seconds", "15", "--observation-window-seconds",
+                         str(OBSERVATION_WINDOW_S), "--observation-min-requests", "100")
 
 
 def small_batch_70b(name: str, namespace: str, slo_ttft_p99_ms: int, **spec: dict) -> dict:
@@ -126,6 +131,7 @@ class OperatorProcess:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "llmfleet", "run", "--kubeconfig", str(self.kubeconfig),
              "--leader-election-namespace", OPERATOR_NAMESPACE, "--leader-election-identity", self.identity,
+             *LIVE_REPLANNING_FLAGS,
              # The helm-installed operator of test_operator_in_cluster.py alone serves that namespace.
              "--namespace", f"!{IN_CLUSTER_NAMESPACE}"],
             env=self.environment, stdout=log, stderr=subprocess.STDOUT,

@@ -461,6 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--observation-window-seconds", type=_positive_int,
                      default=OperatorSettings.observation_window_seconds, metavar="S",
                      help="the window each observation covers (default %(default)s)")
+    run.add_argument("--observation-min-requests", type=_positive_int,
+                     default=OperatorSettings.observation_min_requests, metavar="N",
+                     help="requests a window needs before a speed is fitted to it (default %(default)s)")
     run.add_argument("--liveness", default=None, metavar="URL",
                      help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
     run.add_argument("--verbose", action="store_true", help="debug logging")
@@ -687,6 +690,7 @@ def _run_operator(args) -> int:
     settings = OperatorSettings(
         observation_interval_seconds=args.observation_interval_seconds,
         observation_window_seconds=args.observation_window_seconds,
+        observation_min_requests=args.observation_min_requests,
         render=RenderSettings(
         engine_cache_claim_name=args.engine_cache_claim, engine_cache_storage_class=args.engine_cache_storage_class,
         engine_cache_size=args.engine_cache_size, model_code_image=args.model_code_image,

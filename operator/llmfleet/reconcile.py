@@ -959,10 +959,14 @@ _SETTLED_CANARY_PHASES = {CanaryPhase.PROMOTED.value, CanaryPhase.ROLLED_BACK.va
 def needs_periodic_pass(body: dict, children) -> bool:
     """Whether time alone can change this deployment's decisions, so that it is passed every
     tick: the autoscaler reads metrics, a canary walks timed steps and deadlines, replicas short
-    of ready change their story (restarts, the scale-up grace). Anything else moves only on a
+    of ready change their story (restarts, the scale-up grace), a recommendation waits to be
+    served. Anything else moves only on a
     change of the object or one of its children, which triggers a pass by itself."""
-    if ((body.get("spec") or {}).get("autoscaling") or {}).get("enabled"):
+    spec, status = body.get("spec") or {}, body.get("status") or {}
+    if (spec.get("autoscaling") or {}).get("enabled"):
         return True
+    if status.get("recommendation") and (spec.get("plan") or {}).get("liveReplanning") == LiveReplanning.AUTOMATIC.value:
+        return True  # to serve it once the revision settles
     phase = (((body.get("status") or {}).get("canary")) or {}).get("phase")
     if phase is not None and phase not in _SETTLED_CANARY_PHASES:
         return True

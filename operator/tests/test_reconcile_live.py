@@ -12,7 +12,7 @@ from llmfleet.planner.live import ObservedWorkload, engine_for_plan
 from llmfleet.planner.spec_adapter import plan_from_status, plan_request_from_spec
 from llmfleet.api import LLMDeployment
 from llmfleet.api.status import LearnedSpeed, PlanStatus
-from llmfleet.reconcile import decide, observation_due
+from llmfleet.reconcile import decide, needs_periodic_pass, observation_due
 from test_reconcile import NOW, SETTINGS, by_kind, condition, finished_job, ready_deployment
 
 LATER = NOW + timedelta(seconds=SETTINGS.observation_interval_seconds)
@@ -126,6 +126,9 @@ def test_automatic_replanning_serves_the_recommended_plan_as_a_new_revision():
     learned = decide(busy_body(status), children, SETTINGS, LATER, observed=observed_at_speed(status, 0.5))
     kept = decide(busy_body(learned.status), children, SETTINGS, LATER)
     assert kept.status["plan"] == status["plan"] and "recommendation" not in kept.status  # left as stored
+    # Only an automatic one is passed on the next tick, to be served.
+    assert not needs_periodic_pass(busy_body(learned.status), children)
+    assert needs_periodic_pass(busy_body(learned.status, "Automatic"), children)
 
 
 def test_a_new_plan_uses_the_speeds_the_fleet_learned_for_its_model():

@@ -1,0 +1,84 @@
+"""Live re-planning in the sandbox: the operator observes a serving revision's real traffic
+through Prometheus (rate, p99 TTFT, the engine's token-length histograms), learns how fast the
+configuration runs, and, with spec.plan.liveReplanning Automatic, serves the plan the observed
+workload needs when it departs from spec.workload."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import LLMFLEET, service_target, stop_load, wait_for, wait_until_ready
+from operator_fixtures import small_batch_70b
+
+pytestmark = pytest.mark.e2e
+NAMESPACE = "live-replanning"
+DECLARED_PEAK_RPS = 0.5
+SENT_RPS = 2.5
+PROMPT_TOKENS = 128
+
+
+@pytest.fixture(scope="module", autouse=True)
+def live_namespace(sandbox, operator):
+    sandbox.kubectl("create", "namespace", NAMESPACE)
+    yield NAMESPACE
+    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+
+
+def _status(sandbox, name: str) -> dict:
+    return sandbox.kubectl_json("get", "llmdeployment", name, "-n", NAMESPACE).get("status") or {}
+
+
+def _events(sandbox, name: str) -> list[dict]:
+    return sandbox.kubectl_json("get", "events", "-n", NAMESPACE,
+                                "--field-selector", f"involvedObject.name={name}")["items"]
+
+
+def test_traffic_beyond_the_declared_peak_is_learned_recommended_and_served_automatically(sandbox, tmp_path):
+    manifest = small_batch_70b("drift", NAMESPACE, 2000, plan={"liveReplanning": "Automatic"})
+    manifest["spec"]["workload"]["peakRequestsPerSecond"] = DECLARED_PEAK_RPS
+    sandbox.apply([manifest], namespace=NAMESPACE)
+    wait_until_ready(sandbox, "drift", NAMESPACE)
+    planned = _status(sandbox, "drift")
+    revision = planned["currentRevision"]
+    load = subprocess.Popen(
+        [*LLMFLEET, "load", "--target", service_target(sandbox, "drift", NAMESPACE), "--model", "ensemble",
+         "--schedule", f"constant:{SENT_RPS}", "--duration-s", "300", "--input-tokens", f"fixed:{PROMPT_TOKENS}",
+         "--output-tokens", "fixed:32", "--output-dir", str(tmp_path), "--quiet"],
+        env=sandbox.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        learned = wait_for(lambda: (lambda s: s if (s.get("observation") or {}).get("speedFactor") else None)(
+            _status(sandbox, "drift")), 180, "an observation with a fitted speed")
+        replanned = wait_for(lambda: next((e for e in _events(sandbox, "drift") if e["reason"] == "Replanned"), None),
+                             120, "a Replanned event")
+
+        def served() -> dict | None:
+            s = _status(sandbox, "drift")
+            ready = any(c["type"] == "Ready" and c["status"] == "True" for c in s.get("conditions") or [])
+            return s if (ready and s.get("currentRevision") == s.get("stableRevision")
+                         and (s.get("readyReplicas") or 0) >= s["plan"]["replicas"]
+                         and s["plan"]["gpusTotal"] > planned["plan"]["gpusTotal"]) else None
+        status = wait_for(served, 300, "the replanned deployment rolled out and ready")
+    finally:
+        stdout, stderr = stop_load(load)
+
+    # What was observed is the traffic sent: its rate, its prompt lengths (the engine runtime's
+    # token-length histograms), and a speed fitted to its p99 TTFT.
+    observation = learned["observation"]
+    assert observation["revision"] == revision and observation["replicas"] == 1, observation
+    assert observation["requestsPerSecond"] > DECLARED_PEAK_RPS * 1.1, observation
+    assert observation["inputTokensMean"] == pytest.approx(PROMPT_TOKENS, rel=0.05), observation
+    assert observation["outputTokensMean"] <= 32, observation
+    assert "modelled speed" in observation["message"], observation
+    [speed] = [s for s in learned["learnedSpeeds"] if s["model"] == "llama-3.1-70b"]
+    assert (speed["gpuType"], speed["quantization"]) == (planned["plan"]["gpuType"], planned["plan"]["quantization"])
+    assert speed["requests"] >= observation["requests"]
+    # The drift was said, and the plan for the observed rate is what serves now.
+    assert "peakRequestsPerSecond 0.5" in replanned["message"], replanned["message"]
+    assert status["replicas"] == status["plan"]["replicas"]
+    assert any(line.startswith("WorkloadDrift: ") for line in status["plan"]["rationale"]), status["plan"]
+    assert "recommendation" not in status
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["errors"] == 0, (stdout, stderr)
