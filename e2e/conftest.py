@@ -239,8 +239,10 @@ def sandbox() -> Sandbox:
 @pytest.fixture(scope="session")
 def operator(sandbox, tmp_path_factory):
     """The operator on the host with its own ServiceAccount identity,
-    autoscaling on the sandbox's Prometheus; the CRD installed."""
+    autoscaling on the sandbox's Prometheus, observing traffic for live re-planning more often
+    than by default; the CRD installed."""
     from operator_fixtures import (
+        LIVE_REPLANNING_FLAGS,
         OPERATOR_NAMESPACE,
         OperatorProcess,
         chart_rbac_manifests,
@@ -254,7 +256,8 @@ def operator(sandbox, tmp_path_factory):
     sandbox.kubectl("apply", "-f", "-", input_text=chart_rbac_manifests(sandbox))
     directory = tmp_path_factory.mktemp("operator")
     process = OperatorProcess(sandbox, operator_kubeconfig(sandbox, directory / "kubeconfig"),
-                              directory / "operator.log", identity="e2e-session-operator")
+                              directory / "operator.log", identity="e2e-session-operator",
+                              extra_args=LIVE_REPLANNING_FLAGS)
     process.start()
     yield process
     process.stop()

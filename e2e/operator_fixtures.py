@@ -90,12 +90,13 @@ def operator_kubeconfig(sandbox, path: Path) -> Path:
 
 class OperatorProcess:
     """An operator replica on the host, leader-elected on the chart's Lease, with the chart's
-    environment. `identity` names
+    environment and `llmfleet run`'s defaults unless `extra_args` says otherwise. `identity` names
     it in the Lease: the session's operator keeps one across restarts, so a restart takes its
     lease back at once instead of waiting out the dead process's."""
 
-    def __init__(self, sandbox, kubeconfig: Path, log_path: Path, identity: str):
+    def __init__(self, sandbox, kubeconfig: Path, log_path: Path, identity: str, extra_args: tuple[str, ...] = ()):
         self.sandbox = sandbox
+        self.extra_args = extra_args
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.identity = identity
@@ -131,7 +132,7 @@ class OperatorProcess:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "llmfleet", "run", "--kubeconfig", str(self.kubeconfig),
              "--leader-election-namespace", OPERATOR_NAMESPACE, "--leader-election-identity", self.identity,
-             *LIVE_REPLANNING_FLAGS,
+             *self.extra_args,
              # The helm-installed operator of test_operator_in_cluster.py alone serves that namespace.
              "--namespace", f"!{IN_CLUSTER_NAMESPACE}"],
             env=self.environment, stdout=log, stderr=subprocess.STDOUT,

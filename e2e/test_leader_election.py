@@ -42,7 +42,8 @@ def _planned_with_one_child_per_kind(sandbox, name: str):
 
 def test_a_standby_takes_over_within_30_s_of_the_leaders_death(sandbox, operator, tmp_path):
     sandbox.kubectl("create", "namespace", NAMESPACE)
-    standby = OperatorProcess(sandbox, operator.kubeconfig, tmp_path / "standby.log", identity="e2e-standby")
+    standby = OperatorProcess(sandbox, operator.kubeconfig, tmp_path / "standby.log", identity="e2e-standby",
+                              extra_args=operator.extra_args)
     standby.start()
     try:
         wait_for(lambda: f"standing by while {operator.identity} holds the lease" in _log_since(standby, 0),
