@@ -99,7 +99,7 @@ def test_scale_subresource_points_at_real_fields():
 def test_printer_columns_point_at_real_fields():
     columns = {c["name"]: c for c in VERSION["additionalPrinterColumns"]}
     assert list(columns) == ["Model", "Plan", "Ready", "Desired", "TTFT-p99", "Status", "Rollout", "Canary-%",
-                             "Age"]
+                             "Advice", "Age"]
     for column in columns.values():
         path = column["jsonPath"]
         if path.startswith((".spec.", ".status.")) and "[" not in path:

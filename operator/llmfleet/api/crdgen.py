@@ -62,6 +62,8 @@ PRINTER_COLUMNS = [
      "description": "Phase of the last canary rollout."},
     {"name": "Canary-%", "type": "integer", "jsonPath": ".status.canary.weightPercent",
      "description": "The canary's share of serving replicas, in percent."},
+    {"name": "Advice", "type": "string", "jsonPath": ".status.recommendation.reason", "priority": 1,
+     "description": "Why live metrics recommend another plan (status.recommendation), if they do."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]  # fmt: skip
 
