@@ -140,3 +140,19 @@ def test_a_new_plan_uses_the_speeds_the_fleet_learned_for_its_model():
     informed = decide(busy_body(), [], SETTINGS, NOW, fleet_speeds=lambda: [slow, other_model])
     assert informed.status["plan"]["gpusTotal"] > plan["gpusTotal"]
     assert any("ran at 0.50x the modelled speed" in line for line in informed.status["plan"]["rationale"])
+
+
+def test_an_adopted_configuration_change_is_a_new_revision_rolled_out_beside_the_stable_one():
+    status, children = settled(mode="Automatic")
+    learned = decide(busy_body(status, "Automatic"), children, SETTINGS, LATER,
+                     observed=observed_at_speed(status, 0.3, rate=20.0))
+    assert learned.status["observation"]["speedFactor"] == pytest.approx(0.3, rel=0.01)
+    recommended = learned.status["recommendation"]["plan"]
+    assert recommended["tensorParallelSize"] > status["plan"]["tensorParallelSize"]
+    adopted = decide(busy_body(learned.status, "Automatic"), children, SETTINGS, LATER)
+    new = adopted.status["currentRevision"]
+    assert new != status["currentRevision"] and adopted.status["stableRevision"] == status["currentRevision"]
+    assert [m["kind"] for m in adopted.apply if m["metadata"]["labels"].get("llmfleet.io/revision") == new
+            and m["kind"] == "Job"] == ["Job"]  # the new engine is built first
+    assert [m for m in adopted.delete if m["kind"] == "Deployment"] == []  # the stable revision serves on
+    assert condition(adopted, "Ready")["status"] == "True"
