@@ -42,7 +42,16 @@ def _deployment_row(deployment: dict, attainment: float | None) -> tuple[str, ..
             ttft_p99,
             f"{target} ms" if target is not None else NONE,
             f"{attainment:.1%}" if attainment is not None else NONE,
-            f"{planned.get('status', NONE)} {planned.get('reason', '')}".strip())
+            f"{planned.get('status', NONE)} {planned.get('reason', '')}".strip(),
+            _advice(status.get("recommendation")))
+
+
+def _advice(recommendation: dict | None) -> str:
+    """The recommended plan and why, e.g. 'SloAtRisk: H100x2 FP8 x3'."""
+    if not recommendation:
+        return NONE
+    plan = recommendation.get("plan") or {}
+    return f"{recommendation['reason']}: {plan.get('summary', NONE)} x{plan.get('replicas', NONE)}"
 
 
 def fleet_status(gpus: list[GpuUse], deployments: list[dict],
@@ -60,7 +69,7 @@ def fleet_status(gpus: list[GpuUse], deployments: list[dict],
     lines += ["", f"LLMDeployments (attainment: {where})"]
     ordered = sorted(deployments, key=lambda d: (d["metadata"]["namespace"], d["metadata"]["name"]))
     lines += ["  " + line for line in _table(
-        ("NAME", "PRIORITY", "PLAN", "GPUS", "READY", "P99 TTFT", "TARGET", "ATTAINMENT", "PLANNED"),
+        ("NAME", "PRIORITY", "PLAN", "GPUS", "READY", "P99 TTFT", "TARGET", "ATTAINMENT", "PLANNED", "ADVICE"),
         [_deployment_row(d, attainment.get((d["metadata"]["namespace"], d["metadata"]["name"]))) for d in ordered])]
     if not deployments:
         lines.append("  none")

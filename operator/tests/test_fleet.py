@@ -25,7 +25,8 @@ def test_the_report_lists_gpus_and_every_deployment_with_what_it_knows():
     gpus = gpus_by_type([node("a", product("L40S-48GB"))], [pod("ns", "a", 4)])
     serving = deployment("team", "chat", replicas=2, readyReplicas=1, ttftP99Ms=231.6,
                          plan={"summary": "L40Sx4 FP8", "gpusTotal": 8},
-                         conditions=[{"type": "Planned", "status": "False", "reason": "CapacityShortfall"}])
+                         conditions=[{"type": "Planned", "status": "False", "reason": "CapacityShortfall"}],
+                         recommendation={"reason": "SloAtRisk", "plan": {"summary": "L40Sx4 FP8", "replicas": 3}})
     waiting = deployment("team", "new")
     report = fleet_status(gpus, [waiting, serving], {("team", "chat"): 0.9871}, 300)
     lines = report.splitlines()
@@ -33,8 +34,8 @@ def test_the_report_lists_gpus_and_every_deployment_with_what_it_knows():
     assert lines[2].split() == ["L40S-48GB", "1", "8", "4", "4"]
     rows = {line.split()[0]: line.split() for line in lines if line.startswith("  team/")}
     assert rows["team/chat"] == ["team/chat", "batch", "L40Sx4", "FP8", "8", "1/2", "232", "ms", "500", "ms",
-                                 "98.7%", "False", "CapacityShortfall"]
-    assert rows["team/new"][2:] == ["-", "-", "0/0", "-", "500", "ms", "-", "-"]
+                                 "98.7%", "False", "CapacityShortfall", "SloAtRisk:", "L40Sx4", "FP8", "x3"]
+    assert rows["team/new"][2:] == ["-", "-", "0/0", "-", "500", "ms", "-", "-", "-"]
     assert "over the last 300 s" in report
 
 
