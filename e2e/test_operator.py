@@ -37,6 +37,9 @@ def llm_deployment(name: str, tpot_p99_ms: int) -> dict:
                          "outputTokensP99": 128, "peakRequestsPerSecond": 2},
             "resources": {"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 8,
                           "allowedKvCacheDtypes": ["BF16", "FP8"]},
+            # These tests count the operator's writes; live re-planning writes what it observes
+            # of their requests (test_live_replanning.py).
+            "plan": {"liveReplanning": "Off"},
         },
     }
 

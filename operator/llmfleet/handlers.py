@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 _object_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
 # When each object's last pass ended (monotonic seconds), for the resync.
 _last_pass: dict[str, float] = {}
+# When each object's traffic was last read (monotonic seconds): an observation that told nothing
+# new is not written to status, so status alone cannot pace them.
+_observed_at: dict[str, float] = {}
 # Set by the first change handler: by then Kopf has filled the indexes (it runs resource
 # handlers only after), so the ticker never reads a half-listed cluster.
 _indexes_ready = threading.Event()
@@ -182,9 +185,13 @@ def _run(body, memo, indexes) -> None:
     uid = body["metadata"]["uid"]
     with _object_locks[uid]:
         try:
-            reconcile(dict(body), memo.gateway, memo.operator_settings, utc_now(), memo.metrics,
-                      children=_children(uid, indexes), cluster_gpus=_cluster_gpus(body, indexes),
-                      fleet_speeds=_fleet_speeds(indexes))
+            started_s = time.monotonic()
+            outcome = reconcile(dict(body), memo.gateway, memo.operator_settings, utc_now(), memo.metrics,
+                                children=_children(uid, indexes), cluster_gpus=_cluster_gpus(body, indexes),
+                                fleet_speeds=_fleet_speeds(indexes),
+                                may_observe=_may_observe(uid, memo.operator_settings, started_s))
+            if outcome.observed:
+                _observed_at[uid] = started_s
         except NamespaceTerminating as going:
             # The object goes with its namespace (deletion reaches it after its children).
             log.debug("namespace %s is being deleted; not reconciling %s", going, body["metadata"]["name"])
@@ -207,6 +214,10 @@ def resync_after_seconds(uid: str, settings: OperatorSettings) -> float:
     return settings.resync_seconds * (0.75 + 0.25 * share)
 
 
+def _may_observe(uid: str, settings: OperatorSettings, now_s: float) -> bool:
+    return uid not in _observed_at or now_s - _observed_at[uid] >= settings.observation_interval_seconds
+
+
 def _due(indexes, settings: OperatorSettings, now_s: float, now: datetime.datetime) -> list[dict]:
     """The deployments the ticker passes now."""
     due = []
@@ -214,7 +225,8 @@ def _due(indexes, settings: OperatorSettings, now_s: float, now: datetime.dateti
         for body in list(store):
             uid = body["metadata"]["uid"]
             stale = now_s - _last_pass.get(uid, 0.0) >= resync_after_seconds(uid, settings)
-            if stale or needs_periodic_pass(body, _children(uid, indexes)) or observation_due(body, now, settings):
+            if (stale or needs_periodic_pass(body, _children(uid, indexes))
+                    or (_may_observe(uid, settings, now_s) and observation_due(body, now, settings))):
                 due.append(body)
     return due
 
@@ -281,3 +293,4 @@ def on_delete(body, **_) -> None:
     uid = body["metadata"]["uid"]
     _object_locks.pop(uid, None)
     _last_pass.pop(uid, None)
+    _observed_at.pop(uid, None)

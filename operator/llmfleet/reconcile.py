@@ -124,6 +124,8 @@ class Outcome:
     # False: the status equals the stored one and is not written.
     status_changed: bool = True
     events: list[Event] = field(default_factory=list)
+    # The pass read the revision's traffic from Prometheus (set by `reconcile`).
+    observed: bool = False
 
 
 @dataclass(frozen=True)
@@ -254,8 +256,9 @@ def _live_replanning(spec: LLMDeploymentSpec) -> LiveReplanning:
 def observation_due(body: dict, now: datetime, settings: OperatorSettings) -> str | None:
     """The revision whose traffic to observe now: live re-planning is on, the revision has
     settled (rolled out, no canary, its plan made for this generation) and serves, and the
-    last observation is older than the interval. Read from the raw body: the ticker asks
-    this of every deployment."""
+    last observation written is older than the interval (the caller paces the ones that told
+    nothing new, and were not written). Read from the raw body: the ticker asks this of every
+    deployment."""
     spec_plan = ((body.get("spec") or {}).get("plan")) or {}
     if spec_plan.get("liveReplanning", LiveReplanning.RECOMMEND.value) == LiveReplanning.OFF.value:
         return None
@@ -297,7 +300,7 @@ def _learn(ctx: Context, spec: LLMDeploymentSpec, choice: PlanChoice, revision: 
                    "windowSeconds": observed.window_seconds, "requests": round(observed.requests),
                    "requestsPerSecond": round(observed.requests_per_second, 3), "replicas": observed.replicas}
     if observed.error:
-        return Learning({"observation": {**observation, "message": f"Prometheus: {observed.error}"[:1024]}})
+        return Learning(_news(ctx, {**observation, "message": f"Prometheus: {observed.error}"[:1024]}))
     plan = choice.plan
     request = plan_request_from_spec(spec, cluster_gpus=cluster_gpus() if cluster_gpus else None,
                                      learned=_all_learned(ctx, fleet_speeds))
@@ -321,7 +324,7 @@ def _learn(ctx: Context, spec: LLMDeploymentSpec, choice: PlanChoice, revision: 
         request.space, speed_factors=speed_factors_for(spec, [*speeds, *(fleet_speeds() if fleet_speeds else ())])))
     advice = recommend(request, plan, workload_drift(declared, observed),
                        replicas_autoscaled=spec.autoscaling.enabled)
-    status = {"observation": {k: v for k, v in observation.items() if v is not None},
+    status = {**_news(ctx, {k: v for k, v in observation.items() if v is not None}),
               "learnedSpeeds": [_dump(s) for s in speeds] or None, "recommendation": None}
     if advice is None:
         return Learning(status)
@@ -333,6 +336,14 @@ def _learn(ctx: Context, spec: LLMDeploymentSpec, choice: PlanChoice, revision: 
                                 "time": (before.time if unchanged else ctx.now).strftime("%Y-%m-%dT%H:%M:%SZ"),
                                 "plan": _dump(recommended)}
     return Learning(status, () if unchanged else (Event("Normal", advice.reason, advice.message),))
+
+
+def _news(ctx: Context, observation: dict) -> dict:
+    """{"observation": ...} when it tells something the stored one did not (its time aside): an
+    idle deployment's empty windows are not written again and again."""
+    def story(observed: dict | None) -> dict:
+        return {key: value for key, value in (observed or {}).items() if key != "time"}
+    return {} if story(ctx.raw_status.get("observation")) == story(observation) else {"observation": observation}
 
 
 def _round(value: float | None, digits: int) -> float | None:
@@ -1028,13 +1039,14 @@ def refused_write_status(status: dict, message: str, now: datetime) -> dict:
 
 def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metrics=None,
               children: list[dict] = (), cluster_gpus: Callable[[], ClusterGpus] | None = None,
-              fleet_speeds: Callable[[], list[LearnedSpeed]] | None = None) -> Outcome:
+              fleet_speeds: Callable[[], list[LearnedSpeed]] | None = None, may_observe: bool = True) -> Outcome:
     """Bring the cluster to the state `decide` wants for this LLMDeployment.
 
     `children` are the objects it owns, `cluster_gpus` gives the cluster's GPUs and
     `fleet_speeds` the speeds every deployment learned (all from the operator's indexes).
     `metrics` (a llmfleet.metrics.PrometheusMetrics, or None) is read only when the
-    deployment autoscales, a canary analysis is due, or its traffic is to be observed."""
+    deployment autoscales, a canary analysis is due, or its traffic is to be observed
+    (`observation_due`, and `may_observe`: the caller's pacing)."""
     metadata = body["metadata"]
     namespace, name = metadata["namespace"], metadata["name"]
     # Parsed once for the whole pass; an invalid body is left to decide, which says why.
@@ -1060,7 +1072,8 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
               >= quality.canary_replicas else None)
     asked = overdue_canary(body, now, deployment) or short_of_ready(body, children)
     why_not_ready = not_ready_reason(_pods_of(kube, namespace, name, asked)) if asked else None
-    observe = observation_due(body, now, settings) if metrics is not None and release is not None else None
+    observe = (observation_due(body, now, settings) if may_observe and metrics is not None and release is not None
+               else None)
     observed = (metrics.observed_workload(namespace, name, observe, settings.observation_window_seconds, now,
                                           release.metrics) if observe else None)
     failing = failing_build(body, children)
@@ -1068,6 +1081,7 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
         if failing else None
     outcome = decide(body, children, settings, now, snapshot, samples, golden, why_not_ready, deployment,
                      build_failure, cluster_gpus, observed, fleet_speeds)
+    outcome.observed = observed is not None
     live = {(child["kind"], child["metadata"]["name"]): child for child in children}
     try:
         for manifest in outcome.ensure:

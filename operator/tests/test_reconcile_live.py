@@ -156,3 +156,15 @@ def test_an_adopted_configuration_change_is_a_new_revision_rolled_out_beside_the
             and m["kind"] == "Job"] == ["Job"]  # the new engine is built first
     assert [m for m in adopted.delete if m["kind"] == "Deployment"] == []  # the stable revision serves on
     assert condition(adopted, "Ready")["status"] == "True"
+
+
+def test_an_idle_deployments_empty_windows_are_written_once():
+    status, children = settled()
+    idle = ObservedWorkload(300, 0, 0.0, 4, None)
+    first = decide(busy_body(status), children, SETTINGS, LATER, observed=idle)
+    assert first.status["observation"]["message"] == "no first tokens in the window"
+    again = decide(busy_body(first.status), children, SETTINGS, LATER + timedelta(seconds=300), observed=idle)
+    assert "observation" not in again.status and not again.status_changed
+    busy = decide(busy_body(first.status), children, SETTINGS, LATER + timedelta(seconds=600),
+                  observed=observed_at_speed(status, 1.0))
+    assert busy.status["observation"]["speedFactor"] == pytest.approx(1.0, rel=0.01)
