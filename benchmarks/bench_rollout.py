@@ -27,11 +27,20 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 REPORT = REPO / "docs" / "benchmarks" / "rollout.md"
+LOG = REPO / "docs" / "benchmarks" / "rollout-log.md"
+LOG_HEADER = """# Rollout benchmark: every run
+
+Appended by `benchmarks/bench_rollout.py` on every run; rows are never edited or removed.
+
+| date | commit | run | change to stable or rollback, s | canary's first ready to rollback, s | verdict | \
+requests by the bad revision | its share | failed or truncated | requests |
+|---|---|---|---:|---:|---|---:|---:|---:|---:|
+"""
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import yaml  # noqa: E402
 
-from bench_sandbox import run, sandbox_with_operator  # noqa: E402
+from bench_sandbox import commit, run, sandbox_with_operator  # noqa: E402
 
 NAMESPACE = "bench"
 STABLE_REPLICAS = 3
@@ -137,6 +146,7 @@ def seconds_between(start: float | None, end: float | None) -> str:
 
 
 def main() -> int:
+    measured = commit()  # the code the operator runs: it is started now, edits later do not count
     bad, good = [], {}
     with sandbox_with_operator(NAMESPACE) as (env, work):
         for index, (title, steps) in enumerate(BAD_SCHEDULES):
@@ -188,9 +198,28 @@ def main() -> int:
     lines += ["", f"The good canary's steps: {steps_text}. The time includes the new revision's prepare "
               "Job and the emulated engine's start in both rows; the difference is the promotion "
               "overhead.", ""]
+    lines += [f"Commit {measured}; every run is in [rollout-log.md](rollout-log.md).", ""]
     text = "\n".join(lines)
     print(text)
     REPORT.write_text(text)
+    stamp = time.strftime("%Y-%m-%d %H:%M")
+    rows = []
+    for title, result, canary_served, stable_served in bad:
+        canary_status, summary = result["final"].get("canary") or {}, result["summary"]
+        total = canary_served + stable_served
+        rows.append(f"| {stamp} | {measured} | bad canary, {title} | "
+                    f"{seconds_between(result['changed'], result['finished'])} | "
+                    f"{seconds_between(result['first_ready'], result['finished'])} | {canary_status.get('phase')} | "
+                    f"{canary_served:.0f} | {f'{100 * canary_served / total:.1f} %' if total else '-'} | "
+                    f"{summary['errors'] + summary['truncated']} | {summary['requests']} |")
+    for label, result in good.items():
+        summary = result["summary"]
+        rows.append(f"| {stamp} | {measured} | good, {label} | {seconds_between(result['changed'], result['finished'])}"
+                    f" | - | - | - | - | {summary['errors'] + summary['truncated']} | {summary['requests']} |")
+    if not LOG.exists():
+        LOG.write_text(LOG_HEADER)
+    with LOG.open("a") as handle:
+        handle.write("\n".join(rows) + "\n")
     return 0
 
 
