@@ -322,8 +322,10 @@ def _learn(ctx: Context, spec: LLMDeploymentSpec, choice: PlanChoice, revision: 
                                                     round(observed.requests)))
     request = replace(request, workload=workload, space=replace(
         request.space, speed_factors=speed_factors_for(spec, [*speeds, *(fleet_speeds() if fleet_speeds else ())])))
-    advice = recommend(request, plan, workload_drift(declared, observed),
-                       replicas_autoscaled=spec.autoscaling.enabled)
+    drift = workload_drift(declared, observed)
+    advice = recommend(request, plan, drift, replicas_autoscaled=spec.autoscaling.enabled)
+    if drift and advice is None:
+        observation["message"] = f"{observation['message']}; {'; '.join(drift)}: the served plan meets it"[:1024]
     status = {**_news(ctx, {k: v for k, v in observation.items() if v is not None}),
               "learnedSpeeds": [_dump(s) for s in speeds] or None, "recommendation": None}
     if advice is None:

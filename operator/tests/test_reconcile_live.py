@@ -168,3 +168,14 @@ def test_an_idle_deployments_empty_windows_are_written_once():
     busy = decide(busy_body(first.status), children, SETTINGS, LATER + timedelta(seconds=600),
                   observed=observed_at_speed(status, 1.0))
     assert busy.status["observation"]["speedFactor"] == pytest.approx(1.0, rel=0.01)
+
+
+def test_drift_the_served_plan_still_meets_is_said_in_the_observation_without_a_recommendation():
+    status, children = settled()
+    observed = observed_at_speed(status, 1.0, rate=50.0)
+    longer = ObservedWorkload(observed.window_seconds, observed.requests, observed.requests_per_second,
+                              observed.replicas, observed.ttft_p99_ms, input_tokens_mean=1400)
+    outcome = decide(busy_body(status), children, SETTINGS, LATER, observed=longer)
+    message = outcome.status["observation"]["message"]
+    assert "mean 1400 tokens observed against spec.workload.inputTokensMean 1000: the served plan meets it" in message
+    assert outcome.status["recommendation"] is None
