@@ -16,7 +16,7 @@ from operator_fixtures import small_batch_70b
 pytestmark = pytest.mark.e2e
 NAMESPACE = "live-replanning"
 DECLARED_PEAK_RPS = 0.5
-SENT_RPS = 2.5
+SENT_RPS = 3
 PROMPT_TOKENS = 128
 
 
@@ -51,8 +51,11 @@ def test_traffic_beyond_the_declared_peak_is_learned_recommended_and_served_auto
     try:
         learned = wait_for(lambda: (lambda s: s if (s.get("observation") or {}).get("speedFactor") else None)(
             _status(sandbox, "drift")), 180, "an observation with a fitted speed")
-        replanned = wait_for(lambda: next((e for e in _events(sandbox, "drift") if e["reason"] == "Replanned"), None),
-                             120, "a Replanned event")
+        try:
+            replanned = wait_for(lambda: next((e for e in _events(sandbox, "drift") if e["reason"] == "Replanned"),
+                                              None), 120, "a Replanned event")
+        except AssertionError as missing:
+            raise AssertionError(f"{missing}; status: {json.dumps(_status(sandbox, 'drift'))}") from None
 
         def served() -> dict | None:
             s = _status(sandbox, "drift")
