@@ -130,6 +130,7 @@ def test_defaults_render_the_operator_under_its_own_account():
     # Serving pods copy the Triton model code from the operator's own image.
     assert flags.model_code_image == container["image"]
     assert "--prometheus-url" not in " ".join(container["args"])
+    assert "--observation" not in " ".join(container["args"])  # the operator's own defaults
     # Least privilege: named resources and verbs only.
     for rule in rendered["ClusterRole/llmfleet-operator"]["rules"]:
         assert "*" not in rule["resources"] + rule["verbs"] + rule["apiGroups"]
@@ -169,9 +170,12 @@ def test_values_become_operator_flags_and_a_pod_monitor():
     rendered = _template("prometheus.url=http://prometheus-operated.monitoring:9090",
                          "engineCache.storageClassName=nfs-rwx", "engineCache.size=2Ti",
                          "watchNamespaces={team-a,team-b}", "podMonitor.enabled=true",
-                         "podMonitor.interval=30s", "podMonitor.labels.release=kube-prometheus-stack")
+                         "podMonitor.interval=30s", "podMonitor.labels.release=kube-prometheus-stack",
+                         "liveReplanning.observationIntervalSeconds=600",
+                         "liveReplanning.observationWindowSeconds=120")
     flags = _operator_flags(rendered)
     assert flags.prometheus_url == "http://prometheus-operated.monitoring:9090"
+    assert (flags.observation_interval_seconds, flags.observation_window_seconds) == (600, 120)
     assert (flags.engine_cache_storage_class, flags.engine_cache_size) == ("nfs-rwx", "2Ti")
     assert flags.namespace == ["team-a", "team-b"]
     monitor = rendered["PodMonitor/llmfleet-serving"]
