@@ -74,6 +74,7 @@ def test_traffic_beyond_the_declared_peak_is_learned_recommended_and_served_auto
     assert observation["requestsPerSecond"] > DECLARED_PEAK_RPS * 1.1, observation
     assert observation["inputTokensMean"] == pytest.approx(PROMPT_TOKENS, rel=0.05), observation
     assert observation["outputTokensMean"] <= 32, observation
+    assert 0 <= observation["prefixReuseFraction"] < 0.2, observation  # the load's prompts share no prefix
     assert "modelled speed" in observation["message"], observation
     [speed] = [s for s in learned["learnedSpeeds"] if s["model"] == "llama-3.1-70b"]
     assert (speed["gpuType"], speed["quantization"]) == (planned["plan"]["gpuType"], planned["plan"]["quantization"])

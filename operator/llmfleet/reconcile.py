@@ -312,6 +312,7 @@ def _learn(ctx: Context, spec: LLMDeploymentSpec, choice: PlanChoice, revision: 
     observation.update({"ttftP99Ms": _round(observed.ttft_p99_ms, 1),
                         "inputTokensMean": _round(observed.input_tokens_mean, 1),
                         "outputTokensMean": _round(observed.output_tokens_mean, 1),
+                        "prefixReuseFraction": _round(observed.prefix_reuse_fraction, 3),
                         "speedFactor": _round(fit.factor, 4), "message": fit.note[:1024]})
     speeds = list(stored.learned_speeds or ())
     if fit.factor is not None:

@@ -43,6 +43,7 @@ SHARE_BY_BUCKET = {100: 0.50, 300: 0.48, 400: 0.02}
 EXPECTED_P99_MS = 350.0
 REQUESTS_PER_SECOND = 100.0
 PROMPT_TOKENS_MEAN, ANSWER_TOKENS_MEAN = 700.0, 150.0
+PREFIX_REUSE_FRACTION, TOKENS_PER_BLOCK = 0.25, 64
 
 pytestmark = pytest.mark.skipif(not PROMETHEUS_BINARY.exists(), reason="needs /usr/bin/prometheus")
 
@@ -104,7 +105,12 @@ class FakeTritonPod:
                   f'nv_trt_llm_kv_cache_block_metrics{{{gauge},kv_cache_block_type="used"}} '
                   f"{self.kv_blocks_used}",
                   f'nv_trt_llm_kv_cache_block_metrics{{{gauge},kv_cache_block_type="max"}} '
-                  f"{self.kv_blocks_max}"]
+                  f"{self.kv_blocks_max}",
+                  # A running total: a quarter of every prompt's tokens came from the cache.
+                  f'nv_trt_llm_kv_cache_block_metrics{{{gauge},kv_cache_block_type="reused"}} '
+                  f"{served * PROMPT_TOKENS_MEAN * PREFIX_REUSE_FRACTION / TOKENS_PER_BLOCK}",
+                  f'nv_trt_llm_kv_cache_block_metrics{{{gauge},kv_cache_block_type="tokens_per"}} '
+                  f"{TOKENS_PER_BLOCK}"]
         return "\n".join(lines) + "\n"
 
     def pod(self) -> dict:
@@ -263,10 +269,11 @@ def test_a_revisions_observed_workload_has_its_rate_replicas_ttft_and_lengths_wh
     assert observed.ttft_p99_ms == pytest.approx(EXPECTED_P99_MS, abs=5)
     assert observed.input_tokens_mean == pytest.approx(PROMPT_TOKENS_MEAN)
     assert observed.output_tokens_mean == pytest.approx(ANSWER_TOKENS_MEAN)
+    assert observed.prefix_reuse_fraction == pytest.approx(PREFIX_REUSE_FRACTION, rel=0.01)
     # The LLM-API model exports no token lengths: they are unknown, not zero.
     llmapi = load_release_record(RUNTIME_RELEASES["llmapi"]).metrics
     without = metrics.observed_workload(NAMESPACE, DEPLOYMENT, "0123456789", WINDOW_SECONDS, _now(), llmapi)
-    assert (without.input_tokens_mean, without.output_tokens_mean) == (None, None)
+    assert (without.input_tokens_mean, without.output_tokens_mean, without.prefix_reuse_fraction) == (None, None, None)
     other = metrics.observed_workload(NAMESPACE, DEPLOYMENT, "another", WINDOW_SECONDS, _now(), engine)
     assert (other.requests, other.replicas, other.ttft_p99_ms) == (0, 0, None)
 
@@ -396,7 +403,7 @@ def test_every_series_an_observation_reads_is_exported_by_the_engine_release():
     queries = asdict(workload_queries("ns", "chat", "abc123", 60))
     series = set().union(*map(_queried_series, queries.values()))
     assert {name for name, _ in series} == {"nv_inference_first_response_histogram_ms", "nv_llm_input_token_len",
-                                            "nv_llm_output_token_len"}
+                                            "nv_llm_output_token_len", "nv_trt_llm_kv_cache_block_metrics"}
     assert all(check_metric(record, name, dict(fixed)) == [] for name, fixed in series)
 
 

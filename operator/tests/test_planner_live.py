@@ -102,6 +102,15 @@ def test_drift_names_each_field_that_departs_from_the_spec():
     assert "peakRequestsPerSecond 150" in drift[0] and "inputTokensMean 1000" in drift[1]
 
 
+def test_observed_prefix_reuse_replaces_the_declared_share_and_a_large_difference_is_drift():
+    observed = ObservedWorkload(300, 3000, 100, 2, 400.0, prefix_reuse_fraction=0.6)
+    assert workload_as_observed(CHAT, observed).prefix_sharing_fraction == 0.6
+    assert workload_as_observed(CHAT, replace(observed, prefix_reuse_fraction=None)).prefix_sharing_fraction == 0.0
+    (drift,) = workload_drift(CHAT, observed)
+    assert drift == "60% of prompt tokens reused from the KV cache against spec.workload.prefixSharingFraction 0"
+    assert workload_drift(CHAT, replace(observed, prefix_reuse_fraction=0.1)) == ()
+
+
 def test_a_slower_engine_than_modelled_asks_for_more_gpus():
     slow = request(speed_factors=(SpeedFactor(H100, SERVED.quantization, 0.4, 5000),))
     advice = recommend(slow, SERVED, (), replicas_autoscaled=False)

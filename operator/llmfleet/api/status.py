@@ -273,6 +273,10 @@ class ObservationStatus(ApiModel):
     output_tokens_mean: float | None = Field(
         default=None, ge=0, description="Mean generated length, tokens (as inputTokensMean)."
     )
+    prefix_reuse_fraction: float | None = Field(
+        default=None, ge=0, description="Share of prompt tokens the KV cache reused (as "
+        "inputTokensMean: the engine runtime)."
+    )
     speed_factor: float | None = Field(
         default=None, gt=0, description="The speed, relative to the planner's model, at which the model "
         "predicts the observed p99 TTFT at the observed load; none when the window cannot tell."

@@ -163,11 +163,20 @@ class WorkloadQueries:
     ttft_p99_ms: str
     input_tokens_mean: str
     output_tokens_mean: str
+    prefix_reuse_fraction: str
+
+
+# Per observed field, the metric families it needs beyond the TTFT histogram.
+WORKLOAD_FAMILIES = {"input_tokens_mean": (INPUT_LENGTH_HISTOGRAM,),
+                     "output_tokens_mean": (OUTPUT_LENGTH_HISTOGRAM,),
+                     "prefix_reuse_fraction": (KV_CACHE_GAUGE, INPUT_LENGTH_HISTOGRAM)}
 
 
 def workload_queries(namespace: str, deployment_name: str, revision: str, window_seconds: int) -> WorkloadQueries:
     """The PromQL for one revision's observed workload: requests by their first token, lengths
-    from the TensorRT-LLM backend's token-length histograms (their sums over their counts)."""
+    from the TensorRT-LLM backend's token-length histograms (their sums over their counts), and
+    the share of prompt tokens the KV cache reused (its reused-blocks count, a running total in
+    TensorRT-LLM's block manager, times tokens per block, over the prompt tokens)."""
     engine = _revision_selector(namespace, deployment_name, revision, TENSORRT_LLM_MODEL)
     window = f"[{window_seconds}s]"
     first_tokens = f"{TTFT_HISTOGRAM}_count{{{engine}}}"
@@ -181,6 +190,10 @@ def workload_queries(namespace: str, deployment_name: str, revision: str, window
         ttft_p99_ms=f"histogram_quantile(0.99, sum by (le) (rate({TTFT_HISTOGRAM}_bucket{{{engine}}}{window})))",
         input_tokens_mean=mean(INPUT_LENGTH_HISTOGRAM),
         output_tokens_mean=mean(OUTPUT_LENGTH_HISTOGRAM),
+        prefix_reuse_fraction=(
+            f'sum(increase({KV_CACHE_GAUGE}{{{engine}, kv_cache_block_type="reused"}}{window})) * '
+            f'avg({KV_CACHE_GAUGE}{{{engine}, kv_cache_block_type="tokens_per"}}) / '
+            f"sum(increase({INPUT_LENGTH_HISTOGRAM}_sum{{{engine}}}{window}))"),
     )
 
 
@@ -252,13 +265,12 @@ class PrometheusMetrics:
 
     def observed_workload(self, namespace: str, deployment_name: str, revision: str, window_seconds: int,
                           now: datetime, exported_metrics: Collection[str]) -> ObservedWorkload:
-        """The revision's traffic over the window before `now`; lengths only where the release
-        exports them; a failed query comes back as `ObservedWorkload.error`."""
+        """The revision's traffic over the window before `now`; lengths and prefix reuse only where
+        the release exports them; a failed query comes back as `ObservedWorkload.error`."""
         queries = workload_queries(namespace, deployment_name, revision, window_seconds)
-        lengths = {"input_tokens_mean": INPUT_LENGTH_HISTOGRAM, "output_tokens_mean": OUTPUT_LENGTH_HISTOGRAM}
         try:
             values = {field: self._value(field, query, now) for field, query in asdict(queries).items()
-                      if field not in lengths or lengths[field] in exported_metrics}
+                      if all(family in exported_metrics for family in WORKLOAD_FAMILIES.get(field, ()))}
         except _QueryFailed as failure:
             return ObservedWorkload(window_seconds, 0, 0.0, 0, None, error=str(failure))
         return ObservedWorkload(window_seconds, values.pop("requests") or 0.0,

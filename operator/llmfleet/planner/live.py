@@ -28,9 +28,11 @@ MAX_SPEED_FACTOR = 8.0
 # Requests after which older evidence weighs no more than a new window's: an engine that
 # changes speed (a new build of the same format) is relearned within a few windows.
 SPEED_MEMORY_REQUESTS = 10_000
-# Workload drift: the observed rate above the declared peak, or a mean length this far off.
+# Workload drift: the observed rate above the declared peak, a mean length this far off, or
+# prefix reuse this far from the declared share.
 RATE_DRIFT = 0.10
 LENGTH_DRIFT = 0.25
+PREFIX_DRIFT = 0.2  # absolute: a share of prompt tokens
 _BISECTION_STEPS = 40
 
 
@@ -46,6 +48,8 @@ class ObservedWorkload:
     # None: the serving release exports no token-length histograms.
     input_tokens_mean: float | None = None
     output_tokens_mean: float | None = None
+    # The share of prompt tokens the KV cache reused (None: not exported).
+    prefix_reuse_fraction: float | None = None
     error: str | None = None  # Prometheus did not answer; nothing else is known
 
 
@@ -65,9 +69,9 @@ class Recommendation:
 
 
 def workload_as_observed(declared: Workload, observed: ObservedWorkload) -> Workload:
-    """The declared workload with what was observed: mean lengths where the release exports
-    them (the p99s scaled with them, keeping the declared tail), and the observed rate where
-    it is above the declared peak."""
+    """The declared workload with what was observed: mean lengths and prefix reuse where the
+    release exports them (the p99s scaled with the means, keeping the declared tail), and the
+    observed rate where it is above the declared peak."""
     def scaled(mean: float, p99: float, seen: float | None) -> tuple[float, float]:
         return (mean, p99) if seen is None or seen <= 0 else (seen, max(seen, p99 * seen / mean))
 
@@ -75,9 +79,11 @@ def workload_as_observed(declared: Workload, observed: ObservedWorkload) -> Work
     output_mean, output_p99 = scaled(declared.output_tokens_mean, declared.output_tokens_p99,
                                      observed.output_tokens_mean)
     prefix_limit = (input_mean - 1) / input_mean
+    prefix = declared.prefix_sharing_fraction if observed.prefix_reuse_fraction is None else \
+        max(0.0, observed.prefix_reuse_fraction)
     return Workload(input_mean, input_p99, output_mean, output_p99,
                     max(declared.peak_requests_per_sec, observed.requests_per_second),
-                    min(declared.prefix_sharing_fraction, prefix_limit))
+                    min(prefix, prefix_limit))
 
 
 def workload_drift(declared: Workload, observed: ObservedWorkload) -> tuple[str, ...]:
@@ -90,6 +96,10 @@ def workload_drift(declared: Workload, observed: ObservedWorkload) -> tuple[str,
                               (observed.output_tokens_mean, declared.output_tokens_mean, "outputTokensMean")):
         if seen is not None and abs(seen / mean - 1) > LENGTH_DRIFT:
             drift.append(f"mean {seen:.0f} tokens observed against spec.workload.{field} {mean:g}")
+    reuse = observed.prefix_reuse_fraction
+    if reuse is not None and abs(reuse - declared.prefix_sharing_fraction) > PREFIX_DRIFT:
+        drift.append(f"{reuse:.0%} of prompt tokens reused from the KV cache against "
+                     f"spec.workload.prefixSharingFraction {declared.prefix_sharing_fraction:g}")
     return tuple(drift)
 
 
