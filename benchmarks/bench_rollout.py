@@ -11,11 +11,12 @@ Everything at the API's defaults except the steps themselves (gates: 10 % p99 TT
 otherwise).
 Starts its own sandbox and operator. Prints markdown, writes docs/benchmarks/rollout.md.
 Needs root; runs beside a default sandbox (instance 1). Run: sudo .venv/bin/python benchmarks/bench_rollout.py
-(about 35 minutes)
+[--only bad|good] (about 35 minutes; each half about half of it)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -148,10 +149,14 @@ def seconds_between(start: float | None, end: float | None) -> str:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", choices=("bad", "good"), default=None,
+                        help="run only the bad canaries or only the good rollouts (default both)")
+    args = parser.parse_args()
     measured = commit()  # the code the operator runs: it is started now, edits later do not count
     bad, good = [], {}
     with sandbox_with_operator(NAMESPACE) as (env, work):
-        for index, (title, steps) in enumerate(BAD_SCHEDULES):
+        for index, (title, steps) in enumerate(BAD_SCHEDULES if args.only != "good" else ()):
             name = f"bad{index}"
             target = deploy(env, manifest(name, "v1", steps))
             result = change_under_load(env, name, target, lambda s, _: (s.get("canary") or {}).get("phase") in
@@ -160,7 +165,7 @@ def main() -> int:
             stable_served = served_by_revision(env, name, result["stable"])
             bad.append((title, result, canary_served, stable_served))
             run(["kubectl", "delete", "llmdeployment", name, "-n", NAMESPACE, "--wait=true"], env)
-        for label, steps in (("canary", GOOD_SCHEDULE), ("direct replace", None)):
+        for label, steps in ((("canary", GOOD_SCHEDULE), ("direct replace", None)) if args.only != "bad" else ()):
             name = "good" if steps else "direct"
             target = deploy(env, manifest(name, "v1", steps))
             good[label] = change_under_load(
@@ -190,6 +195,8 @@ def main() -> int:
         lines.append(f"| {title} | {seconds_between(result['first_ready'], result['finished'])} | "
                      f"{canary_status.get('phase')}: {canary_status.get('analysisMessage', '')} | "
                      f"{canary_served:.0f} | {share} | {summary['errors'] + summary['truncated']} |")
+    if not bad:
+        lines.append("| not run (`--only good`); earlier runs are in the log | | | | | |")
     lines += ["", "## A good canary against a direct replace", "",
               "| rollout | spec change to the new revision stable, s | failed or truncated requests | requests |",
               "|---|---:|---:|---:|"]
@@ -197,6 +204,8 @@ def main() -> int:
         summary = result["summary"]
         lines.append(f"| {label} | {seconds_between(result['changed'], result['finished'])} | "
                      f"{summary['errors'] + summary['truncated']} | {summary['requests']} |")
+    if not good:
+        lines.append("| not run (`--only bad`); earlier runs are in the log | | | |")
     steps_text = ", ".join(json.dumps(step) for step in GOOD_SCHEDULE)
     lines += ["", f"The good canary's steps: {steps_text}. The time includes the new revision's prepare "
               "Job and the emulated engine's start in both rows; the difference is the promotion "
