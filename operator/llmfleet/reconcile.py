@@ -302,8 +302,9 @@ def _learn(ctx: Context, spec: LLMDeploymentSpec, choice: PlanChoice, revision: 
     if observed.error:
         return Learning(_news(ctx, {**observation, "message": f"Prometheus: {observed.error}"[:1024]}))
     plan = choice.plan
+    fleet = fleet_speeds() if fleet_speeds else []  # parsed from every deployment's status: once
     request = plan_request_from_spec(spec, cluster_gpus=cluster_gpus() if cluster_gpus else None,
-                                     learned=_all_learned(ctx, fleet_speeds))
+                                     learned=[*(stored.learned_speeds or ()), *fleet])
     declared = request.workload
     workload = workload_as_observed(declared, observed)
     fit = fit_speed_factor(engine_for_plan(request, plan), workload, observed,
@@ -322,7 +323,7 @@ def _learn(ctx: Context, spec: LLMDeploymentSpec, choice: PlanChoice, revision: 
         speeds = learned_speeds(spec, speeds, learn(known, plan.gpu_type, plan.quantization, fit.factor,
                                                     round(observed.requests)))
     request = replace(request, workload=workload, space=replace(
-        request.space, speed_factors=speed_factors_for(spec, [*speeds, *(fleet_speeds() if fleet_speeds else ())])))
+        request.space, speed_factors=speed_factors_for(spec, [*speeds, *fleet])))
     drift = workload_drift(declared, observed)
     advice = recommend(request, plan, drift, replicas_autoscaled=spec.autoscaling.enabled)
     if drift and advice is None:

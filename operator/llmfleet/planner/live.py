@@ -16,9 +16,9 @@ from typing import Callable
 
 from llmfleet.api.conditions import Reason
 from llmfleet.catalog import Catalog, load_catalog
-from llmfleet.planner.latency import Engine, build_engine, predict_at_load
+from llmfleet.planner.latency import Engine, predict_at_load
 from llmfleet.planner.search import plan as make_plan
-from llmfleet.planner.search import resolve_model
+from llmfleet.planner.search import engine_in_space, plan_option, resolve_model
 from llmfleet.planner.types import Plan, PlanRequest, SpeedFactor, Workload
 
 # Beyond these the model is not wrong by a factor but about something else (a broken engine, a
@@ -155,17 +155,8 @@ def engine_for_plan(request: PlanRequest, current: Plan, catalog: Catalog | None
                     ) -> Callable[[float], Engine]:
     """The served configuration's engine, as a function of its speed factor."""
     catalog = catalog or load_catalog()
-    model = resolve_model(request.model, catalog)
-    space = request.space
-
-    def engine_at(factor: float) -> Engine:
-        return build_engine(model, catalog.gpu(current.gpu_type), catalog.quantization(current.quantization),
-                            catalog.kv_cache_dtype(current.kv_cache_dtype), current.tensor_parallel_size,
-                            catalog.calibration, max_batch_size=space.max_batch_size,
-                            max_num_tokens=space.max_num_tokens,
-                            kv_cache_free_gpu_mem_fraction=space.kv_cache_free_gpu_mem_fraction,
-                            speed_factor=factor)
-    return engine_at
+    model, option = resolve_model(request.model, catalog), plan_option(current, catalog)
+    return lambda factor: engine_in_space(model, option, catalog, request.space, factor)
 
 
 def _label(p: Plan) -> str:

@@ -111,13 +111,24 @@ def support_problem(model: ModelArch, option: _Option) -> tuple[str, str] | None
     return None
 
 
-def _engine_for(model: ModelArch, option: _Option, catalog: Catalog, space: SearchSpace) -> Engine:
-    learned = space.speed_factor(option.gpu.name, option.quantization.name)
+def engine_in_space(model: ModelArch, option: _Option, catalog: Catalog, space: SearchSpace,
+                    speed_factor: float | None = None) -> Engine:
+    """`option`'s engine with the space's engine limits, at `speed_factor` (None: the one the
+    space learned for it, else the model's own speed)."""
+    if speed_factor is None:
+        learned = space.speed_factor(option.gpu.name, option.quantization.name)
+        speed_factor = learned.factor if learned else 1.0
     return build_engine(model, option.gpu, option.quantization, option.kv_dtype, option.tensor_parallel_size,
                         catalog.calibration, max_batch_size=space.max_batch_size,
                         max_num_tokens=space.max_num_tokens,
                         kv_cache_free_gpu_mem_fraction=space.kv_cache_free_gpu_mem_fraction,
-                        speed_factor=learned.factor if learned else 1.0)
+                        speed_factor=speed_factor)
+
+
+def plan_option(plan: Plan, catalog: Catalog) -> _Option:
+    """The configuration a (feasible) plan serves."""
+    return _Option(catalog.gpu(plan.gpu_type), plan.tensor_parallel_size, catalog.quantization(plan.quantization),
+                   catalog.kv_cache_dtype(plan.kv_cache_dtype))
 
 
 def _gib(value: float) -> str:
@@ -306,7 +317,7 @@ def _plan_within(request: PlanRequest, catalog: Catalog, limits: _GpuLimits | No
     rejected: list[_Outcome] = []
     viable: list[tuple[int, _Option, Engine]] = []
     for option in _options(request, catalog, rejected, limits):
-        engine = _engine_for(model, option, catalog, space)
+        engine = engine_in_space(model, option, catalog, space)
         fit = engine.fit
         if not fit.weights_fit:
             needed = fit.weight_bytes_per_gpu + fit.activation_bytes_per_gpu + fit.runtime_reserve_bytes
