@@ -119,7 +119,7 @@ def change_under_load(env, name: str, target: str, until, output: Path, fault: b
     body["spec"]["engine"]["revision"] = "v2"
     canary = revision_of(env, body)
     if fault:  # before the change, so that the canary's first pod already has it
-        run([sys.executable, "-m", "llmfleet", "sandbox", "fault", "--namespace", NAMESPACE,
+        run([sys.executable, "-m", "llmfleet", "sandbox", "fault", "--namespace", NAMESPACE, "--deployment", name,
              "--revision", canary, "--slowdown", str(SLOWDOWN)], env)
     run(["kubectl", "patch", "llmdeployment", name, "-n", NAMESPACE, "--type=merge",
          "-p", '{"spec": {"engine": {"revision": "v2"}}}'], env)

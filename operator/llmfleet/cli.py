@@ -101,13 +101,17 @@ def _run_sandbox(args) -> int:
     if args.sandbox_command == "fault":
         from llmfleet_sandbox import faults
 
-        fault = faults.Fault(args.namespace, args.revision, args.slowdown, args.drift, args.error_percent,
-                             args.fail_load, args.engine_cache_full)
+        from llmfleet.render.identity import DEPLOYMENT_LABEL, selector_labels
+
+        deployment_label = selector_labels(args.deployment)[DEPLOYMENT_LABEL]
+        fault = faults.Fault(args.namespace, deployment_label, args.revision, args.slowdown, args.drift,
+                             args.error_percent, args.fail_load, args.engine_cache_full)
         if fault.problems():
             raise BadInput("; ".join(fault.problems()))
         faults.set_fault(config.state_dir, fault)
-        print(f"revision {args.revision} in {args.namespace}: fault removed" if fault.harmless else
-              f"revision {args.revision} in {args.namespace}: engines started from now on are {fault.describe()}")
+        target = f"{args.namespace}/{args.deployment} revision {args.revision}"
+        print(f"{target}: fault removed" if fault.harmless else
+              f"{target}: engines started from now on are {fault.describe()}")
         return 0
     if args.sandbox_command == "down":
         manager.down(config, purge=args.purge)
@@ -333,14 +337,17 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox_fault = sandbox_commands.add_parser(
         "fault", help="make one revision's emulated engines slow, drifting, failing or unloadable, or its "
                       "engine build fail on a full cache (for testing)",
-        description="Inject faults into the engines of one revision (pods labelled llmfleet.io/revision); "
-                    "containers started afterwards get them, and each call replaces the revision's faults: "
+        description="Inject faults into the engines of one revision of one LLMDeployment (its pods, by "
+                    "their llmfleet.io/deployment and llmfleet.io/revision labels); containers started "
+                    "afterwards get them, and each call replaces that revision's faults: "
                     "--slowdown multiplies every prefill and decode cost, --drift adds a per-token chance "
                     "that the answer leaves the model's reference answer, --error-percent fails that share "
                     "of requests, --fail-load makes the engine fail to load (Triton exits, the container "
                     "crash-loops), --engine-cache-full makes the build's engine writes fail with ENOSPC. "
                     "A sandbox knob, not part of the LLMDeployment API; the defaults remove it.")
     sandbox_fault.add_argument("--namespace", required=True, help="the pods' namespace")
+    sandbox_fault.add_argument("--deployment", required=True, metavar="NAME",
+                               help="the LLMDeployment (a revision hash alone can be shared by several)")
     sandbox_fault.add_argument("--revision", required=True, help="the revision (status.currentRevision)")
     sandbox_fault.add_argument("--slowdown", type=float, default=1.0, metavar="FACTOR",
                                help="multiplier of the engine's step costs, e.g. 2 doubles TTFT (default 1)")

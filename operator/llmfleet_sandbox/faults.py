@@ -17,6 +17,7 @@ from pathlib import Path
 FAULTS_FILE = "faults.json"
 POWERED_OFF_FILE = "nodes-powered-off.json"
 UNSCRAPED_FILE = "pods-unscraped.json"
+DEPLOYMENT_LABEL = "llmfleet.io/deployment"
 REVISION_LABEL = "llmfleet.io/revision"
 # Every prefill and decode cost of the emulated engine is multiplied by this.
 SLOWDOWN_VARIABLE = "LLMFLEET_SANDBOX_SLOWDOWN"
@@ -32,7 +33,11 @@ CACHE_FULL_VARIABLE = "LLMFLEET_SANDBOX_CACHE_FULL"
 
 @dataclass(frozen=True)
 class Fault:
+    """A revision hash is not unique within a namespace (two deployments of the same model and plan
+    share it), so a fault names the deployment too."""
+
     namespace: str
+    deployment: str  # the pods' llmfleet.io/deployment label
     revision: str  # the pods' llmfleet.io/revision label
     slowdown: float = 1.0
     drift: float = 0.0
@@ -64,6 +69,10 @@ class Fault:
         effects += ["building into a full engine cache"] if self.cache_full else []
         return ", ".join(effects) or "no fault"
 
+    @property
+    def target(self) -> tuple[str, str, str]:
+        return self.namespace, self.deployment, self.revision
+
 
 def load(state_dir: Path) -> list[Fault]:
     path = state_dir / FAULTS_FILE
@@ -77,15 +86,15 @@ def save(state_dir: Path, faults: list[Fault]) -> None:
 
 
 def set_fault(state_dir: Path, fault: Fault) -> None:
-    """Add or replace the fault of (namespace, revision); a harmless one removes it."""
-    others = [f for f in load(state_dir) if (f.namespace, f.revision) != (fault.namespace, fault.revision)]
+    """Add or replace the fault of (namespace, deployment, revision); a harmless one removes it."""
+    others = [f for f in load(state_dir) if f.target != fault.target]
     save(state_dir, others + ([] if fault.harmless else [fault]))
 
 
 def environment(state_dir: Path, namespace: str, labels: dict[str, str]) -> dict[str, str]:
     """The variables a starting container of this pod gets from the faults."""
-    revision = labels.get(REVISION_LABEL)
-    fault = next((f for f in load(state_dir) if (f.namespace, f.revision) == (namespace, revision)), None)
+    target = (namespace, labels.get(DEPLOYMENT_LABEL), labels.get(REVISION_LABEL))
+    fault = next((f for f in load(state_dir) if f.target == target), None)
     if fault is None:
         return {}
     variables = {SLOWDOWN_VARIABLE: fault.slowdown, DRIFT_VARIABLE: fault.drift,
@@ -95,9 +104,9 @@ def environment(state_dir: Path, namespace: str, labels: dict[str, str]) -> dict
 
 
 def injected(environ: dict[str, str]) -> Fault:
-    """The faults a container was started with (`environment`); its namespace and revision are
-    not known there."""
-    return Fault("", "", float(environ.get(SLOWDOWN_VARIABLE, "1")), float(environ.get(DRIFT_VARIABLE, "0")),
+    """The faults a container was started with (`environment`); whose pod it is, is not known
+    there."""
+    return Fault("", "", "", float(environ.get(SLOWDOWN_VARIABLE, "1")), float(environ.get(DRIFT_VARIABLE, "0")),
                  float(environ.get(ERROR_PERCENT_VARIABLE, "0")), environ.get(FAIL_LOAD_VARIABLE) == "1",
                  environ.get(CACHE_FULL_VARIABLE) == "1")
 
