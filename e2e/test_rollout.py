@@ -193,7 +193,8 @@ def test_a_drifting_canary_fails_its_golden_prompts_before_any_step(sandbox):
 
 
 @pytest.mark.parametrize(("name", "runtime", "fault", "gate"), [
-    ("slow", "llmapi", ("--slowdown", "3"), "maxTtftP99RegressionPercent"),
+    # The latency gates: the p99's, or the mean's where the p99s share neighbouring buckets.
+    ("slow", "llmapi", ("--slowdown", "3"), "exceeds maxTtft"),
     # The engine runtime: Triton counts failures at its ensemble, none for a decoupled Python
     # model, so the LLM-API runtime's error rate is not observable.
     ("erroring", "engine", ("--error-percent", "20"), "exceeds maxErrorRatePercent"),
@@ -256,9 +257,10 @@ def test_an_operator_killed_in_each_phase_resumes_with_no_duplicate_pods_lost_st
     body = manifest("restarts", "v1", steps, {"prompts": GOLDEN_PROMPTS[:2], "maxTokens": 8})
     # The canary is the same engine, so only noise could fail its analysis, and this test makes
     # noise: each restart's start-up burst takes a core of this machine while 8B TTFTs are tens
-    # of milliseconds, and p99 of a few dozen requests is their maximum. CI measured canary
-    # 71 ms vs stable 25 ms after the kill at the analysis step. The metric gate itself is
-    # tested by the slow and erroring canaries; here it must still pass (promotion follows it).
+    # of milliseconds, and p99 of a few dozen requests is their maximum, so its margin is wide.
+    # The mean gate keeps its default: a same-engine canary must pass it through the restarts.
+    # (Two CI rollbacks of this canary, p99 71 vs 25 ms and mean +194 %, were the slow test's
+    # fault reaching it: faults were keyed by revision alone and both deployments share one.)
     body["spec"]["rollout"]["gates"] = {"minRequests": 5, "maxTtftP99RegressionPercent": 1000}
     sandbox.apply([body], namespace=NAMESPACE)
     wait_until_ready(sandbox, "restarts", NAMESPACE)
@@ -307,9 +309,10 @@ def test_prometheus_down_mid_analysis_holds_the_canary_until_it_returns(sandbox,
     steps = [{"setWeight": 50}, {"analysis": {"durationSeconds": 30, "intervalSeconds": 10}}]
     body = manifest("outage", "v1", steps)
     # The canary is the same engine; Prometheus' restart takes a core of this machine while 8B
-    # TTFTs are tens of milliseconds. A CI run rolled this canary back after Prometheus returned
-    # (verdict not recorded then; the failure message now quotes it). The TTFT gate is tested by
-    # the slow canary; here only the hold and the resumption are.
+    # TTFTs are tens of milliseconds, so the p99 (a few dozen requests' maximum) gets a wide
+    # margin; the mean gate keeps its default. The TTFT gates are tested by the slow canary;
+    # here the hold and the resumption are. (A CI rollback of this canary at mean +176 % was the
+    # slow test's fault reaching it, as in the restart test.)
     body["spec"]["rollout"]["gates"] = {"maxTtftP99RegressionPercent": 1000}
     sandbox.apply([body], namespace=NAMESPACE)
     wait_until_ready(sandbox, "outage", NAMESPACE)

@@ -278,6 +278,15 @@ def test_a_revisions_observed_workload_has_its_rate_replicas_ttft_and_lengths_wh
     assert (other.requests, other.replicas, other.ttft_p99_ms) == (0, 0, None)
 
 
+def test_a_revisions_samples_for_a_canary_analysis_have_requests_p99_and_the_exact_mean(metrics):
+    samples = metrics.revision_samples(NAMESPACE, DEPLOYMENT, "0123456789", "another", WINDOW_SECONDS, _now())
+    assert samples.error is None
+    stable, canary = samples.stable, samples.canary
+    assert stable.ttft_p99_ms == pytest.approx(EXPECTED_P99_MS, abs=5)
+    assert stable.ttft_mean_ms == pytest.approx(150.0)  # the fake histogram's sum is 150 ms a request
+    assert (canary.ttft_p99_ms, canary.ttft_mean_ms) == (None, None)  # a revision without pods: no data
+
+
 def test_ttft_attainment_is_the_share_within_the_largest_bound_under_the_target(metrics):
     now = _now()
     # 98 % of first tokens at or under 300 ms, the rest by 400 ms.

@@ -224,8 +224,8 @@ from llmfleet.rollout import Outcome, RevisionSample, Samples, Verdict, judge  #
 GATES = RolloutGates(min_requests=20)
 
 
-def sample(succeeded=100.0, failed=0.0, ttft=200.0) -> RevisionSample:
-    return RevisionSample(succeeded, failed, ttft)
+def sample(succeeded=100.0, failed=0.0, ttft=200.0, mean=None) -> RevisionSample:
+    return RevisionSample(succeeded, failed, ttft, mean)
 
 
 @pytest.mark.parametrize(("stable", "canary", "outcome", "words"), [
@@ -239,6 +239,11 @@ def sample(succeeded=100.0, failed=0.0, ttft=200.0) -> RevisionSample:
     (sample(ttft=24.8), sample(ttft=49.0), Outcome.SUCCESSFUL, "(+98%)"),
     # 3x slower: the canary's bucket (50, 75] starts above stable's (10, 25] plus the margin.
     (sample(ttft=24.0), sample(ttft=72.0), Outcome.FAILED, "bucket starts at 50 ms, stable's ends at 25 ms"),
+    # 3x slower in neighbouring buckets (bench_rollout at 10d51d4 promoted it): the exact means tell.
+    (sample(ttft=25.0, mean=12.0), sample(ttft=50.0, mean=36.0), Outcome.FAILED,
+     "mean TTFT canary 36.0 ms vs stable 12.0 ms (+200%) exceeds maxTtftMeanRegressionPercent 50%"),
+    # Means within the margin (noise between replicas): the p99s decide.
+    (sample(ttft=24.8, mean=12.0), sample(ttft=49.0, mean=16.0), Outcome.SUCCESSFUL, "(+98%)"),
 ])
 def test_the_gate_compares_canary_with_stable(stable, canary, outcome, words):
     verdict = judge(Samples(stable, canary, 60), GATES)

@@ -603,6 +603,14 @@ class RolloutGates(ApiModel):
         le=1000,
         description="Largest accepted p99 TTFT increase of the canary over stable, in percent.",
     )
+    max_ttft_mean_regression_percent: float = Field(
+        default=50.0,
+        ge=0,
+        le=1000,
+        description="Largest accepted mean TTFT increase of the canary over stable, in percent. "
+        "The p99 is known only to within a histogram bucket (a canary 3x slower at 10-50 ms can "
+        "share neighbouring buckets with stable); the mean, from the histogram's sum, is exact.",
+    )
     max_error_rate_percent: float = Field(
         default=1.0,
         ge=0,

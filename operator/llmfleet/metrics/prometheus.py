@@ -128,6 +128,7 @@ class RevisionQueries:
     succeeded: str
     failed: str
     ttft_p99_ms: str
+    ttft_mean_ms: str
 
 
 def _revision_selector(namespace: str, deployment_name: str, revision: str, model: str) -> str:
@@ -150,6 +151,8 @@ def revision_queries(namespace: str, deployment_name: str, revision: str, window
         failed=f"sum(increase({FAILURE_COUNTER}{{{requests}}}{window}))",
         ttft_p99_ms=(f"histogram_quantile(0.99, sum by (le) "
                      f"(rate({TTFT_HISTOGRAM}_bucket{{{engine}}}{window})))"),
+        ttft_mean_ms=(f"sum(rate({TTFT_HISTOGRAM}_sum{{{engine}}}{window})) / "
+                      f"sum(rate({TTFT_HISTOGRAM}_count{{{engine}}}{window}))"),
     )
 
 

@@ -26,6 +26,7 @@ class RevisionSample:
     succeeded: float | None
     failed: float | None
     ttft_p99_ms: float | None
+    ttft_mean_ms: float | None = None
 
     @property
     def requests(self) -> float | None:
@@ -90,4 +91,12 @@ def judge(samples: Samples, gates: RolloutGates) -> Verdict:
         return Verdict(Outcome.FAILED, f"{numbers}: exceeds maxTtftP99RegressionPercent "
                                        f"{gates.max_ttft_p99_regression_percent:g}% (canary's p99 bucket starts "
                                        f"at {canary_lowest:g} ms, stable's ends at {stable_highest:g} ms)")
+    # Within neighbouring buckets the p99s cannot tell; the means (the histogram's sum over its
+    # count) are exact.
+    if canary.ttft_mean_ms is not None and stable.ttft_mean_ms:
+        mean_regression = 100.0 * (canary.ttft_mean_ms - stable.ttft_mean_ms) / stable.ttft_mean_ms
+        if mean_regression > gates.max_ttft_mean_regression_percent:
+            return Verdict(Outcome.FAILED, f"{numbers}; mean TTFT canary {canary.ttft_mean_ms:.1f} ms vs stable "
+                                           f"{stable.ttft_mean_ms:.1f} ms ({mean_regression:+.0f}%) exceeds "
+                                           f"maxTtftMeanRegressionPercent {gates.max_ttft_mean_regression_percent:g}%")
     return Verdict(Outcome.SUCCESSFUL, numbers)
