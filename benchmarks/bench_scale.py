@@ -90,6 +90,37 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+def open_sockets(pid: int) -> int:
+    """The process's open sockets: with one apiserver, its connections to it (and its listeners)."""
+    count = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            count += os.readlink(fd).startswith("socket:")
+        except OSError:  # closed meanwhile
+            pass
+    return count
+
+
+class ProcessSampler:
+    """The operator's RSS and open sockets, once a second: their peaks say what a burst costs
+    beyond what is left once it settles."""
+
+    def __init__(self, pid: int):
+        self.pid, self.samples, self.stop = pid, [], threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self.stop.wait(1.0):
+            try:
+                self.samples.append((time.monotonic(), rss_mib(self.pid), open_sockets(self.pid)))
+            except (OSError, RuntimeError):  # the process ended
+                return
+
+    def peaks(self, since_s: float, until_s: float) -> tuple[float, int]:
+        window = [(rss, sockets) for at, rss, sockets in self.samples if since_s <= at <= until_s]
+        return max(rss for rss, _ in window), max(sockets for _, sockets in window)
+
+
 class FirstSeen:
     """When each deployment's PodDisruptionBudget (its last child) was first seen, by watch."""
 
@@ -198,6 +229,8 @@ def main() -> int:
             custom, policy, core = client.CustomObjectsApi(), client.PolicyV1Api(), client.CoreV1Api()
             audit = OperatorAudit(Path(state) / "logs" / "kube-apiserver-audit.log")
             rss_idle = rss_mib(operator.process.pid)
+            sampler = ProcessSampler(operator.process.pid)
+            sampler.thread.start()
 
             seen = FirstSeen(policy)
             seen.thread.start()
@@ -240,7 +273,9 @@ def main() -> int:
             burst_writes = Counter({key: count for key, count in
                                     audit.counts(burst_started_unix, time.time()).items()
                                     if key[0] in WRITE_VERBS and key[1] != "leases"})
-            rss_settled = rss_mib(operator.process.pid)
+            rss_settled, sockets_settled = rss_mib(operator.process.pid), open_sockets(operator.process.pid)
+            rss_burst_peak, sockets_burst_peak = sampler.peaks(burst_started, time.monotonic())
+            sampler.stop.set()
 
             steady_from = time.time()
             time.sleep(STEADY_SECONDS)
@@ -308,6 +343,8 @@ def main() -> int:
         f"| the same window: leader election (Lease get and update, every 2 s) per second | {lease:.2f} | report |",
         f"| operator RSS: idle / {args.count} settled / after the restart with {total} | {rss_idle:.0f} / "
         f"{rss_settled:.0f} / {rss_recovered:.0f} MiB | under 500 MB |",
+        f"| the burst to settled: the operator's peak RSS / most open sockets / open sockets once settled | "
+        f"{rss_burst_peak:.0f} MiB / {sockets_burst_peak} / {sockets_settled} | report |",
         f"| operator restart with all {total} Services deleted meanwhile, to all restored | {recovery_s:.0f} s "
         "| report |",
         "",
