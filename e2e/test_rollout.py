@@ -194,7 +194,7 @@ def test_a_drifting_canary_fails_its_golden_prompts_before_any_step(sandbox):
 
 @pytest.mark.parametrize(("name", "runtime", "fault", "gate"), [
     # The latency gates: the p99's, or the mean's where the p99s share neighbouring buckets.
-    ("slow", "llmapi", ("--slowdown", "3"), "exceeds maxTtft"),
+    ("slow", "llmapi", ("--slowdown", "2"), "exceeds maxTtft"),
     # The engine runtime: Triton counts failures at its ensemble, none for a decoupled Python
     # model, so the LLM-API runtime's error rate is not observable.
     ("erroring", "engine", ("--error-percent", "20"), "exceeds maxErrorRatePercent"),
