@@ -217,8 +217,7 @@ def main() -> int:
             env = sandbox_env(Path(state))
             sandbox = Sandbox(Path(state), env)
             sandbox.kubectl("taint", "node", A100_NODE, "bench=scale:NoSchedule")
-            sandbox.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
-            sandbox.kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmfleet.io")
+            sandbox.install_crds()
             for namespace in (NAMESPACE, OPERATOR_NAMESPACE):
                 sandbox.kubectl("create", "namespace", namespace)
             sandbox.kubectl("apply", "-f", "-", input_text=chart_rbac_manifests(sandbox))

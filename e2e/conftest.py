@@ -65,6 +65,20 @@ class Sandbox:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
         return result.stdout if check else result.stdout + result.stderr
 
+    def install_crds(self) -> None:
+        """Apply the project's CRDs and wait until they are served. kubectl wait fails, rather
+        than waits, on a CRD the apiserver has not yet given conditions."""
+        self.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
+        deadline = time.monotonic() + 30
+        while True:
+            said = self.kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmfleet.io",
+                                "--timeout=30s", check=False)
+            if "condition met" in said:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"CRD llmdeployments.llmfleet.io not Established: {said}")
+            time.sleep(0.5)
+
     def kubectl_json(self, *args: str) -> dict:
         return json.loads(self.kubectl(*args, "-o", "json"))
 
@@ -249,9 +263,7 @@ def operator(sandbox, tmp_path_factory):
         operator_kubeconfig,
     )
 
-    sandbox.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
-    sandbox.kubectl("wait", "--for=condition=Established", "crd/llmdeployments.llmfleet.io",
-                    "--timeout=30s")
+    sandbox.install_crds()
     sandbox.kubectl("create", "namespace", OPERATOR_NAMESPACE)
     sandbox.kubectl("apply", "-f", "-", input_text=chart_rbac_manifests(sandbox))
     directory = tmp_path_factory.mktemp("operator")
