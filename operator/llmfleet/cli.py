@@ -724,7 +724,7 @@ def _run_operator(args) -> int:
     try:
         kopf.run(standalone=True, clusterwide=not args.namespace, namespaces=args.namespace,
                  liveness_endpoint=args.liveness,
-                 memo=kopf.Memo(operator_settings=settings, kubeconfig=args.kubeconfig, namespaces=args.namespace,
+                 memo=kopf.Memo(operator_settings=settings, kubeconfig=args.kubeconfig,
                                 prometheus_url=args.prometheus_url))
     finally:
         if elector is not None:

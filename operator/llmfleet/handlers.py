@@ -26,7 +26,7 @@ import kopf
 from llmfleet.api import GROUP, KIND, PLURAL, VERSION
 from llmfleet.heap import release_free_heap
 from llmfleet.k8s import CHILD_KINDS, KubeGateway, NamespaceTerminating, load_api_client
-from llmfleet.k8s.kopf_session import REQUEST_CONNECTIONS, bounded_session, countable_namespaces
+from llmfleet.k8s.kopf_session import bounded_session
 from llmfleet.metrics import PrometheusMetrics
 from llmfleet.planner.cluster import cluster_gpus, gpu_node, gpu_pod
 from llmfleet.api.status import LearnedSpeed
@@ -69,21 +69,15 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
         log.warning("no Prometheus URL: autoscaling deployments hold their replicas")
 
 
-# Watch streams: each namespaced kind once cluster-wide or once per watched namespace, the
-# cluster-scoped kinds once, and Kopf's own observers of CRDs and namespaces.
-NAMESPACED_WATCHES = len(CHILD_KINDS) + 2  # the children, LLMDeployments, pods
-CLUSTER_WATCHES = 2 + 2  # nodes, PriorityClasses; Kopf's observers
-
-
 @kopf.on.login()
-async def login(logger, settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> kopf.KubeContext | None:
-    """Kopf's own login, with its connection pool bounded (k8s/kopf_session.py says why)."""
+async def login(logger, settings: kopf.OperatorSettings, **_) -> kopf.KubeContext | None:
+    """Kopf's own login, with its requests in flight bounded (k8s/kopf_session.py says why)."""
     info = kopf.login_via_client(logger=logger, settings=settings)
-    namespaces = countable_namespaces(memo.get("namespaces") or [])
-    if info is None or namespaces is None:
-        return info
-    watches = NAMESPACED_WATCHES * max(1, namespaces) + CLUSTER_WATCHES
-    return bounded_session(info, watches + REQUEST_CONNECTIONS)
+    if info is None:
+        return None
+    session = bounded_session(info.as_ssl_context(), info.as_http_headers(), info.proxy_url, info.trust_env)
+    return kopf.AiohttpSession(server=info.server, default_namespace=info.default_namespace,
+                               priority=info.priority, expiration=info.expiration, aiohttp_session=session)
 
 
 def _controller(body) -> dict | None:

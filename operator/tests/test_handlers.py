@@ -10,8 +10,7 @@ import kopf
 import kubernetes.config
 import yaml
 
-from llmfleet.handlers import CLUSTER_WATCHES, NAMESPACED_WATCHES, indexed, login, resync_after_seconds
-from llmfleet.k8s.kopf_session import REQUEST_CONNECTIONS
+from llmfleet.handlers import indexed, login, resync_after_seconds
 from llmfleet.reconcile import OperatorSettings
 
 MANAGED_FIELDS = [{"manager": "llmfleet", "operation": "Apply", "fieldsV1": {"f:spec": {"f:replicas": {}}}}]
@@ -122,38 +121,17 @@ def _kubeconfig(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(path))
 
 
-def _login(namespaces: list[str]) -> tuple[kopf.KubeContext, int | None]:
-    """What the login handler gives Kopf, and its pool's limit (None: not our session)."""
-    async def log_in() -> tuple[kopf.KubeContext, int | None]:
-        context = await login(logger=logging.getLogger("test"), settings=kopf.OperatorSettings(),
-                              memo=kopf.Memo(namespaces=namespaces))
-        if not isinstance(context, kopf.AiohttpSession):
-            return context, None
-        limit = context.aiohttp_session.connector.limit
-        await context.aiohttp_session.close()
-        return context, limit
-    return asyncio.run(log_in())
-
-
-def test_kopfs_connection_pool_is_bounded_by_the_watch_streams_plus_a_share_for_requests(tmp_path, monkeypatch):
+def test_kopf_logs_in_as_it_would_itself_with_its_requests_bounded(tmp_path, monkeypatch):
     _kubeconfig(tmp_path, monkeypatch)
-    clusterwide, limit = _login([])
-    assert isinstance(clusterwide, kopf.AiohttpSession)
+
+    async def log_in() -> kopf.KubeContext:
+        context = await login(logger=logging.getLogger("test"), settings=kopf.OperatorSettings())
+        await context.aiohttp_session.close()
+        return context
+    context = asyncio.run(log_in())
+    assert isinstance(context, kopf.AiohttpSession)
     kopfs_own = kopf.login_via_client(logger=logging.getLogger("test"), settings=kopf.OperatorSettings())
-    assert [getattr(clusterwide, field) for field in ("server", "priority", "default_namespace", "expiration")] == \
+    assert [getattr(context, field) for field in ("server", "priority", "default_namespace", "expiration")] == \
         [getattr(kopfs_own, field) for field in ("server", "priority", "default_namespace", "expiration")]
-    assert clusterwide.aiohttp_session.headers["Authorization"] == "Bearer secret-token"
-    assert limit == NAMESPACED_WATCHES + CLUSTER_WATCHES + REQUEST_CONNECTIONS
-    assert _login(["serving", "research"])[1] == 2 * NAMESPACED_WATCHES + CLUSTER_WATCHES + REQUEST_CONNECTIONS
-    # A glob's namespaces come and go: the streams cannot be counted, and the pool is Kopf's own.
-    assert isinstance(_login(["team-*"])[0], kopf.ConnectionInfo)
-
-
-def test_the_watch_stream_count_covers_every_kind_the_handlers_watch():
-    registry = kopf.get_default_registry()
-    handlers = [handler for kind in (registry._indexing, registry._watching, registry._changing)
-                for handler in kind._handlers]
-    cluster_scoped = {"nodes", "priorityclasses"}
-    plurals = {handler.selector.any_name for handler in handlers}  # as the decorators name them
-    assert len(plurals - cluster_scoped) == NAMESPACED_WATCHES
-    assert len(plurals & cluster_scoped) + 2 == CLUSTER_WATCHES  # and Kopf's observers
+    assert context.aiohttp_session.headers["Authorization"] == "Bearer secret-token"
+    assert len(context.aiohttp_session._middlewares) == 1  # the bound: tests/test_kopf_session.py
