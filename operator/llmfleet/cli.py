@@ -99,9 +99,8 @@ def _run_sandbox(args) -> int:
             "left out of Prometheus' service discovery; its series end within a scrape interval"))
         return 0
     if args.sandbox_command == "fault":
-        from llmfleet_sandbox import faults
-
         from llmfleet.render.identity import DEPLOYMENT_LABEL, selector_labels
+        from llmfleet_sandbox import faults
 
         deployment_label = selector_labels(args.deployment)[DEPLOYMENT_LABEL]
         fault = faults.Fault(args.namespace, deployment_label, args.revision, args.slowdown, args.drift,
