@@ -104,20 +104,13 @@ def test_control_plane_restarts_lose_no_request_status_or_decision(sandbox, stea
     assert _condition(sandbox, "steady", "Ready")["status"] == "True"
 
 
-def _sandbox_fault(sandbox, deployment: str, revision: str, *flags: str) -> None:
-    result = subprocess.run([*LLMFLEET, "sandbox", "fault", "--namespace", NAMESPACE, "--deployment", deployment,
-                             "--revision", revision, *flags], env=sandbox.env, capture_output=True, text=True,
-                            timeout=60)
-    assert result.returncode == 0, result.stderr
-
-
 def test_a_crash_looping_engine_is_named_with_its_restarts_and_the_fleet_serves_on(sandbox, faults_namespace):
     sandbox.apply([small_batch_70b("crashing", NAMESPACE, 1000, plan={"replicas": 2})], namespace=NAMESPACE)
     revision = wait_until_ready(sandbox, "crashing", NAMESPACE)["status"]["currentRevision"]
     selector = f"llmfleet.io/deployment=crashing,llmfleet.io/revision={revision},app.kubernetes.io/component=server"
     victim = sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "-l", selector)["items"][0]["metadata"]["name"]
 
-    _sandbox_fault(sandbox, "crashing", revision, "--fail-load")
+    sandbox.llmfleet("fault", "--namespace", NAMESPACE, "--deployment", "crashing", "--revision", revision, "--fail-load")
     try:
         # Its replacement starts with the fault: Triton cannot load the engine and exits.
         sandbox.kubectl("delete", "pod", victim, "-n", NAMESPACE, "--wait=false")
@@ -132,7 +125,7 @@ def test_a_crash_looping_engine_is_named_with_its_restarts_and_the_fleet_serves_
         assert condition["message"].startswith("1/2 replicas ready; pod crashing-")
         assert _condition(sandbox, "crashing", "Ready")["status"] == "True"  # one replica serves on
     finally:
-        _sandbox_fault(sandbox, "crashing", revision)  # the defaults remove it
+        sandbox.llmfleet("fault", "--namespace", NAMESPACE, "--deployment", "crashing", "--revision", revision)  # the defaults remove it
     wait_for(lambda: _condition(sandbox, "crashing", "Degraded")["status"] == "False", 180,
              "Degraded to clear once the engine loads again", 1)
 
@@ -149,7 +142,7 @@ def test_a_build_into_a_full_engine_cache_quotes_the_error_and_the_serving_revis
     assert planned.returncode == 0, planned.stderr
     revision = json.loads(planned.stdout)["revision"]
 
-    _sandbox_fault(sandbox, "steady", revision, "--engine-cache-full")
+    sandbox.llmfleet("fault", "--namespace", NAMESPACE, "--deployment", "steady", "--revision", revision, "--engine-cache-full")
     try:
         sandbox.apply([body], namespace=NAMESPACE)
 
@@ -167,7 +160,7 @@ def test_a_build_into_a_full_engine_cache_quotes_the_error_and_the_serving_revis
                                                                    selector)["items"]}
         assert now == serving, "the serving revision's pods were never replaced"
     finally:
-        _sandbox_fault(sandbox, "steady", revision)
+        sandbox.llmfleet("fault", "--namespace", NAMESPACE, "--deployment", "steady", "--revision", revision)
 
 
 def test_a_lost_node_is_named_its_pods_replaced_elsewhere_and_other_replicas_untouched(sandbox, faults_namespace):

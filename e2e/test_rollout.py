@@ -162,9 +162,7 @@ def _fault_the_new_revision(sandbox, name: str, stable: str, *flags: str) -> str
     body["spec"]["engine"]["revision"] = "v2"
     canary = _revision_of(sandbox, body)
     assert canary != stable
-    fault = subprocess.run([*LLMFLEET, "sandbox", "fault", "--namespace", NAMESPACE, "--deployment", name,
-                            "--revision", canary, *flags], env=sandbox.env, capture_output=True, text=True, timeout=60)
-    assert fault.returncode == 0, fault.stderr
+    sandbox.llmfleet("fault", "--namespace", NAMESPACE, "--deployment", name, "--revision", canary, *flags)
     _new_engine_revision(sandbox, name)
     wait_for(lambda: _status(sandbox, name).get("currentRevision") == canary, 30, f"revision {canary}")
     return canary
