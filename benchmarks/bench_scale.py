@@ -9,8 +9,8 @@ counts its requests.
 
 Phases: a burst of `--count` creates (apply to the last child, the PodDisruptionBudget,
 existing: p50/p99, and the operator's writes per deployment); settling (until every build
-Job has its pod, so that the Job controller has caught up too, and then the operator has
-written nothing for 15 s); a steady window (requests per second by verb and resource,
+Job has its pod and every deployment's status has seen its Job, so that the Job controller
+and the operator have caught up, and then the operator has written nothing for 15 s); a steady window (requests per second by verb and resource,
 goal: no writes); `--single` more deployments applied one at a time onto the settled ones
 (apply to children p50/p99, goal under 2 s); the operator's RSS; and an operator restart
 with every Service deleted while it was down, to all restored.
@@ -41,7 +41,7 @@ REPORT = REPO / "docs" / "benchmarks" / "scale.md"
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from bench_sandbox import LLMFLEET, commit, run, sandbox_env, state_env  # noqa: E402
-from conftest import Sandbox  # noqa: E402 - the e2e tests' handle on a sandbox
+from conftest import Sandbox, condition  # noqa: E402 - the e2e tests' handle on a sandbox
 from operator_fixtures import (  # noqa: E402
     OPERATOR_NAMESPACE,
     SERVICE_ACCOUNT,
@@ -257,10 +257,15 @@ def main() -> int:
             batch = client.BatchV1Api()
 
             def quiet() -> bool:
-                # A Job whose pod the Job controller has yet to create still changes the
-                # operator's status (Building) when it does: not settled.
+                # A Job whose pod the Job controller has yet to create, or a deployment whose
+                # status has yet to see its Job (EngineBuilt still BuildPending), still moves the
+                # operator's status: not settled.
                 if any(not (job.status.active or job.status.failed or job.status.succeeded)
                        for job in batch.list_namespaced_job(NAMESPACE).items):
+                    return False
+                deployments = custom.list_namespaced_custom_object("llmfleet.io", "v1alpha1", NAMESPACE,
+                                                                   "llmdeployments")["items"]
+                if any((condition(item, "EngineBuilt") or {}).get("reason") in (None, "BuildPending") for item in deployments):
                     return False
                 audit.read()
                 return time.time() - max(audit.last_write_s(), burst_started_unix) >= QUIET_SECONDS

@@ -134,6 +134,11 @@ def stop_load(load: subprocess.Popen) -> tuple[str, str]:
     return load.communicate(timeout=300)
 
 
+def condition(obj: dict, kind: str) -> dict | None:
+    """The status condition of that type on an object, or None."""
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
+
+
 def wait_until_ready(sandbox: "Sandbox", name: str, namespace: str, timeout: float = 180) -> dict:
     """Wait for an LLMDeployment's Ready condition; returns the object."""
     def ready():

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import L40S_NODE, LLMFLEET, wait_for, wait_until_ready
+from conftest import L40S_NODE, LLMFLEET, condition, wait_for, wait_until_ready
 from llmfleet_sandbox.manager import DEMO_MANIFEST
 
 pytestmark = pytest.mark.e2e
@@ -50,10 +50,6 @@ def _get(sandbox, name: str) -> dict:
     return sandbox.kubectl_json("get", "llmdeployment", name, "-n", NAMESPACE)
 
 
-def _condition(deployment: dict, kind: str) -> dict:
-    return next(c for c in deployment["status"]["conditions"] if c["type"] == kind)
-
-
 @pytest.fixture(scope="module", autouse=True)
 def inventory_namespace(sandbox, operator):
     sandbox.kubectl("create", "namespace", NAMESPACE)
@@ -68,7 +64,7 @@ def test_a_spec_lands_on_the_gpu_type_the_cluster_has_and_a_shortfall_serves_wha
     assert (plan["gpuType"], plan["replicas"]) == (L40S, 1), plan
     assert any(H200 in r["option"] and r["reason"].startswith("cluster: 0 H200-SXM-141GB are schedulable")
                for r in plan["rejected"]), plan["rejected"]
-    assert _condition(fits, "Planned")["status"] == "True"
+    assert condition(fits, "Planned")["status"] == "True"
     assert [pod["spec"]["nodeName"] for pod in _serving_pods(sandbox, "fits")] == [L40S_NODE]
     gpus_per_replica = plan["tensorParallelSize"]
 
@@ -78,11 +74,11 @@ def test_a_spec_lands_on_the_gpu_type_the_cluster_has_and_a_shortfall_serves_wha
     free = 8 - gpus_per_replica
     assert plan["gpuType"] == L40S and plan["replicas"] == free // plan["tensorParallelSize"], plan
     short = _ready(sandbox, "short")
-    planned = _condition(short, "Planned")
+    planned = condition(short, "Planned")
     assert (planned["status"], planned["reason"]) == ("False", "CapacityShortfall"), planned
     assert f"but {free} of the cluster's 8 L40S-48GB are free" in planned["message"] and "more L40S-48GB needed" in planned["message"]
     assert plan["capacityShortfall"] in planned["message"]
-    assert _condition(short, "Ready")["status"] == "True"
+    assert condition(short, "Ready")["status"] == "True"
     pods = _serving_pods(sandbox, "short")
     assert len(pods) == plan["replicas"] and {pod["spec"]["nodeName"] for pod in pods} == {L40S_NODE}
 
@@ -120,7 +116,7 @@ def test_a_higher_priority_deployment_takes_scarce_gpus_from_a_lower_one(sandbox
     # Planned on the GPUs batch holds, which the scheduler takes from it.
     ready = _ready(sandbox, "urgent")
     assert ready["status"]["plan"]["gpuType"] == L40S and "capacityShortfall" not in ready["status"]["plan"]
-    assert _condition(ready, "Planned")["status"] == "True"
+    assert condition(ready, "Planned")["status"] == "True"
     # A pod bound while its victim still held the GPUs fails admission, as on a real node; its
     # ReplicaSet's next pod runs.
     urgent_pods = _serving_pods(sandbox, "urgent")
@@ -131,7 +127,7 @@ def test_a_higher_priority_deployment_takes_scarce_gpus_from_a_lower_one(sandbox
                        60, "a batch pod waiting for GPUs")
     scheduled = next(c for c in pending[0]["status"].get("conditions") or [] if c["type"] == "PodScheduled")
     assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable"), scheduled
-    degraded = wait_for(lambda: (c := _condition(_get(sandbox, "batch"), "Degraded"))["status"] == "True" and c,
+    degraded = wait_for(lambda: (c := condition(_get(sandbox, "batch"), "Degraded"))["status"] == "True" and c,
                         60, "batch Degraded")
     assert "1/2 replicas ready" in degraded["message"], degraded
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from conftest import service_target, wait_for
+from conftest import condition, service_target, wait_for
 from llmfleet.render.identity import kubectl_kinds
 from operator_fixtures import REPO_ROOT
 
@@ -55,10 +55,6 @@ def serving_namespace(sandbox, operator):
 
 def _get(sandbox, name: str) -> dict:
     return sandbox.kubectl_json("get", "llmdeployment", name, "-n", NAMESPACE)
-
-
-def _condition(obj: dict, kind: str) -> dict | None:
-    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
 
 
 def _children(sandbox, name: str) -> list[dict]:
@@ -109,8 +105,8 @@ def test_apply_plans_creates_children_and_serves(sandbox, operator):
     sandbox.apply([llm_deployment("chat", tpot_p99_ms=40)], namespace=NAMESPACE)
 
     def planned():
-        condition = _condition(_get(sandbox, "chat"), "Planned")
-        return condition if condition and condition["status"] == "True" else None
+        found = condition(_get(sandbox, "chat"), "Planned")
+        return found if found and found["status"] == "True" else None
     wait_for(planned, 30, "Planned=True")
     plan = _get(sandbox, "chat")["status"]["plan"]
     assert (plan["gpuType"], plan["tensorParallelSize"], plan["quantization"]) == ("H100-SXM-80GB", 1, "FP8")
@@ -122,11 +118,11 @@ def test_apply_plans_creates_children_and_serves(sandbox, operator):
 
     def ready():
         obj = _get(sandbox, "chat")
-        condition = _condition(obj, "Ready")
-        return obj if condition and condition["status"] == "True" else None
+        found = condition(obj, "Ready")
+        return obj if found and found["status"] == "True" else None
     obj = wait_for(ready, 120, f"Ready=True\n{operator.log_tail()}")
     assert obj["status"]["readyReplicas"] == obj["status"]["replicas"] == 1
-    assert _condition(obj, "EngineBuilt")["status"] == "True"
+    assert condition(obj, "EngineBuilt")["status"] == "True"
     tokens = _stream_tokens(service_target(sandbox, "chat", NAMESPACE), "tell me about the sandbox", max_tokens=8)
     assert len(tokens) == 8
 
@@ -144,9 +140,9 @@ def test_slo_update_makes_a_new_revision(sandbox, operator):
 
     def rolled_out():
         obj = _get(sandbox, "chat")
-        condition = _condition(obj, "Ready")
+        found = condition(obj, "Ready")
         deployments = [c for c in _children(sandbox, "chat") if c["kind"] == "Deployment"]
-        return condition and condition["status"] == "True" and len(deployments) == 1 and deployments
+        return found and found["status"] == "True" and len(deployments) == 1 and deployments
     deployments = wait_for(rolled_out, 180, f"the new revision to replace the old\n{operator.log_tail()}")
     assert deployments[0]["metadata"]["labels"]["llmfleet.io/revision"] == status["currentRevision"]
 
@@ -201,7 +197,7 @@ def test_a_settled_deployment_is_neither_listed_nor_rewritten_on_timer_ticks(san
     stored one nor an unchanged child is written again: over several 5 s timer ticks the
     apiserver's audit log shows no PATCH, and at most the one LIST per kind with which a watch is
     re-established (the old per-tick listing made one per tick, the old apply five PATCHes)."""
-    wait_for(lambda: (_condition(_get(sandbox, "chat"), "Ready") or {}).get("status") == "True", 120, "Ready")
+    wait_for(lambda: (condition(_get(sandbox, "chat"), "Ready") or {}).get("status") == "True", 120, "Ready")
     time.sleep(6)  # the pass that follows the last child change
     since = datetime.datetime.now(datetime.timezone.utc)
     time.sleep(22)
@@ -231,7 +227,7 @@ def test_a_200_character_name_is_served(sandbox, operator):
     names with a digest, and selection goes through the same identity labels."""
     name = ("a-very-long-deployment-name-" * 8)[:199] + "x"
     sandbox.apply([llm_deployment(name, tpot_p99_ms=40)], namespace=NAMESPACE)
-    ready = wait_for(lambda: (_condition(_get(sandbox, name), "Ready") or {}).get("status") == "True"
+    ready = wait_for(lambda: (condition(_get(sandbox, name), "Ready") or {}).get("status") == "True"
                      and _get(sandbox, name), 180, f"Ready=True\n{operator.log_tail()}")
     assert ready["status"]["readyReplicas"] == 1
     owner = ready["metadata"]["uid"]
@@ -250,13 +246,13 @@ def test_infeasible_spec_reports_and_creates_nothing_while_others_serve(sandbox,
     sandbox.apply([impossible], namespace=NAMESPACE)
 
     def not_planned():
-        condition = _condition(_get(sandbox, "impossible"), "Planned")
-        return condition if condition and condition["status"] == "False" else None
-    condition = wait_for(not_planned, 30, "Planned=False")
-    assert condition["reason"] == "PlanInfeasible"
-    assert "closest" in condition["message"]
+        found = condition(_get(sandbox, "impossible"), "Planned")
+        return found if found and found["status"] == "False" else None
+    not_planned_condition = wait_for(not_planned, 30, "Planned=False")
+    assert not_planned_condition["reason"] == "PlanInfeasible"
+    assert "closest" in not_planned_condition["message"]
     assert _children(sandbox, "impossible") == []
-    assert _condition(_get(sandbox, "chat"), "Ready")["status"] == "True"
+    assert condition(_get(sandbox, "chat"), "Ready")["status"] == "True"
     sandbox.kubectl("delete", "llmdeployment", "impossible", "-n", NAMESPACE)
 
 
@@ -274,7 +270,7 @@ def test_a_namespace_with_llm_deployments_is_deleted_promptly(sandbox, operator)
     body = llm_deployment("doomed", tpot_p99_ms=40)
     body["metadata"]["namespace"] = "short-lived"
     sandbox.apply([body], namespace="short-lived")
-    planned = wait_for(lambda: (_condition(stored := sandbox.kubectl_json("get", "llmdeployment", "doomed", "-n",
+    planned = wait_for(lambda: (condition(stored := sandbox.kubectl_json("get", "llmdeployment", "doomed", "-n",
                                                                            "short-lived"), "Planned") or {}
                                 ).get("status") == "True" and stored, 60, "Planned=True")
     assert not planned["metadata"].get("finalizers")

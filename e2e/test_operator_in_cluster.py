@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import service_target, wait_for
+from conftest import condition, service_target, wait_for
 from llmfleet.render.identity import kubectl_kinds
 from llmfleet_sandbox.manager import configured, operator_chart_values
 from operator_fixtures import IN_CLUSTER_NAMESPACE, REPO_ROOT, small_batch_70b
@@ -52,15 +52,11 @@ def _get(sandbox) -> dict:
     return sandbox.kubectl_json("get", "llmdeployment", NAME, "-n", WATCHED_NAMESPACE)
 
 
-def _condition(obj: dict, kind: str) -> dict | None:
-    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
-
-
 def _until_condition(sandbox, kind: str, status: str, timeout: float) -> dict:
     def reached():
         obj = _get(sandbox)
-        condition = _condition(obj, kind)
-        return obj if condition and condition["status"] == status else None
+        found = condition(obj, kind)
+        return obj if found and found["status"] == status else None
     try:
         return wait_for(reached, timeout, f"{kind}={status}", 1)
     except AssertionError as error:
@@ -109,7 +105,7 @@ def test_helm_installed_operator_reconciles_and_autoscales(sandbox, release, tmp
 
     def autoscaler_reported():
         obj = _get(sandbox)
-        return obj if (obj.get("status") or {}).get("autoscaler") and _condition(obj, "MetricsAvailable") else None
+        return obj if (obj.get("status") or {}).get("autoscaler") and condition(obj, "MetricsAvailable") else None
     wait_for(autoscaler_reported, 60, "status.autoscaler and MetricsAvailable")
 
     # Serving, then Prometheus answering from inside the pod network for this deployment.
