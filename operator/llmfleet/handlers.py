@@ -1,11 +1,12 @@
 """Kopf wiring only: every trigger runs the same reconcile pipeline.
 
-Triggers: a change of an LLMDeployment (create, update, resume at startup), an event of one
-of its children, and one operator-wide ticker. The ticker passes every `timer_interval_seconds`
-the deployments whose decisions depend on time (`needs_periodic_pass`: autoscaling, a running
-canary, replicas short of ready; `observation_due`: live traffic to learn from) and every deployment once per `resync_seconds` (spread per
-object over its last quarter), with at most half the workers, so that a change never waits
-behind a tick. There are no
+Triggers: a change of an LLMDeployment (create, update, resume at startup), passed in Kopf's
+handler; an event of one of its children, and one operator-wide ticker, which only mark the
+deployment in a queue (`workqueue.PassQueue`) that half the executor's workers drain. The ticker
+marks every `timer_interval_seconds` the deployments whose decisions depend on time
+(`needs_periodic_pass`: autoscaling, a running canary, replicas short of ready;
+`observation_due`: live traffic to learn from) and every deployment once per `resync_seconds`
+(spread per object over its last quarter). There are no
 per-object timers: they cost a wake-up per object per tick at any scale, and Kopf guards them
 with a finalizer, which it cannot remove once it stops watching a namespace being deleted.
 """
@@ -32,11 +33,12 @@ from llmfleet.planner.cluster import cluster_gpus, gpu_node, gpu_pod
 from llmfleet.api.status import LearnedSpeed
 from llmfleet.reconcile import OperatorSettings, needs_periodic_pass, observation_due, reconcile
 from llmfleet.render.identity import DEPLOYMENT_LABEL, MANAGED_BY_LABEL, selector_labels
+from llmfleet.workqueue import PassQueue
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 log = logging.getLogger(__name__)
-# Change handlers, child events and the ticker run in different threads; one object
-# reconciles at a time.
+# Change handlers and the queue's workers run in different threads; one object reconciles at a
+# time.
 _object_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
 # When each object's last pass ended (monotonic seconds), for the resync.
 _last_pass: dict[str, float] = {}
@@ -244,13 +246,27 @@ def _due(indexes, settings: OperatorSettings, now_s: float, now: datetime.dateti
 
 
 @kopf.on.startup()
-async def start_ticker(memo: kopf.Memo, settings: kopf.OperatorSettings, **indexes) -> None:
+async def start_passes(memo: kopf.Memo, settings: kopf.OperatorSettings, **indexes) -> None:
+    """The ticker and child events mark deployments in `memo.passes`; half the executor's
+    workers pass the marked ones, so that a change (Kopf's own handlers, the other half) never
+    waits behind a tick's passes."""
+    loop = asyncio.get_running_loop()
+    memo.passes = PassQueue()
+
+    async def pass_forever() -> None:
+        while True:
+            uid = await memo.passes.take()
+            body = next(iter(indexes["llm_deployments"].get(uid, ())), None)
+            try:
+                if body is not None:  # else deleted meanwhile
+                    await loop.run_in_executor(settings.execution.executor, _run, body, memo, indexes)
+            except Exception as error:  # one deployment's failure never stops the others' passes
+                log.error("pass of %s/%s failed: %r", body["metadata"]["namespace"], body["metadata"]["name"], error)
+            finally:
+                memo.passes.done(uid)
+
     async def tick_forever() -> None:
-        loop = asyncio.get_running_loop()
         interval = memo.operator_settings.timer_interval_seconds
-        # Half the workers at most: a change (a new deployment, a child's news) never waits
-        # behind a whole tick's passes in the executor's queue.
-        in_flight = asyncio.Semaphore(max(1, settings.execution.max_workers // 2))
         while not _indexes_ready.is_set():
             await asyncio.sleep(0.5)
         trimmed_s = time.monotonic()
@@ -260,38 +276,26 @@ async def start_ticker(memo: kopf.Memo, settings: kopf.OperatorSettings, **index
             if now_s - trimmed_s >= memo.operator_settings.heap_release_interval_seconds:
                 await loop.run_in_executor(None, release_free_heap)
                 trimmed_s = now_s
-            due = _due(indexes, memo.operator_settings, now_s, utc_now())
+            for body in _due(indexes, memo.operator_settings, now_s, utc_now()):
+                memo.passes.add(body["metadata"]["uid"])
 
-            async def passed(body) -> None:
-                async with in_flight:
-                    await loop.run_in_executor(settings.execution.executor, _run, body, memo, indexes)
-
-            # A tick that takes longer than the interval delays the next instead of piling up.
-            results = await asyncio.gather(*(passed(body) for body in due), return_exceptions=True)
-            for body, result in zip(due, results):
-                if isinstance(result, Exception):
-                    log.error("periodic pass of %s/%s failed: %r", body["metadata"]["namespace"],
-                              body["metadata"]["name"], result)
-
-    memo.ticker = asyncio.create_task(tick_forever())
+    memo.background = [asyncio.create_task(tick_forever()),
+                       *(asyncio.create_task(pass_forever()) for _ in range(max(1, settings.execution.max_workers // 2)))]
 
 
 @kopf.on.cleanup()
-async def stop_ticker(memo: kopf.Memo, **_) -> None:
-    ticker = memo.get("ticker")
-    if ticker is not None:
-        ticker.cancel()
+async def stop_passes(memo: kopf.Memo, **_) -> None:
+    for task in memo.get("background") or ():
+        task.cancel()
 
 
-def on_child_event(body, event, memo, **kwargs) -> None:
+async def on_child_event(body, event, memo, **_) -> None:
     """A child changed or went (a build Job finished, a Deployment's replicas became ready, a
-    Service was deleted by hand): reconcile its owner now, read from the index."""
+    Service was deleted by hand): its owner is marked for a pass (workqueue.py says why not
+    passed here)."""
     controller = _controller(body)
-    if event["type"] not in ("MODIFIED", "DELETED") or controller is None:
-        return
-    owner = next(iter(kwargs["llm_deployments"].get(controller["uid"], ())), None)
-    if owner is not None:
-        _run(owner, memo, kwargs)
+    if event["type"] in ("MODIFIED", "DELETED") and controller is not None:
+        memo.passes.add(controller["uid"])
 
 
 for _child in CHILD_KINDS:

@@ -1,4 +1,5 @@
-"""The Kopf wiring's own parts: what the in-memory indexes keep of an object, Kopf's login."""
+"""The Kopf wiring's own parts: what the in-memory indexes keep of an object, Kopf's login, a
+child's news marking its owner."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import kopf
 import kubernetes.config
 import yaml
 
-from llmfleet.handlers import indexed, login, resync_after_seconds
+from llmfleet.handlers import indexed, login, on_child_event, resync_after_seconds
 from llmfleet.reconcile import OperatorSettings
+from llmfleet.workqueue import PassQueue
 
 MANAGED_FIELDS = [{"manager": "llmfleet", "operation": "Apply", "fieldsV1": {"f:spec": {"f:replicas": {}}}}]
 
@@ -135,3 +137,19 @@ def test_kopf_logs_in_as_it_would_itself_with_its_requests_bounded(tmp_path, mon
         [getattr(kopfs_own, field) for field in ("server", "priority", "default_namespace", "expiration")]
     assert context.aiohttp_session.headers["Authorization"] == "Bearer secret-token"
     assert len(context.aiohttp_session._middlewares) == 1  # the bound: tests/test_kopf_session.py
+
+
+def test_a_childs_change_or_deletion_marks_its_owner_and_nothing_else_does():
+    memo = kopf.Memo(passes=PassQueue())
+    for event_type in ("ADDED", "MODIFIED", "DELETED", "MODIFIED"):
+        asyncio.run(on_child_event(body=child("Job"), event={"type": event_type}, memo=memo))
+    orphan = child("Job")
+    orphan["metadata"]["ownerReferences"] = [{"kind": "ReplicaSet", "uid": "other", "controller": True}]
+    asyncio.run(on_child_event(body=orphan, event={"type": "MODIFIED"}, memo=memo))
+
+    async def marked() -> list[str]:
+        uids = []
+        while len(memo.passes):
+            uids.append(await memo.passes.take())
+        return uids
+    assert asyncio.run(marked()) == ["owner"]
