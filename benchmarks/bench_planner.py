@@ -18,7 +18,9 @@ from llmfleet.planner import PlanRequest, SearchSpace, SloTargets, Workload, est
 REPEATS = 20
 REPORT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "planner.md"
 MEASUREMENT_SOURCE = ("NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md "
-                      "@00f37686aa854010d68bcbd0f4ab000221541ca6 (v1.0, trtllm-bench; Hopper FP8, B200 NVFP4)")
+                      "@00f37686aa854010d68bcbd0f4ab000221541ca6 (v1.0, trtllm-bench; Hopper FP8, B200 NVFP4) and "
+                      "@258c7540c03517def55d9a5aadfa9288af474e1b (v0.17 data; A100 FP16, L40S FP8, Mistral 7B and "
+                      "Mixtral 8x7B on H100/H200 FP8)")
 
 
 def _specs(catalog):
@@ -63,8 +65,8 @@ def accuracy_section(catalog) -> list[str]:
     lines = ["## estimate() against public measured throughput", "",
              f"Measured: {MEASUREMENT_SOURCE}, total output tokens/s of the TP group. These are the rows the",
              "calibration was fitted to (in-sample). Estimated with kv_cache_free_gpu_mem_fraction 0.95 and",
-             "FP8 KV, as assumed in catalog/calibration.yaml. Llama 3.3 70B rows use the llama-3.1-70b architecture.",
-             "Fit and leave-one-group-out errors: [calibration.md](calibration.md).",
+             "each row's KV dtype, as assumed in catalog/calibration.yaml. Llama 3.3 70B rows use the llama-3.1-70b",
+             "architecture. Fit, leave-one-group-out and held-out errors: [calibration.md](calibration.md).",
              "", "| model | GPU | TP | ISL/OSL | measured tok/s | estimated tok/s | ratio |",
              "|---|---|---:|---|---:|---:|---:|"]
     log_errors = []

@@ -1,7 +1,8 @@
 """Fit the planner's efficiency factors to the measurements declared in calibration.yaml.
 
 Prints a markdown report (factors, errors overall and per group, leave-one-group-out errors,
-every row) and writes it to docs/benchmarks/calibration.md. With --write it also writes the
+the error on the held-out rows of calibration_holdout.yaml against the issue's targets, every
+fitted row) and writes it to docs/benchmarks/calibration.md. With --write it also writes the
 fitted factor values and the '# fitted:' line into operator/llmfleet/catalog/calibration.yaml,
 leaving the rest of that file as it is. The fitting itself is llmfleet.planner.calibration_fit.
 Run: .venv/bin/python benchmarks/fit_calibration.py [--write]
@@ -10,7 +11,6 @@ Run: .venv/bin/python benchmarks/fit_calibration.py [--write]
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import statistics
 import sys
@@ -68,6 +68,109 @@ def _sources(rows) -> list[str]:
     return [f"- {count} rows: {source}" for source, count in counts.items()]
 
 
+def _own_factor_rows(rows, catalog, factor):
+    return [row for row in rows if factor in cf.own_factors(row, catalog)]
+
+
+def _own_factor_label(factor: str) -> str:
+    """Which rows an own factor applies to, in words."""
+    if factor == cf.MOE_FACTOR:
+        return "rows of models with experts"
+    generation = factor.rpartition(".")[2]
+    return f"{generation} rows with TP > 1" if factor in cf.INTERCONNECT_FACTORS.values() else f"{generation} rows"
+
+
+def _own_factor_lines(rows, catalog, fitted) -> list[str]:
+    lines = []
+    for factor in cf.OWN_FACTORS:
+        own = _own_factor_rows(rows, catalog, factor)
+        what = _own_factor_label(factor)
+        if not own:
+            lines += ["", f"`{factor}`: no rows, so it stays at 1.0 (uncalibrated)."]
+            continue
+        without = cf.estimate_ratios(own, cf.with_factors(fitted, {factor: 1.0}), catalog)
+        with_factor = cf.estimate_ratios(own, fitted, catalog)
+        lines += ["", f"`{factor}` applies to the {len(own)} {what} only. At 1.0 (the other factors as "
+                  f"written) their median estimate/measured is {statistics.median(without):.3f} and RMS log error "
+                  f"{_rms(without):.3f}; with the fitted value, {statistics.median(with_factor):.3f} and "
+                  f"{_rms(with_factor):.3f} (limit on group medians {cf.MEDIAN_RATIO_LIMIT:.2f})."]
+    return lines
+
+
+def _met(value: float, target: float) -> str:
+    return "met" if value <= target else f"**missed** by {(value - target) * 100:.1f} points"
+
+
+def holdout_section(catalog, fitted) -> list[str]:
+    rows = catalog.calibration_holdout
+    if not rows:
+        return ["## Held-out public measurements", "", "No held-out rows are declared.", ""]
+    ratios = cf.estimate_ratios(rows, fitted, catalog)
+    groups = cf.group_errors(rows, ratios)
+    overall = groups[0]
+    optimistic = [group for group in groups[1:] if group.median_ratio > cf.MEDIAN_RATIO_LIMIT]
+    over_p90 = [group for group in groups[1:] if group.p90_abs_error > cf.HOLDOUT_P90_TARGET]
+    over_median = [group for group in groups[1:] if group.median_abs_error > cf.HOLDOUT_MEDIAN_TARGET]
+    by_pair: dict[tuple[str, str], list[float]] = {}
+    by_tp: dict[int, list[float]] = {}
+    for row, ratio in zip(rows, ratios):
+        by_pair.setdefault((row.gpu, row.quantization), []).append(ratio)
+        by_tp.setdefault(row.tensor_parallel_size, []).append(ratio)
+    worst = sorted(zip(rows, ratios), key=lambda pair: -abs(math.log(pair[1])))[:15]
+    lines = [
+        "## Held-out public measurements", "",
+        f"The {len(rows)} rows of `operator/llmfleet/catalog/calibration_holdout.yaml`, which the fit never "
+        "reads (no factor, grid or model form was chosen by looking at their error), estimated with the "
+        "written factors. Sources (each row's table row and column is in its `source`):", "",
+        *_pages(rows), "",
+        f"Targets (issue 11 item 2): median |estimate/measured - 1| at most {_pct(cf.HOLDOUT_MEDIAN_TARGET)}, "
+        f"p90 at most {_pct(cf.HOLDOUT_P90_TARGET)}; conservative bound: no group's median estimate/measured "
+        f"above {cf.MEDIAN_RATIO_LIMIT:.2f}.", "",
+        f"- all {overall.rows} rows: median {_pct(overall.median_abs_error)} "
+        f"({_met(overall.median_abs_error, cf.HOLDOUT_MEDIAN_TARGET)}), p90 {_pct(overall.p90_abs_error)} "
+        f"({_met(overall.p90_abs_error, cf.HOLDOUT_P90_TARGET)}), median estimate/measured "
+        f"{overall.median_ratio:.3f}.",
+        "- groups above the median target: " + (", ".join(
+            f"{_label(group)} ({_pct(group.median_abs_error)})" for group in over_median) or "none") + ".",
+        "- groups above the p90 target: " + (", ".join(
+            f"{_label(group)} ({_pct(group.p90_abs_error)})" for group in over_p90) or "none") + ".",
+        f"- groups whose median estimate/measured exceeds {cf.MEDIAN_RATIO_LIMIT:.2f} (optimistic): " + (", ".join(
+            f"{_label(group)} ({group.median_ratio:.3f})" for group in optimistic) or "none") + ".", "",
+        *_error_table(groups), "",
+        "By GPU and format, and by TP (not targets; where the error sits):", "",
+        "| rows | n | median est/meas | median abs error | p90 abs error | worst row est/meas |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for (gpu, quantization), values in sorted(by_pair.items()):
+        group = cf.error_summary("gpu/format", f"{gpu} {quantization}", values)
+        lines.append(f"| {gpu} {quantization} | {group.rows} | {group.median_ratio:.3f} | "
+                     f"{_pct(group.median_abs_error)} | {_pct(group.p90_abs_error)} | {group.worst_ratio:.2f} |")
+    for tp, values in sorted(by_tp.items()):
+        group = cf.error_summary("tp", f"TP{tp}", values)
+        lines.append(f"| TP{tp} | {group.rows} | {group.median_ratio:.3f} | {_pct(group.median_abs_error)} | "
+                     f"{_pct(group.p90_abs_error)} | {group.worst_ratio:.2f} |")
+    lines += ["", "The 15 held-out rows furthest from their measurement:", "",
+              "| model | GPU | TP | format | KV | ISL/OSL | measured tok/s | estimated tok/s | est/meas |",
+              "|---|---|---:|---|---|---|---:|---:|---:|",
+              *(_row_line(row, ratio) for row, ratio in worst), ""]
+    return lines
+
+
+def _row_line(row, ratio) -> str:
+    return (f"| {row.model} | {row.gpu} | {row.tensor_parallel_size} | {row.quantization} | "
+            f"{row.kv_cache_dtype} | {row.input_tokens}/{row.output_tokens} | "
+            f"{row.output_tokens_per_sec:,.0f} | {row.output_tokens_per_sec * ratio:,.0f} | {ratio:.2f} |")
+
+
+def _pages(rows) -> list[str]:
+    """Row counts per page (source up to its table) and GPU/format."""
+    counts: dict[tuple[str, str], int] = {}
+    for row in rows:
+        page = row.source.split(", throughput table")[0]
+        counts[page, f"{row.gpu} {row.quantization}"] = counts.get((page, f"{row.gpu} {row.quantization}"), 0) + 1
+    return [f"- {count} rows: {page}, throughput table, {group}" for (page, group), count in counts.items()]
+
+
 def fitted_comment(rows, ratios) -> str:
     overall = cf.error_summary("all", "all rows", ratios)
     held = "shared factors held (see above)" if cf.HELD else "nothing held"
@@ -81,7 +184,7 @@ def report(command: str, catalog, rows, fitted, free, folds, yaml_values) -> str
     free_ratios = cf.estimate_ratios(rows, free, catalog)
     fitted_values, free_values = cf.factor_values(fitted), cf.factor_values(free)
     fitted_score, free_score = cf.score(rows, ratios), cf.score(rows, free_ratios)
-    base = [row for row in rows if catalog.gpu(row.gpu).generation not in cf.GENERATION_FACTORS]
+    base = [row for row in rows if not cf.own_factors(row, catalog)]
     lines = [
         "# Calibration fit", "",
         f"Written by `{command}`; rerun with `{COMMAND} [--write]` (`--write` also writes the fitted "
@@ -105,14 +208,9 @@ def report(command: str, catalog, rows, fitted, free, folds, yaml_values) -> str
         edge = " (grid edge)" if free_values[name] in (grid[0], grid[-1]) else ""
         lines.append(f"| `{name}` | {_factor(yaml_values[name])} | {_factor(fitted_values[name])} | "
                      f"{_factor(free_values[name])}{edge} | {_factor(_grid_step(name))} | {how} |")
-    for generation, factor in cf.GENERATION_FACTORS.items():
-        own = [row for row in rows if catalog.gpu(row.gpu).generation == generation]
-        if own:
-            without = cf.estimate_ratios(own, dataclasses.replace(fitted, **{factor: 1.0}), catalog)
-            with_factor = cf.estimate_ratios(own, fitted, catalog)
-            lines += ["", f"`{factor}` applies to the {len(own)} {generation} rows only. At 1.0 (the shared "
-                      f"factors alone) their median estimate/measured is {statistics.median(without):.3f} (limit "
-                      f"{cf.MEDIAN_RATIO_LIMIT:.2f}); with the fitted value, {statistics.median(with_factor):.3f}."]
+    lines += ["", "Own factors (fitted; Hopper is the reference, 1.0; a generation without a factor here is "
+              "uncalibrated and uses the shared factors alone):"]
+    lines += _own_factor_lines(rows, catalog, fitted)
     in_sync = all(math.isclose(yaml_values[name], fitted_values[name]) for name in cf.FITTED_FACTORS)
     lines += ["", "calibration.yaml holds the fitted factors." if in_sync else
               f"**calibration.yaml differs from this fit**: run `{COMMAND} --write`.", ""]
@@ -123,7 +221,7 @@ def report(command: str, catalog, rows, fitted, free, folds, yaml_values) -> str
         base_held = cf.score(base, cf.estimate_ratios(base, fitted, catalog))
         lines += [
             f"Held factors: {', '.join(f'`{name}`' for name in cf.HELD)} (`calibration_fit.HELD`). "
-            f"On the {len(base)} rows of GPUs without a factor of their own (Hopper) the free fit has RMS "
+            f"On the {len(base)} rows no own factor applies to (dense models on Hopper) the free fit has RMS "
             f"log error {base_free.rms_log_error:.3f} against {base_held.rms_log_error:.3f} for the held values.",
             "",
             ("It differs from the held values by more than one grid step in "
@@ -151,10 +249,11 @@ def report(command: str, catalog, rows, fitted, free, folds, yaml_values) -> str
         *_error_table(cf.group_errors(rows, free_ratios)), "",
         "## Leave one group out", "",
         "Each fold refits every factor (nothing held) without one group's rows and predicts them: the "
-        "error to expect on a GPU, model or format the fit has not seen. A generation's own factor "
-        "cannot be fitted without that generation's rows, so leaving out B200 (or NVFP4, the same "
-        "rows) predicts it with the shared factors alone; leaving out FP8 leaves only B200 rows, "
-        "fitted with the shared factors and the Blackwell scale at 1.", "",
+        "error to expect on a GPU, model or format the fit has not seen. An own factor cannot be fitted "
+        "without its rows, so leaving out B200 (or NVFP4, the same rows), L40S, A100 (or FP16, the same "
+        "rows) or Mixtral predicts that group with its factor at 1, the shared factors alone; leaving "
+        "out FP8 leaves no dense Hopper row, so the shared factors are fitted to the A100 and B200 rows "
+        "with every own factor at 1.", "",
         "| left out | n | refitted factors | median est/meas | median abs error | p90 abs error | worst row |",
         "|---|---:|---|---:|---:|---:|---:|",
     ]
@@ -164,13 +263,11 @@ def report(command: str, catalog, rows, fitted, free, folds, yaml_values) -> str
                      f"{_pct(fold.error.median_abs_error)} | {_pct(fold.error.p90_abs_error)} | "
                      f"{fold.error.worst_ratio:.2f} |")
     lines += ["", "Refitted factors in the order " + ", ".join(f"`{name}`" for name in cf.FITTED_FACTORS) + ".", "",
-              "## Every row (written factors)", "",
+              *holdout_section(catalog, fitted),
+              "## Every fitted row (written factors)", "",
               "| model | GPU | TP | format | KV | ISL/OSL | measured tok/s | estimated tok/s | est/meas |",
               "|---|---|---:|---|---|---|---:|---:|---:|"]
-    for row, ratio in zip(rows, ratios):
-        lines.append(f"| {row.model} | {row.gpu} | {row.tensor_parallel_size} | {row.quantization} | "
-                     f"{row.kv_cache_dtype} | {row.input_tokens}/{row.output_tokens} | "
-                     f"{row.output_tokens_per_sec:,.0f} | {row.output_tokens_per_sec * ratio:,.0f} | {ratio:.2f} |")
+    lines += [_row_line(row, ratio) for row, ratio in zip(rows, ratios)]
     return "\n".join(lines) + "\n"
 
 

@@ -6,6 +6,7 @@ dataclasses. Every entry carries a ``source`` string citing where its numbers co
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from importlib import resources
@@ -166,13 +167,37 @@ class Calibration:
     runtime_reserve_bytes: int
     tokens_per_block: int
     source: str
-    # Multiplies the compute and bandwidth efficiencies on Blackwell GPUs only (1.0: no effect).
-    blackwell_efficiency_scale: float = 1.0
+    # GPU generation -> multiplier on the compute and bandwidth efficiencies of that generation's
+    # GPUs. Hopper is the reference the shared factors are fitted to; a generation not listed
+    # (Hopper included) uses the shared factors alone (1.0).
+    generation_efficiency_scales: Mapping[str, float] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    # GPU generation -> multiplier on interconnect_efficiency (the TP all-reduce's share of link
+    # bandwidth) on that generation's GPUs; not listed: 1.0.
+    generation_interconnect_scales: Mapping[str, float] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    # Multiplies the compute and bandwidth efficiencies of models with experts (MoE) only.
+    moe_efficiency_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("generation_efficiency_scales", "generation_interconnect_scales"):
+            scales = dict(getattr(self, name))
+            for generation, scale in scales.items():
+                if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0:
+                    raise ValueError(f"calibration: {name}.{generation} must be a positive number, got {scale!r}")
+            object.__setattr__(self, name, MappingProxyType({gen: float(scale) for gen, scale in scales.items()}))
+        if self.moe_efficiency_scale <= 0:
+            raise ValueError(f"calibration: moe_efficiency_scale must be positive, got {self.moe_efficiency_scale!r}")
+
+    def generation_efficiency_scale(self, generation: str) -> float:
+        return self.generation_efficiency_scales.get(generation, 1.0)
+
+    def generation_interconnect_scale(self, generation: str) -> float:
+        return self.generation_interconnect_scales.get(generation, 1.0)
 
 
 @dataclass(frozen=True)
 class CalibrationMeasurement:
-    """One public measured throughput the calibration was fitted to."""
+    """One public measured throughput: a row the calibration is fitted to, or a held-out row it is
+    checked against (never fitted)."""
 
     model: str
     gpu: str
@@ -194,6 +219,9 @@ class Catalog:
     kv_cache_dtypes: Mapping[str, KvCacheDtype]
     calibration: Calibration
     calibration_measurements: tuple[CalibrationMeasurement, ...]
+    # Public measurements the fit never sees (calibration_holdout.yaml): the check of its error on
+    # data outside the fitted rows.
+    calibration_holdout: tuple[CalibrationMeasurement, ...] = ()
 
     def gpu(self, name: str) -> GpuType:
         return _lookup(self.gpus, name, "GPU type")
@@ -294,6 +322,22 @@ def _kv_dtype(name: str, entry: dict) -> KvCacheDtype:
     return KvCacheDtype(name=name, **entry)
 
 
+def _check_measurements(catalog: Catalog) -> None:
+    """Every fitted and held-out row names catalog entries and its source; scales name known generations."""
+    generations = {gpu.generation for gpu in catalog.gpus.values()}
+    for name in ("generation_efficiency_scales", "generation_interconnect_scales"):
+        unknown = set(getattr(catalog.calibration, name)) - generations
+        if unknown:
+            raise ValueError(f"calibration: {name} names unknown generations {sorted(unknown)}")
+    for kind, rows in (("measurement", catalog.calibration_measurements), ("holdout", catalog.calibration_holdout)):
+        for row in rows:
+            if not row.source.strip():
+                raise ValueError(f"calibration {kind} {row} has no source")
+            for lookup, name in ((catalog.model, row.model), (catalog.gpu, row.gpu),
+                                 (catalog.quantization, row.quantization), (catalog.kv_cache_dtype, row.kv_cache_dtype)):
+                lookup(name)  # KeyError naming the catalog's entries
+
+
 @functools.lru_cache(maxsize=1)
 def load_catalog() -> Catalog:
     """The packaged catalog (read once; the result is immutable)."""
@@ -302,6 +346,7 @@ def load_catalog() -> Catalog:
     quant = _read_yaml("quantizations.yaml")
     calibration = _read_yaml("calibration.yaml")["calibration"]
     _require_source("calibration", "calibration", calibration)
+    holdout = _read_yaml("calibration_holdout.yaml")["calibration_holdout"]
     catalog = Catalog(
         gpus=MappingProxyType({name: _gpu(name, e) for name, e in gpus.items()}),
         models=MappingProxyType({name: _model(name, e) for name, e in models.items()}),
@@ -309,7 +354,9 @@ def load_catalog() -> Catalog:
         kv_cache_dtypes=MappingProxyType({name: _kv_dtype(name, e) for name, e in quant["kv_cache_dtypes"].items()}),
         calibration=Calibration(**{k: v for k, v in calibration.items() if k != "measurements"}),
         calibration_measurements=tuple(CalibrationMeasurement(**m) for m in calibration["measurements"]),
+        calibration_holdout=tuple(CalibrationMeasurement(**m) for m in holdout["measurements"]),
     )
+    _check_measurements(catalog)
     if tuple(catalog.quantizations) != QUANTIZATIONS or tuple(catalog.kv_cache_dtypes) != KV_CACHE_DTYPES:
         raise ValueError("quantizations.yaml must list exactly the API's quantisations and KV dtypes")
     return catalog

@@ -53,9 +53,16 @@ class Engine:
 
 def generation_efficiency_scale(gpu: GpuType, calibration: Calibration) -> float:
     """Multiplier on the compute and memory-bandwidth efficiencies for a GPU generation that has
-    its own fitted factor: Blackwell (fitted to B200 NVFP4 rows). 1.0, no effect, for every other
-    generation, whose estimates use the shared factors alone."""
-    return calibration.blackwell_efficiency_scale if gpu.generation == "blackwell" else 1.0
+    its own fitted factor (calibration.yaml's generation_efficiency_scales, each fitted to that
+    generation's rows). 1.0, no effect, for Hopper (the reference the shared factors are fitted
+    to) and for any generation without one, whose estimates use the shared factors alone."""
+    return calibration.generation_efficiency_scale(gpu.generation)
+
+
+def moe_efficiency_scale(model: ModelArch, calibration: Calibration) -> float:
+    """Multiplier on the compute and memory-bandwidth efficiencies for models with experts (fitted
+    to the Mixtral rows); 1.0 for dense models."""
+    return calibration.moe_efficiency_scale if model.num_experts > 1 else 1.0
 
 
 def build_engine(model: ModelArch, gpu: GpuType, quantization: QuantizationFormat, kv_dtype: KvCacheDtype,
@@ -63,16 +70,17 @@ def build_engine(model: ModelArch, gpu: GpuType, quantization: QuantizationForma
                  max_num_tokens: int, kv_cache_free_gpu_mem_fraction: float, speed_factor: float = 1.0) -> Engine:
     """`speed_factor`: how much faster than the calibrated model this configuration was seen
     to run (learned from live metrics, `planner.live`); it scales the compute and memory
-    efficiencies as the generation factor does."""
+    efficiencies as the generation and MoE factors do."""
     tp = tensor_parallel_size
     cal = calibration
-    scale = generation_efficiency_scale(gpu, cal) * speed_factor
+    scale = generation_efficiency_scale(gpu, cal) * moe_efficiency_scale(model, cal) * speed_factor
     gemm = gpu.dense_flops_per_sec(quantization.activation_precision) * tp * scale
     attention = gpu.dense_flops_per_sec(ATTENTION_PRECISION) * tp * scale
     if tp > 1:
         # Ring all-reduce moves 2(TP-1)/TP of the message per rank; two all-reduces per layer.
         bytes_per_token = model.hidden_size * UNQUANTIZED_BYTES_PER_PARAM * 2 * (tp - 1) / tp
-        link = gpu.interconnect_bandwidth_bytes_per_sec * cal.interconnect_efficiency
+        link = (gpu.interconnect_bandwidth_bytes_per_sec * cal.interconnect_efficiency
+                * cal.generation_interconnect_scale(gpu.generation))
         allreduce_per_step = 2 * model.num_layers * cal.allreduce_latency_us * 1e-6
         allreduce_per_token = 2 * model.num_layers * bytes_per_token / link
     else:
