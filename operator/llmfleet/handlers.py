@@ -31,6 +31,7 @@ from llmfleet.k8s.kopf_session import bounded_session
 from llmfleet.metrics import PrometheusMetrics
 from llmfleet.planner.cluster import cluster_gpus, gpu_node, gpu_pod
 from llmfleet.api.status import LearnedSpeed
+from llmfleet.catalog import load_catalog
 from llmfleet.reconcile import OperatorSettings, needs_periodic_pass, observation_due, reconcile
 from llmfleet.render.identity import DEPLOYMENT_LABEL, MANAGED_BY_LABEL, selector_labels
 from llmfleet.workqueue import PassQueue
@@ -64,6 +65,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     settings.watching.server_timeout = 60
     settings.execution.max_workers = 8
     memo.setdefault("operator_settings", OperatorSettings())
+    load_catalog()  # read once here, not by every handler thread that finds the cache cold
     memo.gateway = KubeGateway(load_api_client(memo.get("kubeconfig")))
     prometheus_url = memo.get("prometheus_url")
     memo.metrics = PrometheusMetrics(prometheus_url) if prometheus_url else None
