@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import gc
 from collections.abc import Callable
 
 
@@ -27,13 +26,8 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 def release_free_heap() -> bool:
-    """Collect cyclic garbage, then return the pages malloc holds free to the system. False
-    where the C library cannot return them.
-
-    Python collects its oldest generation only once it has grown by a quarter since the last
-    full collection: while a burst of deployments grows the indexes, cycles that outlived a pass
-    wait (in a burst of a thousand, live heap rose to 700 MiB, then fell to 180 MiB at once)."""
-    gc.collect()
+    """Return the pages malloc holds free to the system (milliseconds; ctypes drops the GIL
+    meanwhile). False where the C library cannot."""
     trim = _malloc_trim()
     if trim is None:
         return False
