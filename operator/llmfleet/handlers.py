@@ -29,7 +29,7 @@ from llmfleet.heap import release_free_heap
 from llmfleet.k8s import CHILD_KINDS, KubeGateway, NamespaceTerminating, load_api_client
 from llmfleet.k8s.kopf_session import bounded_session
 from llmfleet.metrics import PrometheusMetrics
-from llmfleet.planner.cluster import cluster_gpus, gpu_node, gpu_pod
+from llmfleet.planner.cluster import GPU_POD_FIELD_SELECTOR, cluster_gpus, gpu_node, gpu_pod
 from llmfleet.api.status import LearnedSpeed
 from llmfleet.catalog import load_catalog
 from llmfleet.reconcile import OperatorSettings, needs_periodic_pass, observation_due, reconcile
@@ -55,6 +55,17 @@ def utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
 
 
+def filter_watches(settings: kopf.OperatorSettings) -> None:
+    """Server-side filters: what no handler reads never reaches the operator. Children carry the
+    managed-by label their handlers filter on; only pods bound to a node and not finished hold
+    GPUs (planner.cluster.gpu_pod). Each event Kopf receives waits, parsed, in a per-object
+    queue until its turn: at the peak of a burst of a thousand deployments nearly every object
+    had one (docs/operator.md, memory), Pending build pods included."""
+    for child in CHILD_KINDS:
+        settings.watching.label_selectors[child.group, child.version, child.plural] = f"{MANAGED_BY_LABEL}=llmfleet"
+    settings.watching.field_selectors["", "v1", "pods"] = GPU_POD_FIELD_SELECTOR
+
+
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     # Kopf keeps its bookkeeping in annotations: status belongs to the CRD's schema.
@@ -64,6 +75,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 60
     settings.execution.max_workers = 8
+    filter_watches(settings)
     memo.setdefault("operator_settings", OperatorSettings())
     load_catalog()  # read once here, not by every handler thread that finds the cache cold
     memo.gateway = KubeGateway(load_api_client(memo.get("kubeconfig")))

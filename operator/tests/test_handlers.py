@@ -11,7 +11,10 @@ import kopf
 import kubernetes.config
 import yaml
 
-from llmfleet.handlers import indexed, login, on_child_event, resync_after_seconds
+from llmfleet.handlers import filter_watches, indexed, login, on_child_event, resync_after_seconds
+from llmfleet.k8s import CHILD_KINDS
+from llmfleet.planner.cluster import GPU_POD_FIELD_SELECTOR
+from llmfleet.render.identity import MANAGED_BY_LABEL
 from llmfleet.reconcile import OperatorSettings
 from llmfleet.workqueue import PassQueue
 
@@ -153,3 +156,21 @@ def test_a_childs_change_or_deletion_marks_its_owner_and_nothing_else_does():
             uids.append(await memo.passes.take())
         return uids
     assert asyncio.run(marked()) == ["owner"]
+
+
+def _resource(group: str, version: str, plural: str, kind: str) -> kopf.Resource:
+    return kopf.Resource(group=group, version=version, plural=plural, kind=kind, namespaced=True)
+
+
+def test_watches_are_filtered_on_the_server_to_what_the_handlers_read():
+    settings = kopf.OperatorSettings()
+    filter_watches(settings)
+    for child in CHILD_KINDS:
+        resource = _resource(child.group, child.version, child.plural, child.kind)
+        assert settings.watching.label_selectors.collect(resource) == [f"{MANAGED_BY_LABEL}=llmfleet"]
+        assert settings.watching.field_selectors.collect(resource) == []
+    pods = _resource("", "v1", "pods", "Pod")
+    assert settings.watching.field_selectors.collect(pods) == [GPU_POD_FIELD_SELECTOR]
+    assert settings.watching.label_selectors.collect(pods) == []  # anyone's pods hold GPUs
+    llm = _resource("llmfleet.io", "v1alpha1", "llmdeployments", "LLMDeployment")
+    assert settings.watching.label_selectors.collect(llm) == settings.watching.field_selectors.collect(llm) == []

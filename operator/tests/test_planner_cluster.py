@@ -10,7 +10,7 @@ import pytest
 
 from llmfleet.catalog import load_catalog
 from llmfleet.planner import PlanRequest, SearchSpace, SloTargets, Workload, plan
-from llmfleet.planner.cluster import cluster_gpus, gpu_node, gpu_pod
+from llmfleet.planner.cluster import GPU_POD_FIELD_SELECTOR, cluster_gpus, gpu_node, gpu_pod
 from llmfleet.planner.types import ClusterGpus, GpuCapacity
 from llmfleet.reconcile import OperatorSettings, decide
 from llmfleet.render import RenderSettings
@@ -192,3 +192,26 @@ def test_a_stored_plan_does_not_ask_for_the_cluster():
 
     again = decide(body(status=first.status), [], OperatorSettings(render=RenderSettings()), NOW, cluster_gpus=never)
     assert again.status["plan"] == first.status["plan"]
+
+
+def _selected(pod: dict, field_selector: str) -> bool:
+    """The API's reading of a selector of `path!=value` terms (all must hold; a missing field is "")."""
+    def field(path: str) -> str:
+        value = pod
+        for key in path.split("."):
+            value = (value or {}).get(key)
+        return value or ""
+    terms = [term.split("!=") for term in field_selector.split(",")]
+    assert all(len(term) == 2 for term in terms), field_selector
+    return all(field(path) != value for path, value in terms)
+
+
+@pytest.mark.parametrize("node", [None, "gpu-node-1"])
+@pytest.mark.parametrize("phase", [None, "Pending", "Running", "Succeeded", "Failed", "Unknown"])
+def test_the_pods_watch_selects_every_pod_that_holds_gpus_and_no_unbound_or_finished_one(node, phase):
+    pod = {"metadata": {"name": "p", "namespace": "serving", "labels": {}},
+           "spec": {**({"nodeName": node} if node else {}),
+                    "containers": [{"resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
+           "status": {"phase": phase} if phase else {}}
+    holds = gpu_pod(pod, "llmfleet.io/deployment") is not None
+    assert _selected(pod, GPU_POD_FIELD_SELECTOR) == holds

@@ -53,6 +53,10 @@ def gpu_node(node: dict) -> GpuNode | None:
                    ready and not (node.get("spec") or {}).get("unschedulable", False))
 
 
+# The pods gpu_pod() can count, as an API field selector: bound to a node, not finished.
+GPU_POD_FIELD_SELECTOR = "spec.nodeName!=," + ",".join(f"status.phase!={phase}" for phase in sorted(FINISHED_PHASES))
+
+
 def gpu_pod(pod: dict, deployment_label: str) -> GpuPod | None:
     """The GPUs a pod holds, or None when it holds none (no GPU request, not bound, finished);
     `deployment_label` is the label that names a pod's LLMDeployment."""
