@@ -2,11 +2,10 @@
 
 News about a deployment (a child changed, the ticker found it due) only marks its uid; a few
 workers pass the marked deployments, reading their newest state from the indexes when they
-get to them. Ten events about one deployment while it waits cost one pass, and no event holds
-an object or an executor thread while it waits (each child event used to run its owner's whole
-pass in Kopf's executor, and a thousand deployments' events then held their objects queued
-there). A deployment marked while its pass runs is passed once more afterwards, never twice at
-once: the same contract as client-go's work queue.
+get to them. Ten events about one deployment while it waits cost one pass (each child event
+used to run its owner's whole pass in Kopf's executor), and a child's event handler returns at
+once instead of holding an executor thread. A deployment marked while its pass runs is passed
+once more afterwards, never twice at once: the same contract as client-go's work queue.
 """
 
 from __future__ import annotations
