@@ -43,6 +43,10 @@ log = logging.getLogger(__name__)
 _object_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
 # When each object's last pass ended (monotonic seconds), for the resync.
 _last_pass: dict[str, float] = {}
+# Deployments whose namespace was found going or gone: the ticker marks them no more. A watch
+# by namespace pattern stops before it reports the deletion of a deleted namespace's objects,
+# so they stay in the indexes (until a restart lists the cluster afresh).
+_in_gone_namespace: set[str] = set()
 # When each object's traffic was last read (monotonic seconds): an observation that told nothing
 # new is not written to status, so status alone cannot pace them.
 _observed_at: dict[str, float] = {}
@@ -222,7 +226,8 @@ def _run(body, memo, indexes) -> None:
                 _observed_at[uid] = started_s
         except NamespaceTerminating as going:
             # The object goes with its namespace (deletion reaches it after its children).
-            log.debug("namespace %s is being deleted; not reconciling %s", going, body["metadata"]["name"])
+            log.debug("namespace %s is being deleted or gone; not reconciling %s", going, body["metadata"]["name"])
+            _in_gone_namespace.add(uid)
         finally:
             _last_pass[uid] = time.monotonic()
 
@@ -252,6 +257,8 @@ def _due(indexes, settings: OperatorSettings, now_s: float, now: datetime.dateti
     for store in list(indexes["llm_deployments"].values()):
         for body in list(store):
             uid = body["metadata"]["uid"]
+            if uid in _in_gone_namespace:
+                continue
             stale = now_s - _last_pass.get(uid, 0.0) >= resync_after_seconds(uid, settings)
             if (stale or needs_periodic_pass(body, _children(uid, indexes))
                     or (_may_observe(uid, settings, now_s) and observation_due(body, now, settings))):
@@ -324,3 +331,4 @@ def on_delete(body, **_) -> None:
     _object_locks.pop(uid, None)
     _last_pass.pop(uid, None)
     _observed_at.pop(uid, None)
+    _in_gone_namespace.discard(uid)

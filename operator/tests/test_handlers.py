@@ -4,6 +4,7 @@ child's news marking its owner."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import copy
 import logging
 
@@ -11,6 +12,7 @@ import kopf
 import kubernetes.config
 import yaml
 
+from llmfleet import handlers
 from llmfleet.handlers import filter_watches, indexed, login, on_child_event, resync_after_seconds
 from llmfleet.k8s import CHILD_KINDS
 from llmfleet.planner.cluster import GPU_POD_FIELD_SELECTOR
@@ -174,3 +176,19 @@ def test_watches_are_filtered_on_the_server_to_what_the_handlers_read():
     assert settings.watching.label_selectors.collect(pods) == []  # anyone's pods hold GPUs
     llm = _resource("llmfleet.io", "v1alpha1", "llmdeployments", "LLMDeployment")
     assert settings.watching.label_selectors.collect(llm) == settings.watching.field_selectors.collect(llm) == []
+
+
+def test_the_ticker_stops_marking_a_deployment_whose_namespace_went():
+    deployment = {"apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
+                  "metadata": {"name": "chat", "namespace": "gone", "uid": "in-gone-namespace"}, "spec": {}}
+    indexes = {"llm_deployments": {"in-gone-namespace": [deployment]},
+               **{f"children_{kind.plural}": {} for kind in CHILD_KINDS}}
+    settings = OperatorSettings()
+    now = datetime.datetime(2026, 12, 5, tzinfo=datetime.timezone.utc)
+    never_passed_s = settings.resync_seconds * 10  # its resync is due
+    assert handlers._due(indexes, settings, never_passed_s, now) == [deployment]
+    handlers._in_gone_namespace.add("in-gone-namespace")
+    try:
+        assert handlers._due(indexes, settings, never_passed_s, now) == []
+    finally:
+        handlers._in_gone_namespace.discard("in-gone-namespace")

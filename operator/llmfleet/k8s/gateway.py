@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 
 class NamespaceTerminating(Exception):
-    """The namespace is being deleted: nothing new can be created in it, and its objects go."""
+    """The namespace is being deleted or is gone: nothing new can be created in it, and its
+    objects go."""
 
 
 class WriteRefused(Exception):
@@ -44,17 +45,28 @@ def _refusal_named(manifest: dict):
         raise WriteRefused(f"{manifest['kind']} {manifest['metadata']['name']}: {error.status} {said}") from error
 
 
+def _details(error: DynamicApiError) -> dict:
+    try:
+        return json.loads(error.body).get("details") or {}
+    except (TypeError, ValueError, AttributeError):
+        return {}
+
+
 @contextlib.contextmanager
 def _terminating_namespace_named(namespace: str):
-    """Turns the apiserver's refusal to create in a namespace being deleted into NamespaceTerminating."""
+    """Turns the apiserver's refusal to create in a namespace being deleted, or already gone,
+    into NamespaceTerminating. Gone happens to an operator watching namespaces by pattern: the
+    watch of a deleted namespace stops before it reports its objects' deletion, so they stay
+    in the indexes."""
     try:
         yield
     except ForbiddenError as error:
-        try:
-            causes = (json.loads(error.body).get("details") or {}).get("causes") or []
-        except (TypeError, ValueError):
-            causes = []
-        if any(cause.get("reason") == "NamespaceTerminating" for cause in causes):
+        if any(cause.get("reason") == "NamespaceTerminating" for cause in _details(error).get("causes") or []):
+            raise NamespaceTerminating(namespace) from None
+        raise
+    except NotFoundError as error:
+        details = _details(error)
+        if details.get("kind") == "namespaces" and details.get("name") == namespace:
             raise NamespaceTerminating(namespace) from None
         raise
 
@@ -115,7 +127,7 @@ class KubeGateway:
         when `live` (the object as last seen) is unchanged since this process applied the same
         manifest, so that a settled deployment costs no writes. A child changed by anyone else,
         or deleted, is applied again. Raises NamespaceTerminating when the namespace is being
-        deleted."""
+        deleted or is gone."""
         key, digest = _object_key(manifest), _digest(manifest)
         if live is not None and self._applied.get(key) == (digest, _fingerprint(live)):
             return
