@@ -238,9 +238,11 @@ def _plan(ctx: Context, spec: LLMDeploymentSpec, cluster_gpus: Callable[[], Clus
         reused = plan_from_status(stored.plan)
         if reused is not None or not stored.plan.gpu_type:
             return PlanChoice(reused, _dump(stored.plan))
-    fresh = make_plan(plan_request_from_spec(spec, cluster_gpus=cluster_gpus() if cluster_gpus else None,
-                                             learned=_all_learned(ctx, fleet_speeds)))
-    return PlanChoice(fresh if fresh.feasible else None, _dump(plan_status_from_plan(fresh)), "planned")
+    request = plan_request_from_spec(spec, cluster_gpus=cluster_gpus() if cluster_gpus else None,
+                                     learned=_all_learned(ctx, fleet_speeds))
+    fresh = make_plan(request)
+    return PlanChoice(fresh if fresh.feasible else None,
+                      _dump(plan_status_from_plan(fresh, request.workload.peak_requests_per_sec)), "planned")
 
 
 def _all_learned(ctx: Context, fleet_speeds: Callable[[], list[LearnedSpeed]] | None) -> list[LearnedSpeed]:
@@ -305,8 +307,8 @@ def _learn(ctx: Context, spec: LLMDeploymentSpec, choice: PlanChoice, revision: 
     fleet = fleet_speeds() if fleet_speeds else []  # parsed from every deployment's status: once
     request = plan_request_from_spec(spec, cluster_gpus=cluster_gpus() if cluster_gpus else None,
                                      learned=[*(stored.learned_speeds or ()), *fleet])
-    declared = request.workload
-    workload = workload_as_observed(declared, observed)
+    declared, planned_peak = request.workload, stored.plan.peak_requests_per_second
+    workload = workload_as_observed(declared, observed, planned_peak)
     fit = fit_speed_factor(engine_for_plan(request, plan), workload, observed,
                            min_requests=ctx.settings.observation_min_requests,
                            ttft_histogram_top_ms=TTFT_HISTOGRAM_BUCKETS_MS[-1])
@@ -324,7 +326,7 @@ def _learn(ctx: Context, spec: LLMDeploymentSpec, choice: PlanChoice, revision: 
                                                     round(observed.requests)))
     request = replace(request, workload=workload, space=replace(
         request.space, speed_factors=speed_factors_for(spec, [*speeds, *fleet])))
-    drift = workload_drift(declared, observed)
+    drift = workload_drift(declared, observed, planned_peak)
     advice = recommend(request, plan, drift, replicas_autoscaled=spec.autoscaling.enabled)
     if drift and advice is None:
         observation["message"] = f"{observation['message']}; {'; '.join(drift)}: the served plan meets it"[:1024]
@@ -332,7 +334,7 @@ def _learn(ctx: Context, spec: LLMDeploymentSpec, choice: PlanChoice, revision: 
               "learnedSpeeds": [_dump(s) for s in speeds] or None, "recommendation": None}
     if advice is None:
         return Learning(status)
-    recommended = plan_status_from_plan(advice.plan)
+    recommended = plan_status_from_plan(advice.plan, workload.peak_requests_per_sec)
     before = stored.recommendation
     unchanged = before is not None and before.reason == advice.reason and before.plan.summary == recommended.summary \
         and before.plan.replicas == recommended.replicas

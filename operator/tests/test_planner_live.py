@@ -12,6 +12,7 @@ from llmfleet.catalog import load_catalog
 from llmfleet.planner import PlanRequest, SearchSpace, SloTargets, Workload, plan
 from llmfleet.planner.latency import predict_at_load
 from llmfleet.planner.live import (
+    FEWER_GPUS_SPEED_MARGIN,
     MAX_SPEED_FACTOR,
     SPEED_MEMORY_REQUESTS,
     ObservedWorkload,
@@ -95,6 +96,18 @@ def test_the_observed_workload_keeps_the_declared_tail_and_never_plans_below_the
     assert busier.peak_requests_per_sec == 200.0
 
 
+def test_a_plan_made_for_a_higher_observed_peak_keeps_it_through_quieter_windows():
+    quiet = ObservedWorkload(300, 0, 0.0, 2, None)
+    planned_peak = 3 * CHAT.peak_requests_per_sec
+    assert workload_as_observed(CHAT, quiet, planned_peak).peak_requests_per_sec == planned_peak
+    assert workload_drift(CHAT, replace(quiet, requests_per_second=1.05 * planned_peak), planned_peak) == ()
+    (drift,) = workload_drift(CHAT, replace(quiet, requests_per_second=1.2 * planned_peak), planned_peak)
+    assert drift == ("540 req/s observed, above the 450 req/s the served plan was made for "
+                     "(spec.workload.peakRequestsPerSecond 150)")
+    # A plan for less than the declared peak does not lower it.
+    assert workload_as_observed(CHAT, quiet, 10.0).peak_requests_per_sec == CHAT.peak_requests_per_sec
+
+
 def test_drift_names_each_field_that_departs_from_the_spec():
     assert workload_drift(CHAT, ObservedWorkload(300, 3000, 160, 2, 400.0, 1100, 220)) == ()
     drift = workload_drift(CHAT, ObservedWorkload(300, 3000, 170, 2, 400.0, 2000, 220))
@@ -126,6 +139,29 @@ def test_a_faster_engine_than_modelled_is_a_cheaper_plan_and_an_exact_model_reco
     assert advice is not None and advice.reason == "CheaperPlan"
     assert advice.plan.gpus_total < SERVED.gpus_total
     assert recommend(request(), SERVED, (), replicas_autoscaled=False) is None
+
+
+def test_fewer_gpus_are_recommended_only_when_they_hold_with_a_margin_on_the_learned_speed():
+    def planned_gpus(factor: float) -> int:
+        return plan(request(speed_factors=(SpeedFactor(H100, SERVED.quantization, factor, 5000),))).gpus_total
+
+    # The lowest learned speed at which the planner alone would take a GPU away, to 1 %.
+    low, high = 1.0, 3.0
+    while high / low > 1.01:
+        low, high = (low, (low + high) / 2) if planned_gpus((low + high) / 2) < SERVED.gpus_total \
+            else ((low + high) / 2, high)
+    assert planned_gpus(high) < SERVED.gpus_total
+    just_faster = request(speed_factors=(SpeedFactor(H100, SERVED.quantization, high, 5000),))
+    assert recommend(just_faster, SERVED, (), replicas_autoscaled=False) is None
+    with_margin = high * (1 + FEWER_GPUS_SPEED_MARGIN) * 1.01
+    advice = recommend(request(speed_factors=(SpeedFactor(H100, SERVED.quantization, with_margin, 5000),)),
+                       SERVED, (), replicas_autoscaled=False)
+    assert advice is not None and advice.reason == "CheaperPlan" and advice.plan.gpus_total < SERVED.gpus_total
+    assert "less a 20% margin" in advice.message
+    assert any(f"use {with_margin / 1.2:.2f}x, that less a 20% margin" in line for line in advice.plan.rationale)
+    # The margin is the planner's: a plan with more GPUs is made at the learned speed.
+    slow = request(speed_factors=(SpeedFactor(H100, SERVED.quantization, 0.4, 5000),))
+    assert recommend(slow, SERVED, (), replicas_autoscaled=False).plan.gpus_total == plan(slow).gpus_total
 
 
 def test_with_an_autoscaler_a_change_of_replicas_alone_is_left_to_it():

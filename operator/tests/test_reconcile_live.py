@@ -3,6 +3,7 @@ learned from it, the recommendation, and its adoption when re-planning is automa
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -129,6 +130,26 @@ def test_automatic_replanning_serves_the_recommended_plan_as_a_new_revision():
     # Only an automatic one is passed on the next tick, to be served.
     assert not needs_periodic_pass(busy_body(learned.status), children)
     assert needs_periodic_pass(busy_body(learned.status, "Automatic"), children)
+
+
+def test_a_plan_adopted_for_traffic_above_the_declared_peak_is_not_planned_away_by_a_quiet_window():
+    status, children = settled(mode="Automatic")
+    busier = observed_at_speed(status, 1.0, rate=300.0)
+    learned = decide(busy_body(status, "Automatic"), children, SETTINGS, LATER, observed=busier)
+    assert learned.status["recommendation"]["reason"] == "WorkloadDrift"
+    adopted = decide(busy_body(learned.status, "Automatic"), children, SETTINGS, LATER)
+    assert adopted.status["plan"]["peakRequestsPerSecond"] == 300.0
+    assert adopted.status["plan"]["gpusTotal"] > status["plan"]["gpusTotal"]
+    # The new revision's first window saw hardly any traffic (its pods had just started), then a
+    # lull: neither takes the deployment back to the plan for the declared 150 req/s.
+    for quiet in (ObservedWorkload(60, 0, 0.0, 1, None), replace(busier, requests_per_second=120.0)):
+        looked = decide(busy_body(adopted.status, "Automatic"), children, SETTINGS, LATER + timedelta(seconds=300),
+                        observed=quiet)
+        assert looked.status["recommendation"] is None, looked.status["recommendation"]
+    # Traffic beyond the adopted peak is drift again, measured from it.
+    busiest = decide(busy_body(adopted.status, "Automatic"), children, SETTINGS, LATER + timedelta(seconds=300),
+                     observed=replace(busier, requests_per_second=400.0))
+    assert "above the 300 req/s the served plan was made for" in busiest.status["recommendation"]["message"]
 
 
 def test_a_new_plan_uses_the_speeds_the_fleet_learned_for_its_model():

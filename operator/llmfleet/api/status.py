@@ -85,6 +85,14 @@ class PlanStatus(ApiModel):
         description="Short form for kubectl, e.g. H100x2 FP8 (GPU, GPUs per replica, "
         "quantisation).",
     )
+    peak_requests_per_second: float | None = Field(
+        default=None,
+        gt=0,
+        description="Peak request rate the plan was made for: spec.workload.peakRequestsPerSecond, "
+        "or the higher rate observed when live re-planning made it. Quieter windows never re-plan "
+        "below it; a spec change or the llmfleet.io/replan annotation plans for the declared "
+        "workload again.",
+    )
     predicted: PlanPrediction | None = Field(
         default=None, description="Predicted performance of one replica."
     )

@@ -33,6 +33,11 @@ SPEED_MEMORY_REQUESTS = 10_000
 RATE_DRIFT = 0.10
 LENGTH_DRIFT = 0.25
 PREFIX_DRIFT = 0.2  # absolute: a share of prompt tokens
+# A re-plan builds an engine and rolls it out, and speeds fitted to different configurations
+# of one (model, GPU, format) need not agree: a plan with fewer GPUs than the served one is
+# recommended only if it meets the SLO with the learned speed this much lower, so the next
+# window's fit cannot send the deployment straight back.
+FEWER_GPUS_SPEED_MARGIN = 0.2
 _BISECTION_STEPS = 40
 
 
@@ -68,10 +73,17 @@ class Recommendation:
     plan: Plan
 
 
-def workload_as_observed(declared: Workload, observed: ObservedWorkload) -> Workload:
+def _peak(declared: Workload, planned_peak_requests_per_sec: float | None) -> float:
+    return max(declared.peak_requests_per_sec, planned_peak_requests_per_sec or 0.0)
+
+
+def workload_as_observed(declared: Workload, observed: ObservedWorkload,
+                         planned_peak_requests_per_sec: float | None = None) -> Workload:
     """The declared workload with what was observed: mean lengths and prefix reuse where the
     release exports them (the p99s scaled with the means, keeping the declared tail), and the
-    observed rate where it is above the declared peak."""
+    observed rate where it is above the peak. The peak is the declared one or, when higher, the
+    one the served plan was made for: a re-plan for traffic above the declared peak holds
+    through quieter windows (a revision's first, a lull), which would otherwise plan it away."""
     def scaled(mean: float, p99: float, seen: float | None) -> tuple[float, float]:
         return (mean, p99) if seen is None or seen <= 0 else (seen, max(seen, p99 * seen / mean))
 
@@ -82,16 +94,21 @@ def workload_as_observed(declared: Workload, observed: ObservedWorkload) -> Work
     prefix = declared.prefix_sharing_fraction if observed.prefix_reuse_fraction is None else \
         max(0.0, observed.prefix_reuse_fraction)
     return Workload(input_mean, input_p99, output_mean, output_p99,
-                    max(declared.peak_requests_per_sec, observed.requests_per_second),
+                    max(_peak(declared, planned_peak_requests_per_sec), observed.requests_per_second),
                     min(prefix, prefix_limit))
 
 
-def workload_drift(declared: Workload, observed: ObservedWorkload) -> tuple[str, ...]:
-    """How the observed workload departs from the declared one, one statement per field."""
+def workload_drift(declared: Workload, observed: ObservedWorkload,
+                   planned_peak_requests_per_sec: float | None = None) -> tuple[str, ...]:
+    """How the observed workload departs from the declared one (its rate from the peak the
+    served plan was made for, when that is higher), one statement per field."""
     drift = []
-    if observed.requests_per_second > declared.peak_requests_per_sec * (1 + RATE_DRIFT):
-        drift.append(f"{observed.requests_per_second:.3g} req/s observed, above spec.workload."
-                     f"peakRequestsPerSecond {declared.peak_requests_per_sec:g}")
+    peak = _peak(declared, planned_peak_requests_per_sec)
+    if observed.requests_per_second > peak * (1 + RATE_DRIFT):
+        declared_peak = f"spec.workload.peakRequestsPerSecond {declared.peak_requests_per_sec:g}"
+        above = declared_peak if peak == declared.peak_requests_per_sec else \
+            f"the {peak:.3g} req/s the served plan was made for ({declared_peak})"
+        drift.append(f"{observed.requests_per_second:.3g} req/s observed, above {above}")
     for seen, mean, field in ((observed.input_tokens_mean, declared.input_tokens_mean, "inputTokensMean"),
                               (observed.output_tokens_mean, declared.output_tokens_mean, "outputTokensMean")):
         if seen is not None and abs(seen / mean - 1) > LENGTH_DRIFT:
@@ -176,10 +193,16 @@ def recommend(request: PlanRequest, current: Plan, drift: tuple[str, ...], *, re
               catalog: Catalog | None = None) -> Recommendation | None:
     """A plan for `request` (the observed workload, the learned speed factors) when it differs
     from `current` in what a re-plan would change: the configuration, or the replicas when no
-    autoscaler sets them. None when the current plan stands or nothing meets the SLO."""
+    autoscaler sets them. None when the current plan stands or nothing meets the SLO. A plan
+    with fewer GPUs is made with every speed `FEWER_GPUS_SPEED_MARGIN` slower than learned."""
     candidate = make_plan(request, catalog)
     if not candidate.feasible:
         return None
+    if candidate.gpus_total < current.gpus_total:
+        candidate = make_plan(replace(request, space=replace(request.space, speed_margin=FEWER_GPUS_SPEED_MARGIN)),
+                              catalog)
+        if not candidate.feasible or candidate.gpus_total >= current.gpus_total:
+            return None
     configuration = ("gpu_type", "tensor_parallel_size", "quantization", "kv_cache_dtype")
     same_configuration = all(getattr(candidate, f) == getattr(current, f) for f in configuration)
     if same_configuration and (replicas_autoscaled or candidate.replicas == current.replicas):
@@ -189,7 +212,8 @@ def recommend(request: PlanRequest, current: Plan, drift: tuple[str, ...], *, re
     elif not _meets_slo(request, current, catalog):
         reason, why = Reason.SLO_AT_RISK, "with the learned speeds the served plan misses the SLO at the peak"
     elif candidate.gpus_total < current.gpus_total:
-        reason, why = Reason.CHEAPER_PLAN, "with the learned speeds a plan with fewer GPUs meets the SLO"
+        reason, why = Reason.CHEAPER_PLAN, (f"with the learned speeds less a {FEWER_GPUS_SPEED_MARGIN:.0%} margin "
+                                            "a plan with fewer GPUs meets the SLO")
     else:
         return None
     learned = [f"{s.gpu_type} {s.quantization} {s.factor:.2f}x ({s.requests} requests)"

@@ -117,7 +117,7 @@ def engine_in_space(model: ModelArch, option: _Option, catalog: Catalog, space: 
     space learned for it, else the model's own speed)."""
     if speed_factor is None:
         learned = space.speed_factor(option.gpu.name, option.quantization.name)
-        speed_factor = learned.factor if learned else 1.0
+        speed_factor = (learned.factor if learned else 1.0) / (1 + space.speed_margin)
     return build_engine(model, option.gpu, option.quantization, option.kv_dtype, option.tensor_parallel_size,
                         catalog.calibration, max_batch_size=space.max_batch_size,
                         max_num_tokens=space.max_num_tokens,
@@ -399,9 +399,15 @@ def _plan_from(outcome: _Outcome, feasible: bool, request: PlanRequest, evaluate
         f"runtime {_gib(fit.runtime_reserve_bytes)}, KV pool {_gib(fit.kv_budget_bytes_per_gpu)} = "
         f"{fit.kv_capacity_tokens} tokens, {predicted.max_concurrent_requests} requests at p99 context")
     learned = request.space.speed_factor(option.gpu.name, option.quantization.name)
+    margin = request.space.speed_margin
     if learned is not None:
         rationale.append(f"live metrics: {learned.gpu_type} {learned.quantization} ran at {learned.factor:.2f}x the "
-                         f"modelled speed over {learned.requests} requests; predictions for {option.label} use that")
+                         f"modelled speed over {learned.requests} requests; predictions for {option.label} use "
+                         + (f"{learned.factor / (1 + margin):.2f}x, that less a {margin:.0%} margin" if margin
+                            else "that"))
+    elif margin:
+        rationale.append(f"predictions for {option.label} use {1 / (1 + margin):.2f}x the modelled speed, "
+                         f"a {margin:.0%} margin")
     budget = request.slo.max_quality_loss_percent
     rationale.append(f"quality cost {option.quality_cost_percent:.1f}% ({option.quantization.name} + KV "
                      f"{option.kv_dtype.name})" + (f" within the {budget:g}% budget" if budget is not None else ""))

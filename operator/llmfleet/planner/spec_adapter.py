@@ -276,8 +276,9 @@ def _closest_option(plan: Plan) -> ApiRejectedOption | None:
     return _rejected_option(configuration + replicas, reason)
 
 
-def plan_status_from_plan(plan: Plan) -> PlanStatus:
-    """`status.plan` for a planner result, within the API's size limits.
+def plan_status_from_plan(plan: Plan, peak_requests_per_second: float | None = None) -> PlanStatus:
+    """`status.plan` for a planner result, within the API's size limits, with the peak rate
+    it was planned for.
 
     A feasible plan fills the configuration and predictions. An infeasible one leaves them
     empty (nothing is served) and puts the closest option first in `rejected`.
@@ -298,6 +299,7 @@ def plan_status_from_plan(plan: Plan) -> PlanStatus:
         replicas=plan.replicas,
         gpus_total=plan.gpus_total,
         summary=plan.summary,
+        peak_requests_per_second=peak_requests_per_second,
         predicted=_prediction(plan.predicted),
         rationale=rationale,
         capacity_shortfall=_fit(plan.shortfall.message, MAX_STATUS_LINE_CHARS) if plan.shortfall else None,

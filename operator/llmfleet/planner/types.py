@@ -123,6 +123,9 @@ class SearchSpace:
     cluster_gpus: ClusterGpus | None = None
     # Learned from live metrics; a configuration without one is taken as the model says.
     speed_factors: tuple[SpeedFactor, ...] = ()
+    # Plan as if every engine ran this share slower than learned (or modelled): the hysteresis
+    # of a re-plan to fewer GPUs.
+    speed_margin: float = 0.0
 
     def speed_factor(self, gpu_type: str, quantization: str) -> SpeedFactor | None:
         """The factor learned for this GPU type and format; else, conservatively, the best known
