@@ -26,7 +26,7 @@ import kopf
 
 from llmfleet.api import GROUP, KIND, PLURAL, VERSION
 from llmfleet.heap import release_free_heap
-from llmfleet.k8s import CHILD_KINDS, KubeGateway, NamespaceTerminating, load_api_client
+from llmfleet.k8s import CHILD_KINDS, KubeGateway, NamespaceTerminating, ObjectGone, load_api_client
 from llmfleet.k8s.kopf_session import bounded_session
 from llmfleet.metrics import PrometheusMetrics
 from llmfleet.planner.cluster import GPU_POD_FIELD_SELECTOR, cluster_gpus, gpu_node, gpu_pod
@@ -43,10 +43,10 @@ log = logging.getLogger(__name__)
 _object_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
 # When each object's last pass ended (monotonic seconds), for the resync.
 _last_pass: dict[str, float] = {}
-# Deployments whose namespace was found going or gone: the ticker marks them no more. A watch
-# by namespace pattern stops before it reports the deletion of a deleted namespace's objects,
-# so they stay in the indexes (until a restart lists the cluster afresh).
-_in_gone_namespace: set[str] = set()
+# Deployments found gone, or in a namespace going or gone: the ticker marks them no more. A
+# watch by namespace pattern stops before it reports the deletion of a deleted namespace's
+# objects, so they stay in the indexes (until a restart lists the cluster afresh).
+_gone: set[str] = set()
 # When each object's traffic was last read (monotonic seconds): an observation that told nothing
 # new is not written to status, so status alone cannot pace them.
 _observed_at: dict[str, float] = {}
@@ -227,7 +227,11 @@ def _run(body, memo, indexes) -> None:
         except NamespaceTerminating as going:
             # The object goes with its namespace (deletion reaches it after its children).
             log.debug("namespace %s is being deleted or gone; not reconciling %s", going, body["metadata"]["name"])
-            _in_gone_namespace.add(uid)
+            _gone.add(uid)
+        except ObjectGone as gone:
+            log.debug("%s is gone; not reconciling it", gone)
+            if uid in indexes["llm_deployments"]:  # else its deletion was seen: nothing to skip
+                _gone.add(uid)
         finally:
             _last_pass[uid] = time.monotonic()
 
@@ -257,7 +261,7 @@ def _due(indexes, settings: OperatorSettings, now_s: float, now: datetime.dateti
     for store in list(indexes["llm_deployments"].values()):
         for body in list(store):
             uid = body["metadata"]["uid"]
-            if uid in _in_gone_namespace:
+            if uid in _gone:
                 continue
             stale = now_s - _last_pass.get(uid, 0.0) >= resync_after_seconds(uid, settings)
             if (stale or needs_periodic_pass(body, _children(uid, indexes))
@@ -331,4 +335,4 @@ def on_delete(body, **_) -> None:
     _object_locks.pop(uid, None)
     _last_pass.pop(uid, None)
     _observed_at.pop(uid, None)
-    _in_gone_namespace.discard(uid)
+    _gone.discard(uid)

@@ -14,7 +14,7 @@ import yaml
 
 from llmfleet import handlers
 from llmfleet.handlers import filter_watches, indexed, login, on_child_event, resync_after_seconds
-from llmfleet.k8s import CHILD_KINDS
+from llmfleet.k8s import CHILD_KINDS, ObjectGone
 from llmfleet.planner.cluster import GPU_POD_FIELD_SELECTOR
 from llmfleet.render.identity import MANAGED_BY_LABEL
 from llmfleet.reconcile import OperatorSettings
@@ -187,8 +187,29 @@ def test_the_ticker_stops_marking_a_deployment_whose_namespace_went():
     now = datetime.datetime(2026, 12, 5, tzinfo=datetime.timezone.utc)
     never_passed_s = settings.resync_seconds * 10  # its resync is due
     assert handlers._due(indexes, settings, never_passed_s, now) == [deployment]
-    handlers._in_gone_namespace.add("in-gone-namespace")
+    handlers._gone.add("in-gone-namespace")
     try:
         assert handlers._due(indexes, settings, never_passed_s, now) == []
     finally:
-        handlers._in_gone_namespace.discard("in-gone-namespace")
+        handlers._gone.discard("in-gone-namespace")
+
+
+def test_a_pass_that_finds_its_deployment_gone_stops_the_ticker_marking_it(monkeypatch):
+    deployment = {"apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
+                  "metadata": {"name": "chat", "namespace": "gone", "uid": "gone-uid"}, "spec": {}}
+    indexes = {"llm_deployments": {"gone-uid": [deployment]}, **{f"children_{kind.plural}": {} for kind in CHILD_KINDS}}
+    memo = kopf.Memo(gateway=None, operator_settings=OperatorSettings(), metrics=None)
+
+    def status_patch_refused(*_, **__):
+        raise ObjectGone("gone/chat")  # as the gateway says a 404 on the status patch
+
+    monkeypatch.setattr(handlers, "reconcile", status_patch_refused)
+    try:
+        handlers._run(deployment, memo, indexes)
+        assert "gone-uid" in handlers._gone
+        handlers._gone.clear()
+        # Its deletion already seen (no longer indexed): nothing is kept about it.
+        handlers._run(deployment, memo, {**indexes, "llm_deployments": {}})
+        assert "gone-uid" not in handlers._gone
+    finally:
+        handlers._gone.discard("gone-uid")

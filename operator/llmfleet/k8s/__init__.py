@@ -1,6 +1,6 @@
 """The only package that talks to the Kubernetes API."""
 
-from llmfleet.k8s.gateway import KubeGateway, NamespaceTerminating, WriteRefused, load_api_client
+from llmfleet.k8s.gateway import KubeGateway, NamespaceTerminating, ObjectGone, WriteRefused, load_api_client
 from llmfleet.render.identity import CHILD_KINDS
 
-__all__ = ["CHILD_KINDS", "KubeGateway", "NamespaceTerminating", "WriteRefused", "load_api_client"]
+__all__ = ["CHILD_KINDS", "KubeGateway", "NamespaceTerminating", "ObjectGone", "WriteRefused", "load_api_client"]

@@ -26,6 +26,12 @@ class NamespaceTerminating(Exception):
     objects go."""
 
 
+class ObjectGone(Exception):
+    """The LLMDeployment is no longer in the API although an index still holds it: its
+    namespace went while the operator watched namespaces by pattern (the watch stops before it
+    reports the objects' deletion)."""
+
+
 class WriteRefused(Exception):
     """The apiserver refused to write a child (the Service range full, a webhook, a quota...):
     which object, and the apiserver's own words."""
@@ -205,7 +211,8 @@ class KubeGateway:
     def patch_status(self, namespace: str, name: str, status: dict, resource_version: str | None = None) -> bool:
         """One merge patch of the status subresource; lists in it replace the old ones. With
         `resource_version`, only if the object is still at that version: False when it has
-        changed since (the pass worked from a stale copy; the next pass sees the new one)."""
+        changed since (the pass worked from a stale copy; the next pass sees the new one).
+        Raises ObjectGone when the object is not there."""
         patch = {"status": status}
         if resource_version:
             patch["metadata"] = {"resourceVersion": resource_version}
@@ -215,8 +222,9 @@ class KubeGateway:
         except ApiException as error:
             if error.status == 409:
                 return False
-            if error.status != 404:
-                raise
+            if error.status == 404:
+                raise ObjectGone(f"{namespace}/{name}") from None
+            raise
         return True
 
     def emit_event(self, body: dict, event_type: str, reason: str, message: str) -> None:
