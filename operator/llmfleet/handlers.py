@@ -43,10 +43,11 @@ log = logging.getLogger(__name__)
 _object_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
 # When each object's last pass ended (monotonic seconds), for the resync.
 _last_pass: dict[str, float] = {}
-# Deployments found gone, or in a namespace going or gone: the ticker marks them no more. A
-# watch by namespace pattern stops before it reports the deletion of a deleted namespace's
-# objects, so they stay in the indexes (until a restart lists the cluster afresh).
-_gone: set[str] = set()
+# Deployments found gone, or in a namespace going or gone, by uid, with the (namespace, label
+# value) their pods carry: the ticker marks them no more and their pods hold no GPUs for a
+# plan. A watch by namespace pattern stops before it reports the deletion of a deleted
+# namespace's objects, so they stay in the indexes (until a restart lists the cluster afresh).
+_gone: dict[str, tuple[str, str]] = {}
 # When each object's traffic was last read (monotonic seconds): an observation that told nothing
 # new is not written to status, so status alone cannot pace them.
 _observed_at: dict[str, float] = {}
@@ -190,11 +191,18 @@ def _priority(body, indexes) -> int:
     return next(iter(indexes["priority_classes"].get(name, ())), 0)
 
 
+def _pods_label(metadata: dict) -> tuple[str, str]:
+    """The namespace and deployment label value of an LLMDeployment's pods."""
+    return metadata["namespace"], selector_labels(metadata["name"])[DEPLOYMENT_LABEL]
+
+
 def _cluster_gpus(body, indexes):
-    metadata = body["metadata"]
-    return lambda: cluster_gpus(indexes["gpu_nodes"].get(None, ()), indexes["gpu_pods"].get(None, ()),
-                                metadata["namespace"], selector_labels(metadata["name"])[DEPLOYMENT_LABEL],
-                                _priority(body, indexes))
+    def gpus():
+        gone = set(_gone.values())
+        pods = [pod for pod in indexes["gpu_pods"].get(None, ()) if (pod.namespace, pod.deployment) not in gone]
+        return cluster_gpus(indexes["gpu_nodes"].get(None, ()), pods, *_pods_label(body["metadata"]),
+                            _priority(body, indexes))
+    return gpus
 
 
 def _fleet_speeds(indexes):
@@ -227,11 +235,11 @@ def _run(body, memo, indexes) -> None:
         except NamespaceTerminating as going:
             # The object goes with its namespace (deletion reaches it after its children).
             log.debug("namespace %s is being deleted or gone; not reconciling %s", going, body["metadata"]["name"])
-            _gone.add(uid)
+            _gone[uid] = _pods_label(body["metadata"])
         except ObjectGone as gone:
             log.debug("%s is gone; not reconciling it", gone)
             if uid in indexes["llm_deployments"]:  # else its deletion was seen: nothing to skip
-                _gone.add(uid)
+                _gone[uid] = _pods_label(body["metadata"])
         finally:
             _last_pass[uid] = time.monotonic()
 
@@ -335,4 +343,4 @@ def on_delete(body, **_) -> None:
     _object_locks.pop(uid, None)
     _last_pass.pop(uid, None)
     _observed_at.pop(uid, None)
-    _gone.discard(uid)
+    _gone.pop(uid, None)

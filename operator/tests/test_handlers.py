@@ -15,10 +15,11 @@ import yaml
 from llmfleet import handlers
 from llmfleet.handlers import filter_watches, indexed, login, on_child_event, resync_after_seconds
 from llmfleet.k8s import CHILD_KINDS, ObjectGone
-from llmfleet.planner.cluster import GPU_POD_FIELD_SELECTOR
-from llmfleet.render.identity import MANAGED_BY_LABEL
+from llmfleet.planner.cluster import GPU_POD_FIELD_SELECTOR, gpu_node, gpu_pod
+from llmfleet.render.identity import DEPLOYMENT_LABEL, MANAGED_BY_LABEL
 from llmfleet.reconcile import OperatorSettings
 from llmfleet.workqueue import PassQueue
+from test_planner_cluster import node, pod
 
 MANAGED_FIELDS = [{"manager": "llmfleet", "operation": "Apply", "fieldsV1": {"f:spec": {"f:replicas": {}}}}]
 
@@ -187,11 +188,11 @@ def test_the_ticker_stops_marking_a_deployment_whose_namespace_went():
     now = datetime.datetime(2026, 12, 5, tzinfo=datetime.timezone.utc)
     never_passed_s = settings.resync_seconds * 10  # its resync is due
     assert handlers._due(indexes, settings, never_passed_s, now) == [deployment]
-    handlers._gone.add("in-gone-namespace")
+    handlers._gone["in-gone-namespace"] = ("gone", "chat")
     try:
         assert handlers._due(indexes, settings, never_passed_s, now) == []
     finally:
-        handlers._gone.discard("in-gone-namespace")
+        handlers._gone.pop("in-gone-namespace", None)
 
 
 def test_a_pass_that_finds_its_deployment_gone_stops_the_ticker_marking_it(monkeypatch):
@@ -207,9 +208,23 @@ def test_a_pass_that_finds_its_deployment_gone_stops_the_ticker_marking_it(monke
     try:
         handlers._run(deployment, memo, indexes)
         assert "gone-uid" in handlers._gone
-        handlers._gone.clear()
+        handlers._gone.pop("gone-uid")
         # Its deletion already seen (no longer indexed): nothing is kept about it.
         handlers._run(deployment, memo, {**indexes, "llm_deployments": {}})
         assert "gone-uid" not in handlers._gone
     finally:
-        handlers._gone.discard("gone-uid")
+        handlers._gone.pop("gone-uid", None)
+
+
+def test_the_pods_of_a_deployment_found_gone_hold_no_gpus_for_a_plan():
+    nodes = [gpu_node(node("n1", "NVIDIA-H100-80GB-HBM3", gpus=8))]
+    pods = [gpu_pod(pod("gone", "n1", 4, deployment="batch"), DEPLOYMENT_LABEL),
+            gpu_pod(pod("serving", "n1", 2, deployment="other"), DEPLOYMENT_LABEL)]
+    indexes = {"gpu_nodes": {None: nodes}, "gpu_pods": {None: pods}, "priority_classes": {}}
+    body = {"metadata": {"name": "chat", "namespace": "serving", "uid": "chat-uid"}, "spec": {}}
+    assert [c.free for c in handlers._cluster_gpus(body, indexes)().capacities] == [2]
+    handlers._gone["batch-uid"] = ("gone", "batch")
+    try:
+        assert [c.free for c in handlers._cluster_gpus(body, indexes)().capacities] == [6]
+    finally:
+        handlers._gone.pop("batch-uid")
