@@ -43,11 +43,8 @@ log = logging.getLogger(__name__)
 _object_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
 # When each object's last pass ended (monotonic seconds), for the resync.
 _last_pass: dict[str, float] = {}
-# Deployments found gone, or in a namespace going or gone, by uid, with the (namespace, label
-# value) their pods carry: the ticker marks them no more and their pods hold no GPUs for a
-# plan. A watch by namespace pattern stops before it reports the deletion of a deleted
-# namespace's objects, so they stay in the indexes (until a restart lists the cluster afresh).
-_gone: dict[str, tuple[str, str]] = {}
+# Deployments found gone, or in a namespace being deleted: the ticker marks them no more.
+_gone: set[str] = set()
 # When each object's traffic was last read (monotonic seconds): an observation that told nothing
 # new is not written to status, so status alone cannot pace them.
 _observed_at: dict[str, float] = {}
@@ -178,6 +175,14 @@ def _gpu_pod(body, **_) -> dict | None:
     return {None: pod} if pod is not None else None
 
 
+# The namespaces that exist. A watch by namespace pattern stops before it reports the deletion
+# of a deleted namespace's objects, so they stay in the other indexes (until a restart lists the
+# cluster afresh): deployments and pods in a namespace not here are neither passed nor counted.
+@kopf.index("", "v1", "namespaces", id="namespaces")
+def _namespace(body, **_) -> dict:
+    return {body["metadata"]["name"]: True}
+
+
 # PriorityClass values by name, and the cluster's default (globalDefault) under None.
 @kopf.index("scheduling.k8s.io", "v1", "priorityclasses", id="priority_classes")
 def _priority_class(body, **_) -> dict:
@@ -191,17 +196,13 @@ def _priority(body, indexes) -> int:
     return next(iter(indexes["priority_classes"].get(name, ())), 0)
 
 
-def _pods_label(metadata: dict) -> tuple[str, str]:
-    """The namespace and deployment label value of an LLMDeployment's pods."""
-    return metadata["namespace"], selector_labels(metadata["name"])[DEPLOYMENT_LABEL]
-
-
 def _cluster_gpus(body, indexes):
+    metadata = body["metadata"]
+
     def gpus():
-        gone = set(_gone.values())
-        pods = [pod for pod in indexes["gpu_pods"].get(None, ()) if (pod.namespace, pod.deployment) not in gone]
-        return cluster_gpus(indexes["gpu_nodes"].get(None, ()), pods, *_pods_label(body["metadata"]),
-                            _priority(body, indexes))
+        pods = [pod for pod in indexes["gpu_pods"].get(None, ()) if pod.namespace in indexes["namespaces"]]
+        return cluster_gpus(indexes["gpu_nodes"].get(None, ()), pods, metadata["namespace"],
+                            selector_labels(metadata["name"])[DEPLOYMENT_LABEL], _priority(body, indexes))
     return gpus
 
 
@@ -235,11 +236,11 @@ def _run(body, memo, indexes) -> None:
         except NamespaceTerminating as going:
             # The object goes with its namespace (deletion reaches it after its children).
             log.debug("namespace %s is being deleted or gone; not reconciling %s", going, body["metadata"]["name"])
-            _gone[uid] = _pods_label(body["metadata"])
+            _gone.add(uid)
         except ObjectGone as gone:
             log.debug("%s is gone; not reconciling it", gone)
             if uid in indexes["llm_deployments"]:  # else its deletion was seen: nothing to skip
-                _gone[uid] = _pods_label(body["metadata"])
+                _gone.add(uid)
         finally:
             _last_pass[uid] = time.monotonic()
 
@@ -269,7 +270,7 @@ def _due(indexes, settings: OperatorSettings, now_s: float, now: datetime.dateti
     for store in list(indexes["llm_deployments"].values()):
         for body in list(store):
             uid = body["metadata"]["uid"]
-            if uid in _gone:
+            if uid in _gone or body["metadata"]["namespace"] not in indexes["namespaces"]:
                 continue
             stale = now_s - _last_pass.get(uid, 0.0) >= resync_after_seconds(uid, settings)
             if (stale or needs_periodic_pass(body, _children(uid, indexes))
@@ -343,4 +344,4 @@ def on_delete(body, **_) -> None:
     _object_locks.pop(uid, None)
     _last_pass.pop(uid, None)
     _observed_at.pop(uid, None)
-    _gone.pop(uid, None)
+    _gone.discard(uid)

@@ -179,20 +179,21 @@ def test_watches_are_filtered_on_the_server_to_what_the_handlers_read():
     assert settings.watching.label_selectors.collect(llm) == settings.watching.field_selectors.collect(llm) == []
 
 
-def test_the_ticker_stops_marking_a_deployment_whose_namespace_went():
+def test_the_ticker_passes_no_deployment_found_gone_or_whose_namespace_went():
     deployment = {"apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
-                  "metadata": {"name": "chat", "namespace": "gone", "uid": "in-gone-namespace"}, "spec": {}}
-    indexes = {"llm_deployments": {"in-gone-namespace": [deployment]},
+                  "metadata": {"name": "chat", "namespace": "serving", "uid": "chat-uid"}, "spec": {}}
+    indexes = {"llm_deployments": {"chat-uid": [deployment]}, "namespaces": {"serving": [True]},
                **{f"children_{kind.plural}": {} for kind in CHILD_KINDS}}
     settings = OperatorSettings()
     now = datetime.datetime(2026, 12, 5, tzinfo=datetime.timezone.utc)
     never_passed_s = settings.resync_seconds * 10  # its resync is due
     assert handlers._due(indexes, settings, never_passed_s, now) == [deployment]
-    handlers._gone["in-gone-namespace"] = ("gone", "chat")
+    assert handlers._due({**indexes, "namespaces": {}}, settings, never_passed_s, now) == []
+    handlers._gone.add("chat-uid")
     try:
         assert handlers._due(indexes, settings, never_passed_s, now) == []
     finally:
-        handlers._gone.pop("in-gone-namespace", None)
+        handlers._gone.discard("chat-uid")
 
 
 def test_a_pass_that_finds_its_deployment_gone_stops_the_ticker_marking_it(monkeypatch):
@@ -208,23 +209,21 @@ def test_a_pass_that_finds_its_deployment_gone_stops_the_ticker_marking_it(monke
     try:
         handlers._run(deployment, memo, indexes)
         assert "gone-uid" in handlers._gone
-        handlers._gone.pop("gone-uid")
+        handlers._gone.discard("gone-uid")
         # Its deletion already seen (no longer indexed): nothing is kept about it.
         handlers._run(deployment, memo, {**indexes, "llm_deployments": {}})
         assert "gone-uid" not in handlers._gone
     finally:
-        handlers._gone.pop("gone-uid", None)
+        handlers._gone.discard("gone-uid")
 
 
-def test_the_pods_of_a_deployment_found_gone_hold_no_gpus_for_a_plan():
+def test_pods_in_a_namespace_that_went_hold_no_gpus_for_a_plan():
     nodes = [gpu_node(node("n1", "NVIDIA-H100-80GB-HBM3", gpus=8))]
     pods = [gpu_pod(pod("gone", "n1", 4, deployment="batch"), DEPLOYMENT_LABEL),
             gpu_pod(pod("serving", "n1", 2, deployment="other"), DEPLOYMENT_LABEL)]
-    indexes = {"gpu_nodes": {None: nodes}, "gpu_pods": {None: pods}, "priority_classes": {}}
+    indexes = {"gpu_nodes": {None: nodes}, "gpu_pods": {None: pods}, "priority_classes": {},
+               "namespaces": {"serving": [True], "gone": [True]}}
     body = {"metadata": {"name": "chat", "namespace": "serving", "uid": "chat-uid"}, "spec": {}}
     assert [c.free for c in handlers._cluster_gpus(body, indexes)().capacities] == [2]
-    handlers._gone["batch-uid"] = ("gone", "batch")
-    try:
-        assert [c.free for c in handlers._cluster_gpus(body, indexes)().capacities] == [6]
-    finally:
-        handlers._gone.pop("batch-uid")
+    indexes["namespaces"] = {"serving": [True]}
+    assert [c.free for c in handlers._cluster_gpus(body, indexes)().capacities] == [6]
