@@ -140,12 +140,19 @@ def condition(obj: dict, kind: str) -> dict | None:
 
 
 def wait_until_ready(sandbox: "Sandbox", name: str, namespace: str, timeout: float = 180) -> dict:
-    """Wait for an LLMDeployment's Ready condition; returns the object."""
+    """Wait for an LLMDeployment's Ready condition; returns the object. A timeout names the
+    conditions last seen."""
+    seen: list[dict] = []
+
     def ready():
         deployment = sandbox.kubectl_json("get", "llmdeployment", name, "-n", namespace)
-        conditions = (deployment.get("status") or {}).get("conditions") or []
-        return deployment if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) else None
-    return wait_for(ready, timeout, f"{namespace}/{name} Ready")
+        seen[:] = (deployment.get("status") or {}).get("conditions") or []
+        return deployment if any(c["type"] == "Ready" and c["status"] == "True" for c in seen) else None
+    try:
+        return wait_for(ready, timeout, f"{namespace}/{name} Ready")
+    except AssertionError as timed_out:
+        said = "; ".join(f"{c['type']}={c['status']} {c.get('reason', '')}: {c.get('message', '')}" for c in seen)
+        raise AssertionError(f"{timed_out}; conditions: {said or 'none'}") from None
 
 
 def service_target(sandbox: "Sandbox", name: str, namespace: str, timeout: float = 30) -> str:
