@@ -27,9 +27,9 @@ class NamespaceTerminating(Exception):
 
 
 class ObjectGone(Exception):
-    """The LLMDeployment is no longer in the API although an index still holds it: its
-    namespace went while the operator watched namespaces by pattern (the watch stops before it
-    reports the objects' deletion)."""
+    """The LLMDeployment's status patch found no object (404): it was deleted while a pass ran
+    on its last copy, or an index still holds it after its namespace went (a watch by
+    namespace pattern stops before it reports the objects' deletion)."""
 
 
 class WriteRefused(Exception):
