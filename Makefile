@@ -26,11 +26,15 @@ apt-packages:
 	test -x /usr/bin/aws || missing="$$missing awscli"; \
 	command -v nsenter >/dev/null || missing="$$missing util-linux"; \
 	command -v ip >/dev/null || missing="$$missing iproute2"; \
+	dpkg -s libjemalloc2 >/dev/null 2>&1 || missing="$$missing libjemalloc2"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
+	@# The path the chart preloads jemalloc from, as the image links it (host operators in e2e and bench).
+	@test -e /usr/local/lib/libjemalloc.so.2 || \
+	  $(SUDO) ln -s "$$(dpkg -L libjemalloc2 | grep '/libjemalloc.so.2$$')" /usr/local/lib/libjemalloc.so.2
 
 python-env: $(VENV)/.installed
 

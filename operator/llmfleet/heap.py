@@ -2,7 +2,9 @@
 
 What a thread frees stays in its glibc arena: after a burst (a thousand deployments created at
 once) the operator's RSS stayed near the burst's peak although the objects were gone
-(docs/benchmarks/scale.md). malloc_trim(0) returns the free pages of every arena.
+(docs/benchmarks/scale.md). malloc_trim(0) returns the free pages of every arena. Where the
+chart preloads jemalloc, glibc's arenas hold next to nothing and this finds little to return;
+jemalloc's background thread returns its own free pages.
 """
 
 from __future__ import annotations
