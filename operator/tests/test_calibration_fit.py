@@ -19,15 +19,16 @@ DENSE = ("llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "mistral-7b")
 MODELS = (*DENSE, "mixtral-8x7b")
 AMPERE, ADA, BLACKWELL = (cf.GENERATION_FACTORS[generation] for generation in ("ampere", "ada", "blackwell"))
 ADA_LINK = cf.INTERCONNECT_FACTORS["ada"]
+TP2, TP4, TP8 = (cf.TENSOR_PARALLEL_FACTORS[tp] for tp in (2, 4, 8))
 
-# Held-out rows (TensorRT-LLM v0.14 perf overview, never fitted): the targets are a median
+# Held-out rows (TensorRT-LLM v0.20 perf overview, never fitted): the targets are a median
 # |estimate/measured - 1| of 12 % and a p90 of 30 %, with no group's median estimate/measured above
 # 1.10. The written factors MISS them (docs/planner.md, docs/benchmarks/calibration.md): these are
-# the bounds achieved (17.3 %, 51.4 %, 1.165 at the written point), rounded up a little, so that
+# the bounds achieved (16.3 %, 39.4 %, 1.170 at the written point), rounded up a little, so that
 # the test fails if the held-out error grows. Met targets would replace them.
-HOLDOUT_MEDIAN_ACHIEVED = 0.18
-HOLDOUT_P90_ACHIEVED = 0.53
-HOLDOUT_GROUP_MEDIAN_RATIO_ACHIEVED = 1.17
+HOLDOUT_MEDIAN_ACHIEVED = 0.17
+HOLDOUT_P90_ACHIEVED = 0.40
+HOLDOUT_GROUP_MEDIAN_RATIO_ACHIEVED = 1.18
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +42,13 @@ def test_the_fit_reproduces_the_factors_in_calibration_yaml():
     values = cf.factor_values(fitted)
     # The own factors the data moves away from 1 (the shared ones are held).
     assert values[BLACKWELL] < 1.0 and values[cf.MOE_FACTOR] < 1.0 and values[ADA_LINK] < 1.0
+    # Each rank reaches less of its peak as TP grows.
+    assert 1.0 > values[TP2] > values[TP4] > values[TP8]
 
 
 def test_the_fit_does_not_start_from_the_values_it_reproduces():
     edited = cf.with_factors(CATALOG.calibration, {BLACKWELL: 1.3, AMPERE: 0.5, cf.MOE_FACTOR: 1.4,
-                                                   ADA_LINK: 0.4, "step_overhead_ms": 9.0,
+                                                   ADA_LINK: 0.4, TP4: 1.5, "step_overhead_ms": 9.0,
                                                    "memory_bandwidth_efficiency": 0.95})
     other = dataclasses.replace(CATALOG, calibration=edited)
     assert cf.factor_values(cf.fit(ROWS, other)) == cf.factor_values(cf.fit(ROWS, CATALOG))
@@ -89,7 +92,8 @@ def test_an_own_factor_changes_only_the_estimates_it_applies_to(factor):
     configurations = [("llama-3.1-8b", H100, 1, "FP8", "FP8"), ("llama-3.1-70b", H200, 4, "FP8", "FP8"),
                       ("llama-3.1-8b", A100, 1, "BF16", "FP16"), ("llama-3.1-70b", A100, 4, "FP16", "FP16"),
                       ("llama-3.1-8b", L40S, 1, "FP8", "FP8"), ("llama-3.1-70b", L40S, 4, "FP8", "FP8"),
-                      ("llama-3.1-70b", B200, 1, "NVFP4", "FP8"), ("mixtral-8x7b", H100, 2, "FP8", "FP8")]
+                      ("llama-3.1-70b", B200, 1, "NVFP4", "FP8"), ("mixtral-8x7b", H100, 2, "FP8", "FP8"),
+                      ("llama-3.1-405b", H100, 8, "FP8", "FP8")]
     changed = set()
     for model, gpu, tp, quantization, kv in configurations:
         args = (model, gpu, tp, quantization, kv, 1000, 200, 8)
@@ -102,6 +106,9 @@ def test_an_own_factor_changes_only_the_estimates_it_applies_to(factor):
         BLACKWELL: {("llama-3.1-70b", B200, 1)},
         ADA_LINK: {("llama-3.1-70b", L40S, 4)},
         cf.MOE_FACTOR: {("mixtral-8x7b", H100, 2)},
+        TP2: {("mixtral-8x7b", H100, 2)},
+        TP4: {("llama-3.1-70b", H200, 4), ("llama-3.1-70b", A100, 4), ("llama-3.1-70b", L40S, 4)},
+        TP8: {("llama-3.1-405b", H100, 8)},
     }[factor]
 
 
@@ -110,13 +117,13 @@ def test_leave_one_group_out_by_gpu_model_and_format(folds):
                           | {("model", model) for model in MODELS}
                           | {("quantization", name) for name in ("FP16", "FP8", "NVFP4")})
     assert {key: fold.error.rows for key, fold in folds.items()} == {
-        ("gpu", A100): 70, ("gpu", B200): 20, ("gpu", H100): 75, ("gpu", H200): 75, ("gpu", L40S): 54,
-        ("model", "llama-3.1-8b"): 38, ("model", "llama-3.1-70b"): 73, ("model", "llama-3.1-405b"): 30,
-        ("model", "mistral-7b"): 36, ("model", "mixtral-8x7b"): 117, ("quantization", "FP16"): 70,
-        ("quantization", "FP8"): 204, ("quantization", "NVFP4"): 20}
-    # Without its rows nothing fits a group's own factor: the shared factors alone are optimistic
+        ("gpu", A100): 165, ("gpu", B200): 20, ("gpu", H100): 278, ("gpu", H200): 197, ("gpu", L40S): 124,
+        ("model", "llama-3.1-8b"): 83, ("model", "llama-3.1-70b"): 338, ("model", "llama-3.1-405b"): 39,
+        ("model", "mistral-7b"): 81, ("model", "mixtral-8x7b"): 243, ("quantization", "FP16"): 259,
+        ("quantization", "FP8"): 505, ("quantization", "NVFP4"): 20}
+    # Without its rows nothing fits a group's own factor: the other factors alone are optimistic
     # on B200 NVFP4, on the L40S and on Mixtral (the reasons those factors exist).
-    for key, factors, above in (((("gpu", B200), ("quantization", "NVFP4")), (BLACKWELL,), 1.2),
+    for key, factors, above in (((("gpu", B200), ("quantization", "NVFP4")), (BLACKWELL,), 1.1),
                                 ((("gpu", L40S),), (ADA, ADA_LINK), 1.15),
                                 ((("model", "mixtral-8x7b"),), (cf.MOE_FACTOR,), 1.1)):
         for fold_key in key:
@@ -124,22 +131,26 @@ def test_leave_one_group_out_by_gpu_model_and_format(folds):
             assert all(values[factor] == 1.0 for factor in factors), fold_key
             assert folds[fold_key].error.median_ratio > above, fold_key
     # A Hopper GPU, the A100 or a dense model left out: the refit predicts it within 20 % at the
-    # median, 40 % at p90 (docs/benchmarks/calibration.md has the numbers).
+    # median, 45 % at p90 (docs/benchmarks/calibration.md has the numbers; 70B's memory-bound rows
+    # are the tail).
     for key in [("gpu", H100), ("gpu", H200), ("gpu", A100), *(("model", model) for model in DENSE)]:
         assert folds[key].error.median_abs_error < 0.20, key
-        assert folds[key].error.p90_abs_error < 0.40, key
+        assert folds[key].error.p90_abs_error < 0.45, key
         assert cf.factor_values(folds[key].calibration)[BLACKWELL] < 1.0, key
-    # Fitted to A100 FP16 and B200 NVFP4 alone, the model is pessimistic on the FP8 rows.
-    assert folds["quantization", "FP8"].error.median_ratio < 0.9
+    # A format left out (FP16 or FP8): the dense Hopper rows of the other (H100 FP16 or FP8) fit the
+    # shared factors, and the refit predicts it within 10 % at the median.
+    for fmt in ("FP16", "FP8"):
+        assert abs(folds["quantization", fmt].error.median_ratio - 1) < 0.1, fmt
 
 
 def test_the_held_out_error_is_within_the_bounds_achieved():
     errors = cf.holdout_errors(CATALOG)
     overall, groups = errors[0], errors[1:]
-    assert overall.rows == len(CATALOG.calibration_holdout) == 490
+    assert overall.rows == len(CATALOG.calibration_holdout) == 167
     assert {(group.kind, group.name) for group in groups} == (
-        {("gpu", gpu) for gpu in (A100, H100, H200, L40S)} | {("model", model) for model in MODELS}
-        | {("quantization", "FP16"), ("quantization", "FP8")})
+        {("gpu", gpu) for gpu in (B200, H100, H200)}
+        | {("model", model) for model in ("llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b")}
+        | {("quantization", "FP8"), ("quantization", "NVFP4")})
     assert overall.median_abs_error <= HOLDOUT_MEDIAN_ACHIEVED
     assert overall.p90_abs_error <= HOLDOUT_P90_ACHIEVED
     assert max(group.median_ratio for group in groups) <= HOLDOUT_GROUP_MEDIAN_RATIO_ACHIEVED

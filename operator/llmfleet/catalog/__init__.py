@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from dataclasses import dataclass
 from importlib import resources
 from types import MappingProxyType
@@ -154,6 +155,10 @@ class KvCacheDtype:
     source: str
 
 
+# Calibration's fields that map a key to a multiplier.
+SCALE_MAPPINGS = ("generation_efficiency_scales", "generation_interconnect_scales", "tensor_parallel_scales")
+
+
 @dataclass(frozen=True)
 class Calibration:
     """Efficiency factors of the latency model, fitted to public measurements (see calibration.yaml)."""
@@ -176,14 +181,20 @@ class Calibration:
     generation_interconnect_scales: Mapping[str, float] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     # Multiplies the compute and bandwidth efficiencies of models with experts (MoE) only.
     moe_efficiency_scale: float = 1.0
+    # "tp<N>" -> multiplier on the compute and bandwidth efficiencies of a TP group of N GPUs;
+    # TP1 and a size not listed: 1.0.
+    tensor_parallel_scales: Mapping[str, float] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
-        for name in ("generation_efficiency_scales", "generation_interconnect_scales"):
+        for name in SCALE_MAPPINGS:
             scales = dict(getattr(self, name))
-            for generation, scale in scales.items():
+            for key, scale in scales.items():
                 if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0:
-                    raise ValueError(f"calibration: {name}.{generation} must be a positive number, got {scale!r}")
-            object.__setattr__(self, name, MappingProxyType({gen: float(scale) for gen, scale in scales.items()}))
+                    raise ValueError(f"calibration: {name}.{key} must be a positive number, got {scale!r}")
+            object.__setattr__(self, name, MappingProxyType({key: float(scale) for key, scale in scales.items()}))
+        unknown = [key for key in self.tensor_parallel_scales if not re.fullmatch(r"tp([2-9]|[1-9][0-9]+)", key)]
+        if unknown:
+            raise ValueError(f"calibration: tensor_parallel_scales keys are 'tp<N>' with N >= 2, got {unknown}")
         if self.moe_efficiency_scale <= 0:
             raise ValueError(f"calibration: moe_efficiency_scale must be positive, got {self.moe_efficiency_scale!r}")
 
@@ -192,6 +203,9 @@ class Calibration:
 
     def generation_interconnect_scale(self, generation: str) -> float:
         return self.generation_interconnect_scales.get(generation, 1.0)
+
+    def tensor_parallel_scale(self, tensor_parallel_size: int) -> float:
+        return self.tensor_parallel_scales.get(f"tp{tensor_parallel_size}", 1.0)
 
 
 @dataclass(frozen=True)
@@ -368,5 +382,5 @@ def load_catalog() -> Catalog:
 
 __all__ = [
     "Calibration", "CalibrationMeasurement", "Catalog", "GpuType", "KV_CACHE_DTYPES", "KvCacheDtype", "ModelArch",
-    "QUANTIZATIONS", "QuantizationFormat", "load_catalog", "model_from_numbers",
+    "QUANTIZATIONS", "QuantizationFormat", "SCALE_MAPPINGS", "load_catalog", "model_from_numbers",
 ]

@@ -6,11 +6,12 @@ them. The module sits in the planner, not in the catalog, because it evaluates t
 `estimate()`; the catalog stays data only.
 
 What is fitted, in two stages:
-1. the shared factors (`SHARED_GRIDS`) to the base rows: those no own factor applies to (today:
-   dense models on Hopper), all own factors at 1.0;
+1. the shared factors (`SHARED_GRIDS`) to the base rows (`base_rows`: dense models on Hopper, at
+   any TP), all own factors at 1.0;
 2. the own factors (`OWN_FACTORS`: an efficiency scale per GPU generation in `GENERATION_FACTORS`,
-   Ampere, Ada and Blackwell; an interconnect scale for Ada, `INTERCONNECT_FACTORS`; and
-   `MOE_FACTOR` for models with experts) together to all rows, the shared factors
+   Ampere, Ada and Blackwell; an interconnect scale for Ada, `INTERCONNECT_FACTORS`;
+   `MOE_FACTOR` for models with experts; and a scale per TP size, `TENSOR_PARALLEL_FACTORS`)
+   together to all rows, the shared factors
    fixed: a coordinate search over the own factors whose rows are present, and only when base rows
    exist too (otherwise they would only trade places with the shared factors).
 If there are no base rows (a leave-one-group-out fold without the dense Hopper rows), stage 1 fits
@@ -38,8 +39,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
-from llmfleet.catalog import Calibration, CalibrationMeasurement, Catalog
-from llmfleet.planner.search import estimate
+from llmfleet.catalog import SCALE_MAPPINGS, Calibration, CalibrationMeasurement, Catalog
+from llmfleet.planner.search import max_throughput_tokens_per_sec
 
 KV_CACHE_FREE_GPU_MEM_FRACTION = 0.95
 MEDIAN_RATIO_LIMIT = 1.10
@@ -72,7 +73,12 @@ GENERATION_FACTORS: Mapping[str, str] = {
 INTERCONNECT_FACTORS: Mapping[str, str] = {"ada": "generation_interconnect_scales.ada"}
 # The multiplier on the shared efficiencies for models with experts (latency.moe_efficiency_scale).
 MOE_FACTOR = "moe_efficiency_scale"
-OWN_FACTORS = (*GENERATION_FACTORS.values(), *INTERCONNECT_FACTORS.values(), MOE_FACTOR)
+# TP size -> its own multiplier on the shared efficiencies (calibration.yaml's
+# tensor_parallel_scales, latency.tensor_parallel_scale), fitted to the rows with that TP on every
+# GPU: the fitted rows' error grew with TP under the other factors alone (docs/planner.md).
+TENSOR_PARALLEL_FACTORS: Mapping[int, str] = {tp: f"tensor_parallel_scales.tp{tp}" for tp in (2, 4, 8)}
+OWN_FACTORS = (*GENERATION_FACTORS.values(), *INTERCONNECT_FACTORS.values(), MOE_FACTOR,
+               *TENSOR_PARALLEL_FACTORS.values())
 GENERATION_GRID = _steps(0.3, 1.5, 0.05)  # the grid of every own factor
 FITTED_FACTORS = (*SHARED_GRIDS, *OWN_FACTORS)
 # Where every search starts: round mid-range values, not the catalog's (so the fit does not
@@ -150,6 +156,7 @@ def factor_values(calibration: Calibration) -> dict[str, float]:
     values.update({factor: calibration.generation_interconnect_scale(generation)
                    for generation, factor in INTERCONNECT_FACTORS.items()})
     values[MOE_FACTOR] = calibration.moe_efficiency_scale
+    values.update({factor: calibration.tensor_parallel_scale(tp) for tp, factor in TENSOR_PARALLEL_FACTORS.items()})
     return values
 
 
@@ -158,8 +165,7 @@ def with_factors(calibration: Calibration, values: Mapping[str, float]) -> Calib
     unknown = set(values) - set(FITTED_FACTORS)
     if unknown:
         raise ValueError(f"{sorted(unknown)} are not fitted factors")
-    mappings = {name: dict(getattr(calibration, name))
-                for name in ("generation_efficiency_scales", "generation_interconnect_scales")}
+    mappings = {name: dict(getattr(calibration, name)) for name in SCALE_MAPPINGS}
     plain = {}
     for name, value in values.items():
         parent, _, key = name.partition(".")
@@ -172,7 +178,7 @@ def with_factors(calibration: Calibration, values: Mapping[str, float]) -> Calib
 
 def own_factors(row: CalibrationMeasurement, catalog: Catalog) -> tuple[str, ...]:
     """The own factors that apply to a row: its GPU generation's (efficiency; interconnect when
-    TP > 1), and the MoE factor for a model with experts."""
+    TP > 1), the MoE factor for a model with experts, and its TP size's."""
     factors = []
     generation = catalog.gpu(row.gpu).generation
     if generation in GENERATION_FACTORS:
@@ -181,7 +187,18 @@ def own_factors(row: CalibrationMeasurement, catalog: Catalog) -> tuple[str, ...
         factors.append(INTERCONNECT_FACTORS[generation])
     if catalog.model(row.model).num_experts > 1:
         factors.append(MOE_FACTOR)
+    if row.tensor_parallel_size in TENSOR_PARALLEL_FACTORS:
+        factors.append(TENSOR_PARALLEL_FACTORS[row.tensor_parallel_size])
     return tuple(factors)
+
+
+def base_rows(rows: Sequence[CalibrationMeasurement], catalog: Catalog) -> list[CalibrationMeasurement]:
+    """The rows the shared factors are fitted to: dense models on Hopper, at any TP. The TP factors
+    are fitted after them, as the others are; holding TP > 1 out of this stage would leave it the
+    TP1 rows alone, too few for five factors (a fold without the H200 rows ran them to the grid's
+    edges)."""
+    tensor_parallel = set(TENSOR_PARALLEL_FACTORS.values())
+    return [row for row in rows if set(own_factors(row, catalog)) <= tensor_parallel]
 
 
 def estimate_ratios(rows: Sequence[CalibrationMeasurement], calibration: Calibration,
@@ -191,12 +208,13 @@ def estimate_ratios(rows: Sequence[CalibrationMeasurement], calibration: Calibra
     ratios = []
     for row in rows:
         try:
-            result = estimate(row.model, row.gpu, row.tensor_parallel_size, row.quantization, row.kv_cache_dtype,
-                              row.input_tokens, row.output_tokens, catalog=with_calibration,
-                              kv_cache_free_gpu_mem_fraction=KV_CACHE_FREE_GPU_MEM_FRACTION)
+            throughput = max_throughput_tokens_per_sec(
+                row.model, row.gpu, row.tensor_parallel_size, row.quantization, row.kv_cache_dtype,
+                row.input_tokens, row.output_tokens, catalog=with_calibration,
+                kv_cache_free_gpu_mem_fraction=KV_CACHE_FREE_GPU_MEM_FRACTION)
         except ValueError as error:
             raise ValueError(f"calibration row {row} cannot be estimated: {error}") from None
-        ratios.append(result.max_throughput_tokens_per_sec / row.output_tokens_per_sec)
+        ratios.append(throughput / row.output_tokens_per_sec)
     return tuple(ratios)
 
 
@@ -212,12 +230,17 @@ def error_summary(kind: str, name: str, ratios: Sequence[float]) -> GroupError:
                       worst_ratio=max(ratios, key=lambda ratio: abs(math.log(ratio))))
 
 
-def _grouped(rows: Sequence[CalibrationMeasurement], ratios: Sequence[float]) -> dict[tuple[str, str], list[float]]:
-    groups: dict[tuple[str, str], list[float]] = {}
+def _group_indices(rows: Sequence[CalibrationMeasurement]) -> dict[tuple[str, str], list[int]]:
+    """(kind, name) -> the indices of the group's rows, groups in order of kind, then name."""
+    groups: dict[tuple[str, str], list[int]] = {}
     for kind in GROUP_KINDS:
-        for row, ratio in sorted(zip(rows, ratios), key=lambda pair: group_name(pair[0], kind)):
-            groups.setdefault((kind, group_name(row, kind)), []).append(ratio)
+        for index in sorted(range(len(rows)), key=lambda index: group_name(rows[index], kind)):
+            groups.setdefault((kind, group_name(rows[index], kind)), []).append(index)
     return groups
+
+
+def _grouped(rows: Sequence[CalibrationMeasurement], ratios: Sequence[float]) -> dict[tuple[str, str], list[float]]:
+    return {group: [ratios[index] for index in indices] for group, indices in _group_indices(rows).items()}
 
 
 def group_errors(rows: Sequence[CalibrationMeasurement], ratios: Sequence[float]) -> list[GroupError]:
@@ -227,10 +250,21 @@ def group_errors(rows: Sequence[CalibrationMeasurement], ratios: Sequence[float]
 
 
 def score(rows: Sequence[CalibrationMeasurement], ratios: Sequence[float]) -> Score:
-    rms = math.sqrt(sum(math.log(ratio) ** 2 for ratio in ratios) / len(ratios))
-    medians = {f"{kind} {name}": statistics.median(values) for (kind, name), values in _grouped(rows, ratios).items()}
-    worst = max(medians, key=lambda group: medians[group])
-    return Score(rms_log_error=rms, worst_group=worst, worst_group_median=medians[worst])
+    return _scorer(rows)(ratios)
+
+
+def _scorer(rows: Sequence[CalibrationMeasurement]) -> Callable[[Sequence[float]], Score]:
+    """score() for these rows, their groups found once (the search scores them thousands of times)."""
+    groups = _group_indices(rows)
+
+    def score_ratios(ratios: Sequence[float]) -> Score:
+        rms = math.sqrt(sum(math.log(ratio) ** 2 for ratio in ratios) / len(ratios))
+        medians = {f"{kind} {name}": statistics.median([ratios[index] for index in indices])
+                   for (kind, name), indices in groups.items()}
+        worst = max(medians, key=lambda group: medians[group])
+        return Score(rms_log_error=rms, worst_group=worst, worst_group_median=medians[worst])
+
+    return score_ratios
 
 
 def _coordinate_search(key: Callable[[dict[str, float]], tuple[float, float]], start: Mapping[str, float],
@@ -272,14 +306,15 @@ def fit(rows: Sequence[CalibrationMeasurement], catalog: Catalog,
     calibration = with_factors(catalog.calibration, {**START, **own_defaults, **held})
 
     def key_for(subset: Sequence[CalibrationMeasurement]) -> Callable[[dict[str, float]], tuple[float, float]]:
-        return lambda point: score(subset, estimate_ratios(subset, with_factors(calibration, point), catalog)).key()
+        scorer = _scorer(subset)
+        return lambda point: scorer(estimate_ratios(subset, with_factors(calibration, point), catalog)).key()
 
-    base_rows = [row for row in rows if not own_factors(row, catalog)]
+    base = base_rows(rows, catalog)
     shared = {name: grid for name, grid in SHARED_GRIDS.items() if name not in held}
     if shared:
-        point = _coordinate_search(key_for(base_rows or rows), {name: START[name] for name in shared}, shared)
+        point = _coordinate_search(key_for(base or rows), {name: START[name] for name in shared}, shared)
         calibration = with_factors(calibration, point)
-    if base_rows:
+    if base:
         present = {factor for row in rows for factor in own_factors(row, catalog)}
         free = {factor: GENERATION_GRID for factor in OWN_FACTORS if factor in present and factor not in held}
         if free:
@@ -295,6 +330,7 @@ def _own_factor_key(rows: Sequence[CalibrationMeasurement], calibration: Calibra
     depends only on the own factors that apply to it, so it is estimated once per value of those."""
     applying = [tuple(factor for factor in own_factors(row, catalog) if factor in free) for row in rows]
     cache: dict[tuple[int, tuple[float, ...]], float] = {}
+    scorer = _scorer(rows)
 
     def key(point: dict[str, float]) -> tuple[float, float]:
         keys = [(index, tuple(point[factor] for factor in factors)) for index, factors in enumerate(applying)]
@@ -302,7 +338,7 @@ def _own_factor_key(rows: Sequence[CalibrationMeasurement], calibration: Calibra
         if missing:
             ratios = estimate_ratios([rows[index] for index in missing], with_factors(calibration, point), catalog)
             cache.update((keys[index], ratio) for index, ratio in zip(missing, ratios))
-        return score(rows, [cache[row_key] for row_key in keys]).key()
+        return scorer([cache[row_key] for row_key in keys]).key()
 
     return key
 

@@ -65,15 +65,24 @@ def moe_efficiency_scale(model: ModelArch, calibration: Calibration) -> float:
     return calibration.moe_efficiency_scale if model.num_experts > 1 else 1.0
 
 
+def tensor_parallel_scale(tensor_parallel_size: int, calibration: Calibration) -> float:
+    """Multiplier on the compute and memory-bandwidth efficiencies of a TP group (fitted per TP size
+    to the rows with that TP): each rank's GEMMs are narrower and its kernel launches and
+    synchronisation are not divided by TP, so a rank reaches less of its peak as TP grows. 1.0
+    for TP1 and for a size without a fitted factor."""
+    return calibration.tensor_parallel_scale(tensor_parallel_size)
+
+
 def build_engine(model: ModelArch, gpu: GpuType, quantization: QuantizationFormat, kv_dtype: KvCacheDtype,
                  tensor_parallel_size: int, calibration: Calibration, *, max_batch_size: int,
                  max_num_tokens: int, kv_cache_free_gpu_mem_fraction: float, speed_factor: float = 1.0) -> Engine:
     """`speed_factor`: how much faster than the calibrated model this configuration was seen
     to run (learned from live metrics, `planner.live`); it scales the compute and memory
-    efficiencies as the generation and MoE factors do."""
+    efficiencies as the generation, MoE and TP factors do."""
     tp = tensor_parallel_size
     cal = calibration
-    scale = generation_efficiency_scale(gpu, cal) * moe_efficiency_scale(model, cal) * speed_factor
+    scale = (generation_efficiency_scale(gpu, cal) * moe_efficiency_scale(model, cal)
+             * tensor_parallel_scale(tp, cal) * speed_factor)
     gemm = gpu.dense_flops_per_sec(quantization.activation_precision) * tp * scale
     attention = gpu.dense_flops_per_sec(ATTENTION_PRECISION) * tp * scale
     if tp > 1:

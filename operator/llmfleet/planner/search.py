@@ -424,16 +424,11 @@ def _plan_from(outcome: _Outcome, feasible: bool, request: PlanRequest, evaluate
     )
 
 
-def estimate(model: ModelArch | str, gpu_type: str, tensor_parallel_size: int, quantization: str, kv_dtype: str,
-             isl: int, osl: int, concurrency: int = 1, *, catalog: Catalog | None = None,
-             max_batch_size: int = 2048, max_num_tokens: int = 8192,
-             kv_cache_free_gpu_mem_fraction: float = 0.9) -> Estimate:
-    """What-if numbers for one replica of a fixed configuration. Raises ValueError when the
-    configuration cannot run (unsupported format, bad TP, weights or one request do not fit)."""
-    if min(isl, osl, concurrency) < 1:
-        raise ValueError("isl, osl and concurrency must be at least 1")
-    catalog = catalog or load_catalog()
-    model = resolve_model(model, catalog)
+def _runnable_engine(model: ModelArch, gpu_type: str, tensor_parallel_size: int, quantization: str, kv_dtype: str,
+                     context_tokens: int, catalog: Catalog, *, max_batch_size: int, max_num_tokens: int,
+                     kv_cache_free_gpu_mem_fraction: float) -> tuple[_Option, Engine]:
+    """The engine of a fixed configuration; ValueError when it cannot run (unsupported format, bad
+    TP, weights or one request of `context_tokens` do not fit)."""
     option = _Option(catalog.gpu(gpu_type), tensor_parallel_size, catalog.quantization(quantization),
                      catalog.kv_cache_dtype(kv_dtype))
     problem = support_problem(model, option)
@@ -444,16 +439,44 @@ def estimate(model: ModelArch | str, gpu_type: str, tensor_parallel_size: int, q
                           kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction)
     if not engine.fit.weights_fit:
         raise ValueError(f"{option.label}: weights {_gib(engine.fit.weight_bytes_per_gpu)} per GPU do not fit")
-    max_concurrent = engine.fit.max_sequences(isl + osl, max_batch_size)
-    if max_concurrent < 1:
+    if engine.fit.max_sequences(context_tokens, max_batch_size) < 1:
         raise ValueError(f"{option.label}: KV cache of {engine.fit.kv_capacity_tokens} tokens cannot hold "
-                         f"one {isl + osl}-token request")
+                         f"one {context_tokens}-token request")
+    return option, engine
+
+
+def estimate(model: ModelArch | str, gpu_type: str, tensor_parallel_size: int, quantization: str, kv_dtype: str,
+             isl: int, osl: int, concurrency: int = 1, *, catalog: Catalog | None = None,
+             max_batch_size: int = 2048, max_num_tokens: int = 8192,
+             kv_cache_free_gpu_mem_fraction: float = 0.9) -> Estimate:
+    """What-if numbers for one replica of a fixed configuration. Raises ValueError when the
+    configuration cannot run (unsupported format, bad TP, weights or one request do not fit)."""
+    if min(isl, osl, concurrency) < 1:
+        raise ValueError("isl, osl and concurrency must be at least 1")
+    catalog = catalog or load_catalog()
+    model = resolve_model(model, catalog)
+    option, engine = _runnable_engine(model, gpu_type, tensor_parallel_size, quantization, kv_dtype, isl + osl,
+                                      catalog, max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
+                                      kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction)
     ttft_s, tpot_s = predict_at_concurrency(engine, isl, osl, concurrency)
     return Estimate(
         kv_bytes_per_token=kv_bytes_per_token(model, option.kv_dtype),
         kv_capacity_tokens=engine.fit.kv_capacity_tokens,
-        max_concurrent_requests=max_concurrent,
+        max_concurrent_requests=engine.fit.max_sequences(isl + osl, max_batch_size),
         max_throughput_tokens_per_sec=saturation_throughput_tokens_per_sec(engine, isl, osl),
         ttft_ms=ttft_s * 1000,
         tpot_ms=tpot_s * 1000,
     )
+
+
+def max_throughput_tokens_per_sec(model: ModelArch | str, gpu_type: str, tensor_parallel_size: int,
+                                  quantization: str, kv_dtype: str, isl: int, osl: int, *, catalog: Catalog,
+                                  max_batch_size: int = 2048, max_num_tokens: int = 8192,
+                                  kv_cache_free_gpu_mem_fraction: float = 0.9) -> float:
+    """estimate()'s max_throughput_tokens_per_sec alone, without its latencies (the calibration
+    fit evaluates it a hundred thousand times)."""
+    _, engine = _runnable_engine(resolve_model(model, catalog), gpu_type, tensor_parallel_size, quantization,
+                                 kv_dtype, isl + osl, catalog, max_batch_size=max_batch_size,
+                                 max_num_tokens=max_num_tokens,
+                                 kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction)
+    return saturation_throughput_tokens_per_sec(engine, isl, osl)
