@@ -136,7 +136,7 @@ def _page_labels(rows) -> str:
     return ", ".join(found)
 
 
-def append_to_log(catalog, fitted) -> None:
+def append_to_log(measured: str, catalog, fitted) -> None:
     rows, held_out = catalog.calibration_measurements, catalog.calibration_holdout
     if not held_out:
         return
@@ -147,7 +147,7 @@ def append_to_log(catalog, fitted) -> None:
     met = (overall.median_abs_error <= cf.HOLDOUT_MEDIAN_TARGET and overall.p90_abs_error <= cf.HOLDOUT_P90_TARGET
            and highest <= cf.MEDIAN_RATIO_LIMIT)
     with LOG.open("a") as handle:
-        handle.write(f"| {time.strftime('%Y-%m-%d %H:%M')} | {commit()} | {len(rows)} ({_page_labels(rows)}) | "
+        handle.write(f"| {time.strftime('%Y-%m-%d %H:%M')} | {measured} | {len(rows)} ({_page_labels(rows)}) | "
                      f"{len(held_out)} ({_page_labels(held_out)}) | {_pct(overall.median_abs_error)} | "
                      f"{_pct(overall.p90_abs_error)} | {highest:.3f} | {'met' if met else 'missed'} |\n")
 
@@ -331,6 +331,7 @@ def main() -> int:
     parser.add_argument("--report", type=Path, default=REPORT, help=f"markdown report path (default {REPORT})")
     args = parser.parse_args()
     started = time.perf_counter()
+    measured = commit()  # before this run writes anything
     catalog = load_catalog()
     rows = catalog.calibration_measurements
     progress(f"fitting {len(rows)} rows (held: {', '.join(cf.HELD) or 'nothing'})")
@@ -354,7 +355,7 @@ def main() -> int:
     command = COMMAND + (" --write" if args.write else "")
     markdown = report(command, catalog, rows, fitted, free, folds, yaml_values)
     print(markdown, end="")
-    append_to_log(catalog, fitted)
+    append_to_log(measured, catalog, fitted)
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(markdown, encoding="utf-8")
     progress(f"wrote {args.report} [{time.perf_counter() - started:.1f} s]")
