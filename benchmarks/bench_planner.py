@@ -20,7 +20,8 @@ REPORT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "plann
 MEASUREMENT_SOURCE = ("NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md "
                       "@00f37686aa854010d68bcbd0f4ab000221541ca6 (v1.0, trtllm-bench; Hopper FP8, B200 NVFP4) and "
                       "@258c7540c03517def55d9a5aadfa9288af474e1b (v0.17 data; A100 FP16, L40S FP8, Mistral 7B and "
-                      "Mixtral 8x7B on H100/H200 FP8)")
+                      "Mixtral 8x7B on H100/H200 FP8) and @8084312b43f15bee17069a6a26aecca5e7058fcc (v0.14 data; "
+                      "H100/H200/L40S FP8, H100/A100 FP16)")
 
 
 def _specs(catalog):

@@ -152,6 +152,36 @@ def append_to_log(measured: str, catalog, fitted) -> None:
                      f"{_pct(overall.p90_abs_error)} | {highest:.3f} | {'met' if met else 'missed'} |\n")
 
 
+def between_pages_section(rows) -> list[str]:
+    """How far two pages' measurements of one configuration are apart: the spread no single set of
+    factors can remove, whatever the model."""
+    by_configuration: dict[tuple, dict[str, list[float]]] = {}
+    for row in rows:
+        configuration = (row.model, row.gpu, row.tensor_parallel_size, row.quantization, row.input_tokens,
+                         row.output_tokens)
+        by_configuration.setdefault(configuration, {}).setdefault(_page_labels([row]), []).append(
+            row.output_tokens_per_sec)
+    pairs: dict[tuple[str, str], list[float]] = {}
+    for pages in by_configuration.values():
+        labels = sorted(pages)
+        for index, first in enumerate(labels):
+            for second in labels[index + 1:]:
+                pairs.setdefault((first, second), []).append(
+                    statistics.mean(pages[first]) / statistics.mean(pages[second]))
+    lines = ["## Between pages", "",
+             "Configurations (model, GPU, TP, format, ISL/OSL) that two pages both measured, fitted and "
+             "held-out rows together (a page's repeated configurations averaged): the ratio of the two "
+             "measurements. Any one set of factors is off by at least half that spread (in log terms) on "
+             "one of the two pages.", "",
+             "| pages | configurations | median ratio | median abs difference | p90 abs difference |",
+             "|---|---:|---:|---:|---:|"]
+    for (first, second), values in sorted(pairs.items()):
+        differences = [abs(value - 1) for value in values]
+        lines.append(f"| {first} / {second} | {len(values)} | {statistics.median(values):.3f} | "
+                     f"{_pct(statistics.median(differences))} | {_pct(cf.nearest_rank(differences, 0.9))} |")
+    return [*lines, ""]
+
+
 def holdout_section(catalog, fitted) -> list[str]:
     rows = catalog.calibration_holdout
     if not rows:
@@ -317,6 +347,7 @@ def report(command: str, catalog, rows, fitted, free, folds, yaml_values) -> str
                      f"{fold.error.worst_ratio:.2f} |")
     lines += ["", "Refitted factors in the order " + ", ".join(f"`{name}`" for name in cf.FITTED_FACTORS) + ".", "",
               *holdout_section(catalog, fitted),
+              *between_pages_section((*rows, *catalog.calibration_holdout)),
               "## Every fitted row (written factors)", "",
               "| model | GPU | TP | format | KV | ISL/OSL | measured tok/s | estimated tok/s | est/meas |",
               "|---|---|---:|---|---|---|---:|---:|---:|"]
