@@ -1,4 +1,6 @@
 import csv
+import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -81,3 +83,15 @@ def test_catalog_is_immutable():
         gpu.memory_bytes = 1
     with pytest.raises(KeyError, match="known"):
         load_catalog().gpu("H800")
+
+
+@pytest.mark.parametrize("scales, problem", [({"tp1": 0.9}, "keys are 'tp<N>' with N >= 2"),
+                                             ({"four": 0.9}, "keys are 'tp<N>' with N >= 2"),
+                                             ({"tp4": 0}, "tensor_parallel_scales.tp4 must be a positive number")])
+def test_tensor_parallel_scales_name_a_tp_size_and_a_positive_multiplier(scales, problem):
+    calibration = load_catalog().calibration
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        dataclasses.replace(calibration, tensor_parallel_scales=scales)
+    fitted = dataclasses.replace(calibration, tensor_parallel_scales={"tp4": 0.9})
+    assert (fitted.tensor_parallel_scale(4), fitted.tensor_parallel_scale(1), fitted.tensor_parallel_scale(16)) == (
+        0.9, 1.0, 1.0)

@@ -194,9 +194,9 @@ def own_factors(row: CalibrationMeasurement, catalog: Catalog) -> tuple[str, ...
 
 def base_rows(rows: Sequence[CalibrationMeasurement], catalog: Catalog) -> list[CalibrationMeasurement]:
     """The rows the shared factors are fitted to: dense models on Hopper, at any TP. The TP factors
-    are fitted after them, as the others are; holding TP > 1 out of this stage would leave it the
-    TP1 rows alone, too few for five factors (a fold without the H200 rows ran them to the grid's
-    edges)."""
+    are fitted after them, as the others are. Fitted to the TP1 rows alone the shared factors were
+    unstable (a fold without the H200 rows ran them to the grid's edges and predicted H200 57 %
+    low at the median)."""
     tensor_parallel = set(TENSOR_PARALLEL_FACTORS.values())
     return [row for row in rows if set(own_factors(row, catalog)) <= tensor_parallel]
 
