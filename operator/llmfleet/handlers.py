@@ -308,6 +308,7 @@ async def start_passes(memo: kopf.Memo, settings: kopf.OperatorSettings, **index
             await asyncio.sleep(interval)
             now_s = time.monotonic()
             if now_s - trimmed_s >= memo.operator_settings.heap_release_interval_seconds:
+                forget_unindexed(indexes)
                 await loop.run_in_executor(None, release_free_heap)
                 trimmed_s = now_s
             for body in _due(indexes, memo.operator_settings, now_s, utc_now()):
@@ -337,11 +338,25 @@ for _child in CHILD_KINDS:
                   labels={MANAGED_BY_LABEL: "llmfleet"})(on_child_event)
 
 
-@kopf.on.delete(*RESOURCE, optional=True)
-def on_delete(body, **_) -> None:
-    # Children carry ownerReferences: the garbage collector removes them.
-    uid = body["metadata"]["uid"]
+def _forget(uid: str) -> None:
+    """Drop what the handlers keep about one deployment."""
     _object_locks.pop(uid, None)
     _last_pass.pop(uid, None)
     _observed_at.pop(uid, None)
     _gone.discard(uid)
+
+
+def forget_unindexed(indexes) -> None:
+    """Forget the deployments the index no longer holds. One that goes with its namespace can
+    vanish without `on_delete` being called (an optional handler has no finalizer to wait on),
+    and what is kept about it would stay until a restart."""
+    indexed = indexes["llm_deployments"]
+    for uid in {*_object_locks, *_last_pass, *_observed_at, *_gone}:
+        if uid not in indexed:
+            _forget(uid)
+
+
+@kopf.on.delete(*RESOURCE, optional=True)
+def on_delete(body, **_) -> None:
+    # Children carry ownerReferences: the garbage collector removes them.
+    _forget(body["metadata"]["uid"])

@@ -217,6 +217,21 @@ def test_a_pass_that_finds_its_deployment_gone_stops_the_ticker_marking_it(monke
         handlers._gone.discard("gone-uid")
 
 
+def test_what_is_kept_about_a_deployment_goes_when_the_index_no_longer_holds_it():
+    kept = {"metadata": {"name": "chat", "namespace": "serving", "uid": "kept-uid"}}
+    indexes = {"llm_deployments": {"kept-uid": [kept]}}
+    try:
+        for uid in ("kept-uid", "went-uid"):
+            handlers._last_pass[uid] = handlers._observed_at[uid] = 1.0
+            handlers._gone.add(uid)
+            assert handlers._object_locks[uid]
+        handlers.forget_unindexed(indexes)
+        for kept_about_one in (handlers._last_pass, handlers._observed_at, handlers._gone, handlers._object_locks):
+            assert "went-uid" not in kept_about_one and "kept-uid" in kept_about_one
+    finally:
+        handlers.forget_unindexed({"llm_deployments": {}})
+
+
 def test_pods_in_a_namespace_that_went_hold_no_gpus_for_a_plan():
     nodes = [gpu_node(node("n1", "NVIDIA-H100-80GB-HBM3", gpus=8))]
     pods = [gpu_pod(pod("gone", "n1", 4, deployment="batch"), DEPLOYMENT_LABEL),
