@@ -173,11 +173,15 @@ class OperatorAudit:
 
 
 def events_by_reason(core, since_s: float, until_s: float) -> Counter:
-    """Events in the benchmark's namespace first written in [since_s, until_s), by reason: what
-    the steady window's writes said."""
+    """Events in the benchmark's namespace first written in [since_s, until_s), by reason and the
+    component that wrote them (the operator's, or another controller's): what the steady
+    window's writes said."""
     def written_s(event) -> float:
         return event.metadata.creation_timestamp.timestamp()
-    return Counter(event.reason for event in core.list_namespaced_event(NAMESPACE).items
+
+    def writer(event) -> str:
+        return event.reporting_component or (event.source.component if event.source else None) or "unknown"
+    return Counter(f"{event.reason} ({writer(event)})" for event in core.list_namespaced_event(NAMESPACE).items
                    if since_s <= written_s(event) < until_s)
 
 
@@ -355,7 +359,7 @@ def main() -> int:
         "The burst's writes per deployment by verb and resource: "
         + described(per_second(burst_writes, args.count), 1) + ". "
         f"Steady-state requests per second besides the Lease: {described(steady)}. Events written in "
-        "that window, by reason: "
+        "that window, by reason (and writer): "
         + (", ".join(f"{reason} {n}" for reason, n in steady_events.most_common()) or "none") + ".", "",
         "A burst is bound by the two cores that the apiserver, etcd and the operator share: each "
         "deployment costs the writes above, so the last of a thousand waits for all before it. The "
