@@ -24,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "e2e"))
 
+from conftest import Sandbox  # noqa: E402 - the e2e tests' handle on a sandbox
 from triton_fixtures import model_repository_config_map, service, triton_deployment  # noqa: E402
 
 import yaml  # noqa: E402
@@ -65,8 +66,7 @@ def sandbox_with_operator(namespace: str, up_args: tuple[str, ...] = ()):
         operator = None
         try:
             env = sandbox_env(Path(state))
-            run(["kubectl", "apply", "--server-side", "-f", str(REPO / "crds")], env)
-            run(["kubectl", "wait", "--for=condition=Established", "crd/llmdeployments.llmfleet.io"], env)
+            Sandbox(Path(state), env).install_crds()  # waits until the apiserver serves them
             run(["kubectl", "create", "namespace", namespace], env)
             operator = subprocess.Popen([sys.executable, "-m", "llmfleet", "run"],
                                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
