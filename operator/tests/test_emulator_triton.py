@@ -23,6 +23,7 @@ from llmfleet.render.layout import REQUEST_MODEL
 from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION
 from llmfleet.rollout import Outcome
 from llmfleet.rollout.quality import judge_quality
+from llmfleet_sandbox.emulator.engine import STATS_PERIOD_S
 from llmfleet_sandbox.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
 from triton_process import ENGINE_MODEL, MODEL, deployment_spec, metric_value, start_triton
 
@@ -200,7 +201,13 @@ def test_client_cancellation_frees_the_blocks(triton):
     for _ in range(5):
         assert tokens.get(timeout=10) is None
     used = {"kv_cache_block_type": "used", "model": ENGINE_MODEL}
-    assert metric_value(triton.metrics(), "nv_trt_llm_kv_cache_block_metrics", **used) > 0
+    # The engine publishes its iteration stats once per STATS_PERIOD_S, so the blocks show up
+    # within a period of the request's start (a previous test's stats may have been published
+    # just before it).
+    deadline = time.monotonic() + 2 * STATS_PERIOD_S + 5
+    while metric_value(triton.metrics(), "nv_trt_llm_kv_cache_block_metrics", **used) == 0:
+        assert time.monotonic() < deadline, "the running request's blocks never showed as used"
+        time.sleep(0.1)
     client.stop_stream(cancel_requests=True)
     client.close()
     deadline = time.monotonic() + 5
