@@ -23,12 +23,10 @@ TP2, TP4, TP8 = (cf.TENSOR_PARALLEL_FACTORS[tp] for tp in (2, 4, 8))
 
 # Held-out rows (TensorRT-LLM v0.20 perf overview, never fitted): the issue's targets are a median
 # |estimate/measured - 1| of 12 % and a p90 of 30 %, with no group's median estimate/measured above
-# 1.10. The written factors MISS them (docs/planner.md, docs/benchmarks/calibration.md): these are
-# the bounds achieved (16.3 %, 39.4 %, 1.170 at the written point), rounded up a little, so that
-# the test fails if the held-out error grows. Met targets would replace them.
-HOLDOUT_MEDIAN_ACHIEVED = 0.17
-HOLDOUT_P90_ACHIEVED = 0.40
-HOLDOUT_GROUP_MEDIAN_RATIO_ACHIEVED = 1.18
+# 1.10. The written factors meet the p90 and the group bound and MISS the median (12.4 %; docs/planner.md,
+# docs/benchmarks/calibration.md): its bound here is the achieved value rounded up a little, so
+# that the test fails if the held-out error grows. A met median target would replace it.
+HOLDOUT_MEDIAN_ACHIEVED = 0.13
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +40,8 @@ def test_the_fit_reproduces_the_factors_in_calibration_yaml():
     values = cf.factor_values(fitted)
     # The own factors the data moves away from 1 (the shared ones are held).
     assert values[BLACKWELL] < 1.0 and values[cf.MOE_FACTOR] < 1.0 and values[ADA_LINK] < 1.0
-    # Each rank reaches less of its peak as TP grows.
-    assert 1.0 > values[TP2] > values[TP4] > values[TP8]
+    # Each rank reaches less of its peak as TP grows (TP2 as much as TP1).
+    assert 1.0 >= values[TP2] > values[TP4] > values[TP8]
 
 
 def test_the_fit_does_not_start_from_the_values_it_reproduces():
@@ -77,12 +75,14 @@ def test_no_group_is_estimated_optimistically_with_the_yaml_factors():
     assert max(medians.values()) <= 1.10, medians
 
 
-def test_the_median_limit_is_what_bounds_the_fit(monkeypatch):
-    monkeypatch.setattr(cf, "MEDIAN_RATIO_LIMIT", 1.05)
+def test_the_median_limit_bounds_the_fit(monkeypatch):
+    # The written fit's highest group median is the A100's, just above 1.0: under a limit of 1.0
+    # the fit must give up some of its RMS error and lower the Ampere factor.
+    monkeypatch.setattr(cf, "MEDIAN_RATIO_LIMIT", 1.0)
     tighter = cf.fit(ROWS, CATALOG)
     score = cf.score(ROWS, cf.estimate_ratios(ROWS, tighter, CATALOG))
-    assert score.feasible and score.worst_group_median <= 1.05
-    assert tighter.moe_efficiency_scale < CATALOG.calibration.moe_efficiency_scale
+    assert score.feasible and score.worst_group_median <= 1.0
+    assert tighter.generation_efficiency_scale("ampere") < CATALOG.calibration.generation_efficiency_scale("ampere")
 
 
 @pytest.mark.parametrize("factor", cf.OWN_FACTORS)
@@ -125,7 +125,7 @@ def test_leave_one_group_out_by_gpu_model_and_format(folds):
     # on B200 NVFP4, on the L40S and on Mixtral (the reasons those factors exist).
     for key, factors, above in (((("gpu", B200), ("quantization", "NVFP4")), (BLACKWELL,), 1.1),
                                 ((("gpu", L40S),), (ADA, ADA_LINK), 1.15),
-                                ((("model", "mixtral-8x7b"),), (cf.MOE_FACTOR,), 1.1)):
+                                ((("model", "mixtral-8x7b"),), (cf.MOE_FACTOR,), 1.05)):
         for fold_key in key:
             values = cf.factor_values(folds[fold_key].calibration)
             assert all(values[factor] == 1.0 for factor in factors), fold_key
@@ -152,8 +152,8 @@ def test_the_held_out_error_is_within_the_bounds_achieved():
         | {("model", model) for model in ("llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b")}
         | {("quantization", "FP8"), ("quantization", "NVFP4")})
     assert overall.median_abs_error <= HOLDOUT_MEDIAN_ACHIEVED
-    assert overall.p90_abs_error <= HOLDOUT_P90_ACHIEVED
-    assert max(group.median_ratio for group in groups) <= HOLDOUT_GROUP_MEDIAN_RATIO_ACHIEVED
+    assert overall.p90_abs_error <= cf.HOLDOUT_P90_TARGET
+    assert max(group.median_ratio for group in groups) <= cf.MEDIAN_RATIO_LIMIT
 
 
 def test_writing_the_yaml_changes_only_factor_values_and_the_fitted_line():

@@ -148,19 +148,25 @@ def prefill_attention_flops(model: ModelArch, new_tokens: float, prefix_tokens: 
 def step_seconds(engine: Engine, decode_batch: float, decode_context_tokens: float,
                  prefill_tokens: float = 0.0, prefill_attention: float = 0.0,
                  prefill_sequences: float = 0.0) -> float:
-    """Duration of one in-flight-batching step."""
+    """Duration of one in-flight-batching step. Its kernels run one after another, each bounded
+    by its own roofline: the GEMMs by streaming the weights or by their FLOPs, decode attention
+    by reading the KV cache or by its FLOPs, prefill attention by its FLOPs; then the all-reduces
+    and a fixed overhead. (One roofline over the whole step, max(memory, compute), let the KV
+    reads of a large long-context batch hide under the GEMMs' compute: long answers were
+    estimated up to twice the measured throughput; docs/planner.md, Latency model.)"""
     model = engine.model
-    kv_read = decode_batch * decode_context_tokens * engine.fit.kv_bytes_per_token_per_gpu
-    memory_s = (weight_bytes_read_per_step(engine, decode_batch) + kv_read) / engine.effective_bandwidth_bytes_per_sec
-    decode_flops = decode_batch * (gemm_flops_per_token(model) + lm_head_flops(model))
-    compute_s = (decode_flops / engine.decode_gemm_flops_per_sec
-                 + decode_batch * decode_attention_flops(model, decode_context_tokens)
-                 / engine.decode_attention_flops_per_sec
-                 + (prefill_tokens * gemm_flops_per_token(model) + prefill_sequences * lm_head_flops(model))
-                 / engine.prefill_gemm_flops_per_sec
-                 + prefill_attention / engine.prefill_attention_flops_per_sec)
+    weights_s = weight_bytes_read_per_step(engine, decode_batch) / engine.effective_bandwidth_bytes_per_sec
+    gemm_s = (decode_batch * (gemm_flops_per_token(model) + lm_head_flops(model)) / engine.decode_gemm_flops_per_sec
+              + (prefill_tokens * gemm_flops_per_token(model) + prefill_sequences * lm_head_flops(model))
+              / engine.prefill_gemm_flops_per_sec)
+    kv_read_s = (decode_batch * decode_context_tokens * engine.fit.kv_bytes_per_token_per_gpu
+                 / engine.effective_bandwidth_bytes_per_sec)
+    decode_attention_s = (decode_batch * decode_attention_flops(model, decode_context_tokens)
+                          / engine.decode_attention_flops_per_sec)
+    prefill_attention_s = prefill_attention / engine.prefill_attention_flops_per_sec
     allreduce_s = engine.allreduce_seconds_per_step + (decode_batch + prefill_tokens) * engine.allreduce_seconds_per_token
-    return max(memory_s, compute_s) + allreduce_s + engine.calibration.step_overhead_ms / 1000.0
+    return (max(weights_s, gemm_s) + max(kv_read_s, decode_attention_s) + prefill_attention_s + allreduce_s
+            + engine.calibration.step_overhead_ms / 1000.0)
 
 
 def prefill_seconds(engine: Engine, new_tokens: float, prefix_tokens: float, decode_batch: float,
@@ -208,36 +214,39 @@ def steady_step_seconds(engine: Engine, requests_per_sec: float, new_input_token
     """Mean step time tau at an arrival rate, or None when the engine cannot keep up.
 
     Little's law gives the decode batch B = rate x output_tokens x tau and the prompt tokens per
-    step P = rate x new_input_tokens x tau, so the step cost is max(memory(tau), compute(tau)) +
-    all-reduce(tau) + overhead, each piece affine in tau. The least fixed point of a maximum of
-    affine maps with slopes below one is the largest of their individual fixed points; a slope
-    of one or more means work arrives faster than steps can absorb it. For MoE the weight bytes
-    depend on B, so the solve is repeated a few times with B from the previous round.
+    step P = rate x new_input_tokens x tau, so each kernel's cost in `step_seconds` is affine in
+    tau, and the step, max(weights, GEMMs) + max(KV reads, decode attention) + prefill attention
+    + all-reduce + overhead, is a maximum of affine maps (a sum of maxima is the maximum of the
+    sums). The least fixed point of such a maximum with slopes below one is the largest of the
+    individual fixed points; a slope of one or more means work arrives faster than steps can
+    absorb it. For MoE the weight bytes depend on B, so the solve is repeated a few times with B
+    from the previous round.
     """
     model = engine.model
     rate = requests_per_sec
     decode_per_tau = rate * output_tokens
     prefill_per_tau = rate * new_input_tokens
-    kv_slope = decode_per_tau * decode_context_tokens * engine.fit.kv_bytes_per_token_per_gpu
-    compute_slope = (
-        decode_per_tau * (gemm_flops_per_token(model) + lm_head_flops(model)) / engine.decode_gemm_flops_per_sec
-        + decode_per_tau * decode_attention_flops(model, decode_context_tokens) / engine.decode_attention_flops_per_sec
-        + (prefill_per_tau * gemm_flops_per_token(model) + rate * lm_head_flops(model))
-        / engine.prefill_gemm_flops_per_sec
-        + rate * prefill_attention_flops(model, new_input_tokens, prefix_tokens)
-        / engine.prefill_attention_flops_per_sec)
-    comm_slope = (decode_per_tau + prefill_per_tau) * engine.allreduce_seconds_per_token
+    bandwidth = engine.effective_bandwidth_bytes_per_sec
+    gemm_slope = (decode_per_tau * (gemm_flops_per_token(model) + lm_head_flops(model)) / engine.decode_gemm_flops_per_sec
+                  + (prefill_per_tau * gemm_flops_per_token(model) + rate * lm_head_flops(model))
+                  / engine.prefill_gemm_flops_per_sec)
+    kv_read_slope = decode_per_tau * decode_context_tokens * engine.fit.kv_bytes_per_token_per_gpu / bandwidth
+    decode_attention_slope = (decode_per_tau * decode_attention_flops(model, decode_context_tokens)
+                              / engine.decode_attention_flops_per_sec)
+    shared_slope = (rate * prefill_attention_flops(model, new_input_tokens, prefix_tokens)
+                    / engine.prefill_attention_flops_per_sec
+                    + (decode_per_tau + prefill_per_tau) * engine.allreduce_seconds_per_token)
     fixed = engine.allreduce_seconds_per_step + engine.calibration.step_overhead_ms / 1000.0
-    if compute_slope + comm_slope >= 1:
-        return None
-    memory_slope = kv_slope / engine.effective_bandwidth_bytes_per_sec + comm_slope
-    if memory_slope >= 1:
+    attention_slope = max(kv_read_slope, decode_attention_slope)
+    if gemm_slope + attention_slope + shared_slope >= 1 or attention_slope + shared_slope >= 1:
         return None
     tau = 0.0
     rounds = 1 if model.num_experts == 1 else 4
     for _ in range(rounds):
-        weights_s = weight_bytes_read_per_step(engine, decode_per_tau * tau) / engine.effective_bandwidth_bytes_per_sec
-        tau = max((weights_s + fixed) / (1 - memory_slope), fixed / (1 - compute_slope - comm_slope))
+        weights_s = weight_bytes_read_per_step(engine, decode_per_tau * tau) / bandwidth
+        tau = max(
+            (weights_s + fixed) / (1 - attention_slope - shared_slope),
+            fixed / (1 - gemm_slope - attention_slope - shared_slope))
     return tau
 
 

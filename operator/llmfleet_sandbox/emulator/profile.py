@@ -152,8 +152,8 @@ def profile_for_engine(config: EngineConfig, gpu: GpuType, kv_cache_free_gpu_mem
                        enable_prefix_reuse: bool) -> EngineProfile:
     """The planner's latency model of this engine on this GPU, linearised for the emulator.
 
-    The planner's step is a roofline, max(memory, compute); the emulator's is additive. The
-    secants are taken over the engine's own limits (max_batch_size, max_num_tokens), never over
+    The planner's step is a roofline per kernel (GEMMs: max(weights, FLOPs)); the emulator's is
+    additive. The secants are taken over the engine's own limits (max_batch_size, max_num_tokens), never over
     a workload, so the profile is a function of the engine and its serving parameters only:
     base = the empty step; per sequence = secant of a zero-context decode step from 0 to
     max_batch_size sequences; per KV token = KV bytes per token per GPU over effective
