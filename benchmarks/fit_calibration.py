@@ -255,7 +255,7 @@ def _pages(rows) -> list[str]:
 
 def fitted_comment(rows, ratios) -> str:
     overall = cf.error_summary("all", "all rows", ratios)
-    held = "shared factors held (see above)" if cf.HELD else "nothing held"
+    held = f"{', '.join(cf.HELD)} held (see above)" if cf.HELD else "nothing held"
     return (f"{len(rows)} rows; RMS log error {_rms(ratios):.3f}; |est/meas - 1| median "
             f"{_pct(overall.median_abs_error)}, p90 {_pct(overall.p90_abs_error)}; worst row "
             f"{overall.worst_ratio:.2f}x; {held}.")

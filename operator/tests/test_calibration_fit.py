@@ -23,10 +23,8 @@ TP2, TP4, TP8 = (cf.TENSOR_PARALLEL_FACTORS[tp] for tp in (2, 4, 8))
 
 # Held-out rows (TensorRT-LLM v0.20 perf overview, never fitted): the issue's targets are a median
 # |estimate/measured - 1| of 12 % and a p90 of 30 %, with no group's median estimate/measured above
-# 1.10. The written factors meet the p90 and the group bound and MISS the median (12.4 %; docs/planner.md,
-# docs/benchmarks/calibration.md): its bound here is the achieved value rounded up a little, so
-# that the test fails if the held-out error grows. A met median target would replace it.
-HOLDOUT_MEDIAN_ACHIEVED = 0.13
+# 1.10. The written factors meet them (8 %, 20 %, 1.07; docs/benchmarks/calibration-log.md has every
+# check, including the ones that missed).
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +36,10 @@ def test_the_fit_reproduces_the_factors_in_calibration_yaml():
     fitted = cf.fit(ROWS, CATALOG)
     assert cf.factor_values(fitted) == pytest.approx(cf.factor_values(CATALOG.calibration), abs=1e-9)
     values = cf.factor_values(fitted)
-    # The own factors the data moves away from 1 (the shared ones are held).
+    # The own factors the data moves away from 1.
     assert values[BLACKWELL] < 1.0 and values[cf.MOE_FACTOR] < 1.0 and values[ADA_LINK] < 1.0
-    # Each rank reaches less of its peak as TP grows (TP2 as much as TP1).
-    assert 1.0 >= values[TP2] > values[TP4] > values[TP8]
+    # A rank reaches less of its peak as TP grows (never more than at a smaller TP).
+    assert 1.0 >= values[TP2] >= values[TP4] >= values[TP8] and values[TP8] < 1.0
 
 
 def test_the_fit_does_not_start_from_the_values_it_reproduces():
@@ -76,13 +74,15 @@ def test_no_group_is_estimated_optimistically_with_the_yaml_factors():
 
 
 def test_the_median_limit_bounds_the_fit(monkeypatch):
-    # The written fit's highest group median is the A100's, just above 1.0: under a limit of 1.0
-    # the fit must give up some of its RMS error and lower the Ampere factor.
+    # The written fit's highest group median is 70B's, just above 1.0: under a limit of 1.0 the fit
+    # must move to another point, feasible under the tighter limit and worse in RMS.
     monkeypatch.setattr(cf, "MEDIAN_RATIO_LIMIT", 1.0)
     tighter = cf.fit(ROWS, CATALOG)
     score = cf.score(ROWS, cf.estimate_ratios(ROWS, tighter, CATALOG))
+    written = cf.score(ROWS, cf.estimate_ratios(ROWS, CATALOG.calibration, CATALOG))
+    assert written.worst_group_median > 1.0
     assert score.feasible and score.worst_group_median <= 1.0
-    assert tighter.generation_efficiency_scale("ampere") < CATALOG.calibration.generation_efficiency_scale("ampere")
+    assert score.rms_log_error > written.rms_log_error
 
 
 @pytest.mark.parametrize("factor", cf.OWN_FACTORS)
@@ -151,7 +151,7 @@ def test_the_held_out_error_is_within_the_bounds_achieved():
         {("gpu", gpu) for gpu in (B200, H100, H200)}
         | {("model", model) for model in ("llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b")}
         | {("quantization", "FP8"), ("quantization", "NVFP4")})
-    assert overall.median_abs_error <= HOLDOUT_MEDIAN_ACHIEVED
+    assert overall.median_abs_error <= cf.HOLDOUT_MEDIAN_TARGET
     assert overall.p90_abs_error <= cf.HOLDOUT_P90_TARGET
     assert max(group.median_ratio for group in groups) <= cf.MEDIAN_RATIO_LIMIT
 
