@@ -7,11 +7,16 @@ the catalog, the emulator its profile from the config.json the build writes for 
 (`engine_config_for`), as the served emulator does at model load. Arrivals are Poisson at the
 case's rate per replica (what a Service that picks endpoints at random gives each replica),
 with log-normal prompt and answer lengths drawn as `llmfleet load` draws them.
+
+The emulator's step is the planner's step linearised (additive costs), so a difference between
+the two mixes the queueing model's error with the step model's. `compare(..., planner_step=True)`
+runs the same scheduler with the planner's own step cost (`planner_step_ms`) to separate them.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,10 +25,11 @@ from llmfleet.catalog import load_catalog
 from llmfleet.loadgen.lengths import parse_length_distribution
 from llmfleet.loadgen.schedule import parse_schedule, poisson_arrivals
 from llmfleet.loadgen.workload import planned_requests
-from llmfleet.planner.latency import Engine, build_engine, predict_at_load
+from llmfleet.planner.latency import Engine, build_engine, predict_at_load, prefill_attention_flops, step_seconds
 from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION
 from llmfleet_sandbox.emulator.profile import EngineProfile, profile_for_engine
 from llmfleet_sandbox.emulator.simulate import Arrival, serve
+from llmfleet_sandbox.emulator.timing import StepWork
 from triton_process import deployment_spec, engine_config_for
 
 # Requests served before this are the warm-up: the engine starts empty.
@@ -90,6 +96,18 @@ def engines(case: Case) -> tuple[Engine, EngineProfile]:
     return engine, profile_for_engine(config, gpu, KV_CACHE_FREE_GPU_MEM_FRACTION, enable_prefix_reuse=False)
 
 
+def planner_step_ms(engine: Engine) -> Callable[[StepWork], float]:
+    """The planner's cost of a step's work (`step_seconds`). The work does not say how its prompt
+    tokens split between prompts or what each had cached, so their attention is counted as one
+    chunk from an empty cache: exact for one prompt per step, an over-count for several."""
+    def cost_ms(work: StepWork) -> float:
+        context = work.kv_tokens_read / work.decode_sequences if work.decode_sequences else 0.0
+        attention = prefill_attention_flops(engine.model, work.prefill_tokens, 0) if work.prefill_tokens else 0.0
+        return 1000 * step_seconds(engine, work.decode_sequences, context, work.prefill_tokens, attention,
+                                   prefill_sequences=work.prompts_completed)
+    return cost_ms
+
+
 def p99(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
@@ -104,11 +122,14 @@ def arrivals(case: Case, duration_s: float, seed: int) -> list[Arrival]:
             for at_s, request in zip(times_s, planned_requests(inputs, outputs, seed, times_s))]
 
 
-def compare(case: Case, duration_s: float = 1200.0, seed: int = 0) -> Comparison:
+def compare(case: Case, duration_s: float = 1200.0, seed: int = 0, planner_step: bool = False) -> Comparison:
+    """`planner_step`: the scheduler's steps cost what the planner's step model says, not the
+    emulator's linear profile, so that only the queueing differs."""
     engine, profile = engines(case)
     predicted = predict_at_load(engine, case.requests_per_sec, case.input_tokens_mean, case.input_tokens_p99,
                                 case.output_tokens_mean, case.output_tokens_p99, 0.0)
-    served = [request for request in serve(profile, arrivals(case, duration_s, seed))
+    step_ms = planner_step_ms(engine) if planner_step else None
+    served = [request for request in serve(profile, arrivals(case, duration_s, seed), step_ms=step_ms)
               if request.arrival.arrival_ms >= WARM_UP_S * 1000]
     tpots = [request.tpot_ms for request in served if request.tpot_ms is not None]
     ttfts = [request.ttft_ms for request in served]

@@ -8,12 +8,12 @@ A request that arrives while a step runs joins at the next step, as in the serve
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from llmfleet_sandbox.emulator.profile import EngineProfile
 from llmfleet_sandbox.emulator.scheduler import Scheduler, Sequence
-from llmfleet_sandbox.emulator.timing import jitter_multiplier, step_duration_ms
+from llmfleet_sandbox.emulator.timing import StepWork, jitter_multiplier, step_duration_ms
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,13 @@ class Served:
         return (self.finished_ms - self.first_token_ms) / (self.arrival.output_tokens - 1)
 
 
-def serve(profile: EngineProfile, arrivals: Iterable[Arrival], seed: int = 0) -> list[Served]:
-    """Every arrival served to its last token, in arrival order."""
+def serve(profile: EngineProfile, arrivals: Iterable[Arrival], seed: int = 0,
+          step_ms: Callable[[StepWork], float] | None = None) -> list[Served]:
+    """Every arrival served to its last token, in arrival order. `step_ms`: what a step's work
+    costs, the profile's linear cost (the served emulator's) unless another model is given."""
+    if step_ms is None:
+        def step_ms(work: StepWork) -> float:
+            return step_duration_ms(profile, work)
     pending = sorted(arrivals, key=lambda arrival: arrival.arrival_ms)
     scheduler, rng = Scheduler(profile), random.Random(seed)
     sequences: dict[int, tuple[Arrival, Sequence]] = {}
@@ -61,7 +66,7 @@ def serve(profile: EngineProfile, arrivals: Iterable[Arrival], seed: int = 0) ->
         plan = scheduler.plan_step()
         if plan.is_empty:  # work that can never be scheduled would loop forever
             raise RuntimeError(f"the scheduler holds work but plans no step: {scheduler.stats()}")
-        now_ms += step_duration_ms(profile, plan.work) * jitter_multiplier(rng, profile.jitter_fraction)
+        now_ms += step_ms(plan.work) * jitter_multiplier(rng, profile.jitter_fraction)
         outcome = scheduler.complete_step(plan)
         for sequence in outcome.emitted:
             if sequence.output_tokens == 1:
