@@ -6,7 +6,8 @@ import pytest
 
 from llmfleet.catalog import load_catalog
 from llmfleet.planner import estimate
-from llmfleet.planner.latency import build_engine, prefill_attention_flops, step_seconds, steady_step_seconds
+from llmfleet.planner.latency import (build_engine, prefill_attention_flops, prompt_occupancy_seconds,
+                                     step_seconds, steady_step_seconds)
 
 CAL = load_catalog().calibration
 H100 = load_catalog().gpu("H100-SXM-80GB")
@@ -56,18 +57,37 @@ def test_kv_reads_add_to_a_compute_bound_step():
                                                   ("llama-3.1-70b", "H200-SXM-141GB", 4, 5.0),
                                                   ("llama-3.1-70b", "L40S-48GB", 8, 0.5)])
 def test_the_steady_step_is_the_step_of_the_batch_it_implies(model, gpu, tp, rate):
-    # steady_step_seconds solves tau = step_seconds(batch and prompts that tau implies by Little's
-    # law) in closed form; the two must describe the same step.
+    # steady_step_seconds solves, for the decode batch B that tau implies by Little's law,
+    # tau x (1 - rate x the prompt's occupancy at B) = the decode step at B; check the solution.
     catalog = load_catalog()
     engine = build_engine(catalog.model(model), catalog.gpu(gpu), catalog.quantization("FP8"),
                           catalog.kv_cache_dtype("FP8"), tp, CAL, max_batch_size=256, max_num_tokens=8192,
                           kv_cache_free_gpu_mem_fraction=0.9)
     isl, osl, context = 1000, 200, 1100
     tau = steady_step_seconds(engine, rate, isl, 0, osl, context)
-    prompts = rate * tau
-    step = step_seconds(engine, rate * osl * tau, context, prompts * isl,
-                        prompts * prefill_attention_flops(engine.model, isl, 0), prefill_sequences=prompts)
-    assert tau == pytest.approx(step, rel=1e-9)
+    batch = rate * osl * tau
+    occupancy = prompt_occupancy_seconds(engine, isl, 0, batch, context)
+    assert tau * (1 - rate * occupancy) == pytest.approx(step_seconds(engine, batch, context), rel=1e-6)
+
+
+def test_a_prompt_chunk_costs_its_compute_in_a_memory_bound_step():
+    # 8B BF16 on the A100, 16 sequences decoding, 512-token steps: 496 tokens are left beside the
+    # decode batch, so a 1024-token prompt is computed in three chunks of 341, each making its step
+    # compute-bound. Its occupancy is what those steps take beyond the decode step, far more than
+    # the same tokens spread thin over memory-bound steps would cost (the weights streamed hide them).
+    catalog = load_catalog()
+    engine = build_engine(catalog.model("llama-3.1-8b"), catalog.gpu("A100-SXM-80GB"), catalog.quantization("BF16"),
+                          catalog.kv_cache_dtype("BF16"), 1, CAL, max_batch_size=16, max_num_tokens=512,
+                          kv_cache_free_gpu_mem_fraction=0.9)
+    batch, context = 16, 1152
+    decode_s = step_seconds(engine, batch, context)
+    chunk = 1024 / 3
+    chunks = [step_seconds(engine, batch, context, chunk, prefill_attention_flops(engine.model, chunk, index * chunk),
+                           prefill_sequences=1.0 if index == 2 else 0.0) for index in range(3)]
+    occupancy = prompt_occupancy_seconds(engine, 1024, 0, batch, context)
+    assert occupancy == pytest.approx(sum(chunks) - 3 * decode_s, rel=1e-9)
+    spread = step_seconds(engine, batch, context, 64, prefill_attention_flops(engine.model, 64, 0), 1 / 16) - decode_s
+    assert occupancy > 16 * spread * 3
 
 
 def test_kv_capacity_follows_the_free_memory_rule():

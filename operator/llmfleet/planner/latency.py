@@ -25,6 +25,9 @@ from llmfleet.planner.memory import (
 ATTENTION_PRECISION = "bf16"
 Z_P99 = 2.3263478740408408  # standard normal 99th percentile
 P99_TAIL = 0.01
+# steady_step_seconds: rounds of its fixed-point climb, and the relative step at which it has arrived.
+STEADY_STATE_ROUNDS = 200
+STEADY_STATE_TOLERANCE = 1e-9
 # Beyond this p99/mean ratio a lognormal fit has no solution; treat longer tails as this one.
 MAX_LOGNORMAL_P99_OVER_MEAN = math.exp(Z_P99 ** 2 / 2) - 1e-9
 
@@ -169,12 +172,17 @@ def step_seconds(engine: Engine, decode_batch: float, decode_context_tokens: flo
             + engine.calibration.step_overhead_ms / 1000.0)
 
 
+def prefill_chunks(engine: Engine, new_tokens: float, decode_batch: float) -> int:
+    """Steps a prompt is computed in: chunks of what max_num_tokens leaves beside the decode batch."""
+    budget = max(1.0, engine.max_num_tokens - decode_batch)
+    return max(1, math.ceil(new_tokens / budget))
+
+
 def prefill_seconds(engine: Engine, new_tokens: float, prefix_tokens: float, decode_batch: float,
                     decode_context_tokens: float) -> float:
     """Time from a prompt's first step to its first token, chunked by max_num_tokens (the decode
     batch shares each step's token budget)."""
-    budget = max(1.0, engine.max_num_tokens - decode_batch)
-    chunks = max(1, math.ceil(new_tokens / budget))
+    chunks = prefill_chunks(engine, new_tokens, decode_batch)
     chunk = new_tokens / chunks
     total = 0.0
     for index in range(chunks):
@@ -183,6 +191,17 @@ def prefill_seconds(engine: Engine, new_tokens: float, prefix_tokens: float, dec
                               prefill_attention_flops(engine.model, chunk, done),
                               prefill_sequences=1.0 if index == chunks - 1 else 0.0)
     return total
+
+
+def prompt_occupancy_seconds(engine: Engine, new_tokens: float, prefix_tokens: float, decode_batch: float,
+                             decode_context_tokens: float) -> float:
+    """Time a prompt adds to the steps it is computed in: its chunks' steps minus the same steps
+    without it. Prompts are counted whole, chunk by chunk, not spread over every step: a
+    memory-bound decode step takes a few prompt tokens almost free, but a step carrying a chunk of
+    up to max_num_tokens is compute-bound, and the scheduler takes prompts in chunks."""
+    chunks = prefill_chunks(engine, new_tokens, decode_batch)
+    return (prefill_seconds(engine, new_tokens, prefix_tokens, decode_batch, decode_context_tokens)
+            - chunks * step_seconds(engine, decode_batch, decode_context_tokens))
 
 
 def saturation_batch(engine: Engine, input_tokens: float, output_tokens: float) -> int:
@@ -196,16 +215,15 @@ def saturation_batch(engine: Engine, input_tokens: float, output_tokens: float) 
 
 def saturation_throughput_tokens_per_sec(engine: Engine, input_tokens: float, output_tokens: float,
                                          prefix_tokens: float = 0.0) -> float:
-    """Output tokens/s of one replica fed without limit: a steady mixed step with batch B decode
-    tokens and, on average, B / output_tokens new prompts (finished requests are replaced)."""
+    """Output tokens/s of one replica fed without limit: B sequences decoding in every step and,
+    per step on average, B / output_tokens new prompts (finished requests are replaced), each
+    adding its occupancy."""
     batch = saturation_batch(engine, input_tokens, output_tokens)
     if batch == 0:
         return 0.0
-    new_prompts = batch / output_tokens
-    new_tokens = input_tokens - prefix_tokens
-    step = step_seconds(engine, batch, input_tokens + output_tokens / 2, new_prompts * new_tokens,
-                        new_prompts * prefill_attention_flops(engine.model, new_tokens, prefix_tokens),
-                        prefill_sequences=new_prompts)
+    context = input_tokens + output_tokens / 2
+    occupancy = prompt_occupancy_seconds(engine, input_tokens - prefix_tokens, prefix_tokens, batch, context)
+    step = step_seconds(engine, batch, context) + batch / output_tokens * occupancy
     return batch / step
 
 
@@ -213,41 +231,39 @@ def steady_step_seconds(engine: Engine, requests_per_sec: float, new_input_token
                         prefix_tokens: float, output_tokens: float, decode_context_tokens: float) -> float | None:
     """Mean step time tau at an arrival rate, or None when the engine cannot keep up.
 
-    Little's law gives the decode batch B = rate x output_tokens x tau and the prompt tokens per
-    step P = rate x new_input_tokens x tau, so each kernel's cost in `step_seconds` is affine in
-    tau, and the step, max(weights, GEMMs) + max(KV reads, decode attention) + prefill attention
-    + all-reduce + overhead, is a maximum of affine maps (a sum of maxima is the maximum of the
-    sums). The least fixed point of such a maximum with slopes below one is the largest of the
-    individual fixed points; a slope of one or more means work arrives faster than steps can
-    absorb it. For MoE the weight bytes depend on B, so the solve is repeated a few times with B
-    from the previous round.
+    Per second the engine runs 1/tau steps, each decoding the batch B = rate x output_tokens x tau
+    (Little's law), and takes `rate` prompts, each adding its occupancy (`prompt_occupancy_seconds`).
+    So tau x (1 - rate x occupancy(B)) = decode_step(B). The decode step is a maximum of affine
+    maps in tau, max(weights, GEMMs) + max(KV reads, attention) + all-reduce + overhead (a sum of
+    maxima is the maximum of the sums), whose least fixed point is the largest of the pieces'
+    fixed points. The occupancy (and, for MoE, the weights streamed) grows with B, so each round
+    takes them at the previous round's B: from tau = 0 the rounds climb to the least fixed point.
+    A piece with slope of one or more, or rounds still climbing after STEADY_STATE_ROUNDS, means
+    work arrives faster than steps can absorb it.
     """
     model = engine.model
     rate = requests_per_sec
     decode_per_tau = rate * output_tokens
-    prefill_per_tau = rate * new_input_tokens
     bandwidth = engine.effective_bandwidth_bytes_per_sec
-    gemm_slope = (decode_per_tau * (gemm_flops_per_token(model) + lm_head_flops(model)) / engine.decode_gemm_flops_per_sec
-                  + (prefill_per_tau * gemm_flops_per_token(model) + rate * lm_head_flops(model))
-                  / engine.prefill_gemm_flops_per_sec)
-    kv_read_slope = decode_per_tau * decode_context_tokens * engine.fit.kv_bytes_per_token_per_gpu / bandwidth
-    decode_attention_slope = (decode_per_tau * decode_attention_flops(model, decode_context_tokens)
-                              / engine.decode_attention_flops_per_sec)
-    shared_slope = (rate * prefill_attention_flops(model, new_input_tokens, prefix_tokens)
-                    / engine.prefill_attention_flops_per_sec
-                    + (decode_per_tau + prefill_per_tau) * engine.allreduce_seconds_per_token)
+    gemm_slope = decode_per_tau * (gemm_flops_per_token(model) + lm_head_flops(model)) / engine.decode_gemm_flops_per_sec
+    attention_slope = max(decode_per_tau * decode_context_tokens * engine.fit.kv_bytes_per_token_per_gpu / bandwidth,
+                          decode_per_tau * decode_attention_flops(model, decode_context_tokens)
+                          / engine.decode_attention_flops_per_sec)
+    fixed_slope = attention_slope + decode_per_tau * engine.allreduce_seconds_per_token
     fixed = engine.allreduce_seconds_per_step + engine.calibration.step_overhead_ms / 1000.0
-    attention_slope = max(kv_read_slope, decode_attention_slope)
-    if gemm_slope + attention_slope + shared_slope >= 1 or attention_slope + shared_slope >= 1:
-        return None
     tau = 0.0
-    rounds = 1 if model.num_experts == 1 else 4
-    for _ in range(rounds):
-        weights_s = weight_bytes_read_per_step(engine, decode_per_tau * tau) / bandwidth
-        tau = max(
-            (weights_s + fixed) / (1 - attention_slope - shared_slope),
-            fixed / (1 - gemm_slope - attention_slope - shared_slope))
-    return tau
+    for _ in range(STEADY_STATE_ROUNDS):
+        batch = decode_per_tau * tau
+        free = 1 - rate * prompt_occupancy_seconds(engine, new_input_tokens, prefix_tokens, batch,
+                                                   decode_context_tokens)
+        if free <= gemm_slope + fixed_slope:
+            return None
+        weights_s = weight_bytes_read_per_step(engine, batch) / bandwidth
+        next_tau = max((weights_s + fixed) / (free - fixed_slope), fixed / (free - gemm_slope - fixed_slope))
+        if next_tau - tau <= STEADY_STATE_TOLERANCE * next_tau:
+            return next_tau
+        tau = next_tau
+    return None
 
 
 def lognormal_cv(mean: float, p99: float) -> float:
@@ -335,17 +351,15 @@ def predict_at_load(engine: Engine, requests_per_sec: float, input_tokens_mean: 
         return LoadPrediction(math.inf, math.inf, math.inf, math.inf, 0,
                               f"overloaded: {rate:.3g} req/s exceeds what one replica can process")
     batch = rate * output_tokens_mean * tau
-    prompt_tokens_per_step = rate * new_mean * tau
-    if batch + prompt_tokens_per_step > engine.max_num_tokens:
+    if batch >= engine.max_num_tokens:
         return LoadPrediction(math.inf, math.inf, math.inf, batch, 0,
-                              f"overloaded: {batch + prompt_tokens_per_step:.0f} tokens per step exceed "
-                              f"max_num_tokens {engine.max_num_tokens}")
+                              f"overloaded: a decode batch of {batch:.0f} leaves no room in max_num_tokens "
+                              f"{engine.max_num_tokens} for prompts")
     # Active decode sequences of an M/G/inf system are Poisson distributed.
     concurrency_p99 = poisson_p99(batch)
     slots = engine.fit.max_sequences(input_tokens_p99 + output_tokens_p99, engine.max_batch_size)
     base_step = step_seconds(engine, batch, decode_context)
-    occupancy = step_seconds(engine, batch, decode_context, new_mean,
-                             prefill_attention_flops(engine.model, new_mean, prefix), 1.0) - base_step
+    occupancy = prompt_occupancy_seconds(engine, new_mean, prefix, batch, decode_context)
     rho = rate * occupancy
     if rho >= 1:
         return LoadPrediction(math.inf, math.inf, math.inf, batch, concurrency_p99,
