@@ -57,8 +57,9 @@ def test_kv_reads_add_to_a_compute_bound_step():
                                                   ("llama-3.1-70b", "H200-SXM-141GB", 4, 5.0),
                                                   ("llama-3.1-70b", "L40S-48GB", 8, 0.5)])
 def test_the_steady_step_is_the_step_of_the_batch_it_implies(model, gpu, tp, rate):
-    # steady_step_seconds solves, for the decode batch B that tau implies by Little's law,
-    # tau x (1 - rate x the prompt's occupancy at B) = the decode step at B; check the solution.
+    # steady_step_seconds solves, for the decode batch B and the prompt tokens per step P that tau
+    # implies by Little's law, tau x (1 - rate x a prompt's occupancy at B and P) = the decode step
+    # at B; check the solution.
     catalog = load_catalog()
     engine = build_engine(catalog.model(model), catalog.gpu(gpu), catalog.quantization("FP8"),
                           catalog.kv_cache_dtype("FP8"), tp, CAL, max_batch_size=256, max_num_tokens=8192,
@@ -66,7 +67,7 @@ def test_the_steady_step_is_the_step_of_the_batch_it_implies(model, gpu, tp, rat
     isl, osl, context = 1000, 200, 1100
     tau = steady_step_seconds(engine, rate, isl, 0, osl, context)
     batch = rate * osl * tau
-    occupancy = prompt_occupancy_seconds(engine, isl, 0, batch, context)
+    occupancy = prompt_occupancy_seconds(engine, isl, 0, batch, context, rate * tau * isl)
     assert tau * (1 - rate * occupancy) == pytest.approx(step_seconds(engine, batch, context), rel=1e-6)
 
 
@@ -170,3 +171,19 @@ def test_calibration_rows_stay_within_a_factor_of_1_6():
     assert all(1 / 2.3 < r < 2.3 for r in v014_ratios)
     every = ratios + v014_ratios
     assert math.exp(sum(abs(math.log(r)) for r in every) / len(every)) < 1.2
+
+
+def test_prompts_sharing_a_step_take_their_share_of_its_compute():
+    # 8B FP8 on H100 with 50 sequences decoding: one 128-token prompt fits under the weight
+    # streaming of the memory-bound decode step, almost free; at a load where a step carries 1000
+    # prompt tokens the step is compute-bound, and each prompt's share of it is its 128 tokens'
+    # GEMM time.
+    catalog = load_catalog()
+    engine = build_engine(catalog.model("llama-3.1-8b"), H100, catalog.quantization("FP8"),
+                          catalog.kv_cache_dtype("FP8"), 1, CAL, max_batch_size=64, max_num_tokens=4096,
+                          kv_cache_free_gpu_mem_fraction=0.9)
+    alone = prompt_occupancy_seconds(engine, 128, 0, 50, 144)
+    shared = prompt_occupancy_seconds(engine, 128, 0, 50, 144, other_prompt_tokens=1000)
+    gemm_s = 128 * 2 * 6_979_321_856 / engine.prefill_gemm_flops_per_sec
+    assert alone < gemm_s / 10
+    assert shared == pytest.approx(gemm_s, rel=0.25)

@@ -89,8 +89,8 @@ START: Mapping[str, float] = {
 }
 # The two latency constants are held: the rows are saturation throughputs, in which a per-step
 # cost trades against the efficiencies along a flat ridge (the free fit and its leave-one-group-out
-# folds put the step overhead anywhere from 3 to 6.5 ms and the all-reduce latency from 60 to
-# 95 µs), while small-batch TTFT and TPOT depend on them directly. The
+# folds put the step overhead anywhere from 3 to 6 ms and the all-reduce latency from 60 to
+# 100 µs), while small-batch TTFT and TPOT depend on them directly. The
 # efficiencies the rows do identify are fitted. A free fit is reported beside the written one
 # (docs/benchmarks/calibration.md); to adopt it, empty this mapping and run
 # `benchmarks/fit_calibration.py --write`.

@@ -194,14 +194,26 @@ def prefill_seconds(engine: Engine, new_tokens: float, prefix_tokens: float, dec
 
 
 def prompt_occupancy_seconds(engine: Engine, new_tokens: float, prefix_tokens: float, decode_batch: float,
-                             decode_context_tokens: float) -> float:
-    """Time a prompt adds to the steps it is computed in: its chunks' steps minus the same steps
-    without it. Prompts are counted whole, chunk by chunk, not spread over every step: a
-    memory-bound decode step takes a few prompt tokens almost free, but a step carrying a chunk of
-    up to max_num_tokens is compute-bound, and the scheduler takes prompts in chunks."""
+                             decode_context_tokens: float, other_prompt_tokens: float = 0.0) -> float:
+    """Time a prompt adds to the steps it is computed in. Prompts are counted whole, chunk by
+    chunk, not spread over every step: a memory-bound decode step takes a few prompt tokens
+    almost free, but a step carrying a chunk of up to max_num_tokens, or several prompts, is
+    compute-bound. Each chunk shares its step with `other_prompt_tokens` (the mean prompt tokens
+    a step carries at this load, as far as the token budget leaves room) and takes its share, by
+    tokens, of what the step's prompt tokens add to the decode step."""
     chunks = prefill_chunks(engine, new_tokens, decode_batch)
-    return (prefill_seconds(engine, new_tokens, prefix_tokens, decode_batch, decode_context_tokens)
-            - chunks * step_seconds(engine, decode_batch, decode_context_tokens))
+    chunk = new_tokens / chunks
+    room = max(0.0, engine.max_num_tokens - decode_batch - chunk)
+    others = min(other_prompt_tokens, room)
+    decode_s = step_seconds(engine, decode_batch, decode_context_tokens)
+    total = 0.0
+    for index in range(chunks):
+        attention = prefill_attention_flops(engine.model, chunk, prefix_tokens + index * chunk)
+        completed = (1.0 if index == chunks - 1 else 0.0) + others / new_tokens
+        shared_s = step_seconds(engine, decode_batch, decode_context_tokens, chunk + others,
+                                attention * (chunk + others) / chunk, prefill_sequences=completed)
+        total += chunk / (chunk + others) * (shared_s - decode_s)
+    return total
 
 
 def saturation_batch(engine: Engine, input_tokens: float, output_tokens: float) -> int:
@@ -222,8 +234,11 @@ def saturation_throughput_tokens_per_sec(engine: Engine, input_tokens: float, ou
     if batch == 0:
         return 0.0
     context = input_tokens + output_tokens / 2
-    occupancy = prompt_occupancy_seconds(engine, input_tokens - prefix_tokens, prefix_tokens, batch, context)
-    step = step_seconds(engine, batch, context) + batch / output_tokens * occupancy
+    new_tokens = input_tokens - prefix_tokens
+    prompts_per_step = batch / output_tokens
+    occupancy = prompt_occupancy_seconds(engine, new_tokens, prefix_tokens, batch, context,
+                                         prompts_per_step * new_tokens)
+    step = step_seconds(engine, batch, context) + prompts_per_step * occupancy
     return batch / step
 
 
@@ -255,7 +270,7 @@ def steady_step_seconds(engine: Engine, requests_per_sec: float, new_input_token
     for _ in range(STEADY_STATE_ROUNDS):
         batch = decode_per_tau * tau
         free = 1 - rate * prompt_occupancy_seconds(engine, new_input_tokens, prefix_tokens, batch,
-                                                   decode_context_tokens)
+                                                   decode_context_tokens, rate * tau * new_input_tokens)
         if free <= gemm_slope + fixed_slope:
             return None
         weights_s = weight_bytes_read_per_step(engine, batch) / bandwidth
@@ -359,7 +374,7 @@ def predict_at_load(engine: Engine, requests_per_sec: float, input_tokens_mean: 
     concurrency_p99 = poisson_p99(batch)
     slots = engine.fit.max_sequences(input_tokens_p99 + output_tokens_p99, engine.max_batch_size)
     base_step = step_seconds(engine, batch, decode_context)
-    occupancy = prompt_occupancy_seconds(engine, new_mean, prefix, batch, decode_context)
+    occupancy = prompt_occupancy_seconds(engine, new_mean, prefix, batch, decode_context, rate * tau * new_mean)
     rho = rate * occupancy
     if rho >= 1:
         return LoadPrediction(math.inf, math.inf, math.inf, batch, concurrency_p99,
