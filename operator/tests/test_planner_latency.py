@@ -6,8 +6,8 @@ import pytest
 
 from llmfleet.catalog import load_catalog
 from llmfleet.planner import estimate
-from llmfleet.planner.latency import (build_engine, prefill_attention_flops, prompt_occupancy_seconds,
-                                     step_seconds, steady_step_seconds)
+from llmfleet.planner.latency import (build_engine, predict_at_load, prefill_attention_flops, prompt_occupancy_seconds,
+                                     saturation_throughput_tokens_per_sec, step_seconds, steady_step_seconds)
 
 CAL = load_catalog().calibration
 H100 = load_catalog().gpu("H100-SXM-80GB")
@@ -187,3 +187,17 @@ def test_prompts_sharing_a_step_take_their_share_of_its_compute():
     gemm_s = 128 * 2 * 6_979_321_856 / engine.prefill_gemm_flops_per_sec
     assert alone < gemm_s / 10
     assert shared == pytest.approx(gemm_s, rel=0.25)
+
+
+def test_a_prompt_served_wholly_from_the_prefix_cache_costs_its_lm_head():
+    # prefixSharingFraction may be 1: nothing of the prompt is computed but its LM head.
+    catalog = load_catalog()
+    engine = build_engine(catalog.model("llama-3.1-8b"), H100, catalog.quantization("FP8"),
+                          catalog.kv_cache_dtype("FP8"), 1, CAL, max_batch_size=64, max_num_tokens=4096,
+                          kv_cache_free_gpu_mem_fraction=0.9)
+    lm_head_s = 2 * 128256 * 4096 / engine.prefill_gemm_flops_per_sec
+    occupancy = prompt_occupancy_seconds(engine, 0, 1000, 50, 1100, other_prompt_tokens=500)
+    assert 0 <= occupancy <= lm_head_s * 1.01
+    prediction = predict_at_load(engine, 20.0, 1000, 2000, 200, 400, prefix_sharing_fraction=1.0)
+    assert prediction.problem is None and math.isfinite(prediction.ttft_p99_ms)
+    assert saturation_throughput_tokens_per_sec(engine, 1000, 200, prefix_tokens=1000) > 0

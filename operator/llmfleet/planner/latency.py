@@ -201,11 +201,13 @@ def prompt_occupancy_seconds(engine: Engine, new_tokens: float, prefix_tokens: f
     compute-bound. Each chunk shares its step with `other_prompt_tokens` (the mean prompt tokens
     a step carries at this load, as far as the token budget leaves room) and takes its share, by
     tokens, of what the step's prompt tokens add to the decode step."""
+    decode_s = step_seconds(engine, decode_batch, decode_context_tokens)
+    if new_tokens <= 0:  # all of it reused from the cache: only its LM head is computed
+        return step_seconds(engine, decode_batch, decode_context_tokens, prefill_sequences=1.0) - decode_s
     chunks = prefill_chunks(engine, new_tokens, decode_batch)
     chunk = new_tokens / chunks
     room = max(0.0, engine.max_num_tokens - decode_batch - chunk)
     others = min(other_prompt_tokens, room)
-    decode_s = step_seconds(engine, decode_batch, decode_context_tokens)
     total = 0.0
     for index in range(chunks):
         attention = prefill_attention_flops(engine.model, chunk, prefix_tokens + index * chunk)
