@@ -13,6 +13,14 @@ CAL = load_catalog().calibration
 H100 = load_catalog().gpu("H100-SXM-80GB")
 
 
+def _engine(model: str, gpu: str, quantization: str, kv_dtype: str, tp: int, *, max_batch_size: int,
+            max_num_tokens: int):
+    catalog = load_catalog()
+    return build_engine(catalog.model(model), catalog.gpu(gpu), catalog.quantization(quantization),
+                        catalog.kv_cache_dtype(kv_dtype), tp, CAL, max_batch_size=max_batch_size,
+                        max_num_tokens=max_num_tokens, kv_cache_free_gpu_mem_fraction=0.9)
+
+
 def test_single_request_decode_is_weight_bandwidth_bound():
     # Llama-3.1-8B FP8, TP1, batch 1: the step streams layer weights (1 byte) and lm_head (2 bytes);
     # the embedding table is only looked up. A 1-token context makes the KV read negligible.
@@ -39,10 +47,7 @@ def test_kv_reads_add_to_a_compute_bound_step():
     # The attention kernel runs after the GEMMs, not alongside them: a batch large enough to make
     # the GEMMs compute-bound still pays its KV reads in full (one roofline over the whole step
     # would hide them under the GEMMs' compute). Llama-3.1-8B FP8 on H100, 1024 sequences.
-    catalog = load_catalog()
-    engine = build_engine(catalog.model("llama-3.1-8b"), H100, catalog.quantization("FP8"),
-                          catalog.kv_cache_dtype("FP8"), 1, CAL, max_batch_size=2048, max_num_tokens=8192,
-                          kv_cache_free_gpu_mem_fraction=0.9)
+    engine = _engine("llama-3.1-8b", "H100-SXM-80GB", "FP8", "FP8", 1, max_batch_size=2048, max_num_tokens=8192)
     batch, context = 1024, 1000
     gemm_s = batch * 2 * (6_979_321_856 + 128256 * 4096) / engine.decode_gemm_flops_per_sec
     weights_s = (6_979_321_856 + 2 * 525_336_576) / engine.effective_bandwidth_bytes_per_sec
@@ -60,10 +65,7 @@ def test_the_steady_step_is_the_step_of_the_batch_it_implies(model, gpu, tp, rat
     # steady_step_seconds solves, for the decode batch B and the prompt tokens per step P that tau
     # implies by Little's law, tau x (1 - rate x a prompt's occupancy at B and P) = the decode step
     # at B; check the solution.
-    catalog = load_catalog()
-    engine = build_engine(catalog.model(model), catalog.gpu(gpu), catalog.quantization("FP8"),
-                          catalog.kv_cache_dtype("FP8"), tp, CAL, max_batch_size=256, max_num_tokens=8192,
-                          kv_cache_free_gpu_mem_fraction=0.9)
+    engine = _engine(model, gpu, "FP8", "FP8", tp, max_batch_size=256, max_num_tokens=8192)
     isl, osl, context = 1000, 200, 1100
     tau = steady_step_seconds(engine, rate, isl, 0, osl, context)
     batch = rate * osl * tau
@@ -76,10 +78,7 @@ def test_a_prompt_chunk_costs_its_compute_in_a_memory_bound_step():
     # decode batch, so a 1024-token prompt is computed in three chunks of 341, each making its step
     # compute-bound. Its occupancy is what those steps take beyond the decode step, far more than
     # the same tokens spread thin over memory-bound steps would cost (the weights streamed hide them).
-    catalog = load_catalog()
-    engine = build_engine(catalog.model("llama-3.1-8b"), catalog.gpu("A100-SXM-80GB"), catalog.quantization("BF16"),
-                          catalog.kv_cache_dtype("BF16"), 1, CAL, max_batch_size=16, max_num_tokens=512,
-                          kv_cache_free_gpu_mem_fraction=0.9)
+    engine = _engine("llama-3.1-8b", "A100-SXM-80GB", "BF16", "BF16", 1, max_batch_size=16, max_num_tokens=512)
     batch, context = 16, 1152
     decode_s = step_seconds(engine, batch, context)
     chunk = 1024 / 3
@@ -178,10 +177,7 @@ def test_prompts_sharing_a_step_take_their_share_of_its_compute():
     # streaming of the memory-bound decode step, almost free; at a load where a step carries 1000
     # prompt tokens the step is compute-bound, and each prompt's share of it is its 128 tokens'
     # GEMM time.
-    catalog = load_catalog()
-    engine = build_engine(catalog.model("llama-3.1-8b"), H100, catalog.quantization("FP8"),
-                          catalog.kv_cache_dtype("FP8"), 1, CAL, max_batch_size=64, max_num_tokens=4096,
-                          kv_cache_free_gpu_mem_fraction=0.9)
+    engine = _engine("llama-3.1-8b", "H100-SXM-80GB", "FP8", "FP8", 1, max_batch_size=64, max_num_tokens=4096)
     alone = prompt_occupancy_seconds(engine, 128, 0, 50, 144)
     shared = prompt_occupancy_seconds(engine, 128, 0, 50, 144, other_prompt_tokens=1000)
     gemm_s = 128 * 2 * 6_979_321_856 / engine.prefill_gemm_flops_per_sec
@@ -191,10 +187,7 @@ def test_prompts_sharing_a_step_take_their_share_of_its_compute():
 
 def test_a_prompt_served_wholly_from_the_prefix_cache_costs_its_lm_head():
     # prefixSharingFraction may be 1: nothing of the prompt is computed but its LM head.
-    catalog = load_catalog()
-    engine = build_engine(catalog.model("llama-3.1-8b"), H100, catalog.quantization("FP8"),
-                          catalog.kv_cache_dtype("FP8"), 1, CAL, max_batch_size=64, max_num_tokens=4096,
-                          kv_cache_free_gpu_mem_fraction=0.9)
+    engine = _engine("llama-3.1-8b", "H100-SXM-80GB", "FP8", "FP8", 1, max_batch_size=64, max_num_tokens=4096)
     lm_head_s = 2 * 128256 * 4096 / engine.prefill_gemm_flops_per_sec
     occupancy = prompt_occupancy_seconds(engine, 0, 1000, 50, 1100, other_prompt_tokens=500)
     assert 0 <= occupancy <= lm_head_s * 1.01
