@@ -25,9 +25,15 @@ REPO = Path(__file__).resolve().parent.parent
 REPORT = REPO / "docs" / "benchmarks" / "planner-vs-emulator.md"
 sys.path.insert(0, str(REPO / "operator" / "tests"))
 
-from llmfleet.planner.latency import predict_at_load, saturation_throughput_tokens_per_sec  # noqa: E402
-from llmfleet_sandbox.emulator.simulate import serve  # noqa: E402
-from planner_emulator import Case, arrivals, compare, engines, error_summary, p99  # noqa: E402
+from llmfleet.planner.latency import saturation_throughput_tokens_per_sec  # noqa: E402
+from planner_emulator import (  # noqa: E402
+    Case,
+    compare,
+    engines,
+    error_summary,
+    fewest_replicas,
+    planned_replicas,
+)
 
 # (model, GPU, TP, weights, KV, max batch, max tokens per step)
 ENGINES = (
@@ -46,7 +52,6 @@ FLEETS = (
     (Case("llama-3.1-70b", "H100-SXM-80GB", 1, "FP8", "FP8", 4, 2048, 256, 512, 64, 128, 4.0), 500),
     (Case("llama-3.1-8b", "A100-SXM-80GB", 1, "BF16", "BF16", 16, 512, 200, 400, 40, 80, 40.0), 300),
 )
-MOST_REPLICAS = 16
 
 
 def grid() -> list[tuple[float, Case]]:
@@ -60,34 +65,6 @@ def grid() -> list[tuple[float, Case]]:
             cases += [(share, dataclasses.replace(probe, requests_per_sec=round(saturation_rps * share, 3)))
                       for share in LOAD_SHARES]
     return cases
-
-
-def fewest_replicas(fleet: Case, slo_ms: float, split: str) -> int | None:
-    """Fewest replicas whose emulated p99 TTFT meets the SLO with the fleet's Poisson arrivals
-    split at random (each replica Poisson at rate / n) or round-robin (arrival i to i mod n)."""
-    _, profile = engines(fleet)
-    stream = arrivals(fleet, DURATION_S, seed=0)
-    for replicas in range(1, MOST_REPLICAS + 1):
-        if split == "random":
-            ttfts = [request.ttft_ms for request in serve(
-                profile, arrivals(dataclasses.replace(fleet, requests_per_sec=fleet.requests_per_sec / replicas),
-                                  DURATION_S, seed=0)) if request.arrival.arrival_ms >= 60_000]
-        else:
-            ttfts = [request.ttft_ms for index in range(replicas) for request in serve(profile, stream[index::replicas])
-                     if request.arrival.arrival_ms >= 60_000]
-        if p99(ttfts) <= slo_ms:
-            return replicas
-    return None
-
-
-def planned_replicas(fleet: Case, slo_ms: float) -> int | None:
-    engine, _ = engines(fleet)
-    for replicas in range(1, MOST_REPLICAS + 1):
-        predicted = predict_at_load(engine, fleet.requests_per_sec / replicas, fleet.input_tokens_mean,
-                                    fleet.input_tokens_p99, fleet.output_tokens_mean, fleet.output_tokens_p99, 0.0)
-        if predicted.ttft_p99_ms <= slo_ms:
-            return replicas
-    return None
 
 
 def commit() -> str:
@@ -163,8 +140,9 @@ def main() -> int:
             f"{comparison.requests} |")
     lines += [
         "", "## Replicas a fleet needs", "",
-        "The fewest replicas whose p99 TTFT meets the SLO at the fleet's rate: the planner's "
-        "prediction (arrivals at random, each replica Poisson at rate / n), and the emulated engine "
+        "The fewest replicas whose p99 TTFT meets the SLO at the fleet's rate: the planner's plan "
+        "(`plan()` with the configuration pinned and the replicas free; it takes arrivals as split at "
+        "random, each replica Poisson at rate / n), and the emulated engine "
         "with the fleet's arrivals split at random and round-robin (arrival i to replica i mod n, "
         "as the sandbox's default Service proxy does with a connection per request). Round-robin "
         "gives each replica a steadier stream than a random split, so it needs fewer.", "",
@@ -177,8 +155,8 @@ def main() -> int:
         lines.append(
             f"| {fleet.model} {fleet.gpu_type.split('-')[0]} {fleet.quantization} batch {fleet.max_batch_size}, "
             f"{fleet.input_tokens_mean} / {fleet.output_tokens_mean} | {fleet.requests_per_sec:g} | {slo_ms} | "
-            f"{shown(planned_replicas(fleet, slo_ms))} | {shown(fewest_replicas(fleet, slo_ms, 'random'))} | "
-            f"{shown(fewest_replicas(fleet, slo_ms, 'round-robin'))} |")
+            f"{shown(planned_replicas(fleet, slo_ms))} | {shown(fewest_replicas(fleet, slo_ms, 'random', DURATION_S))} | "
+            f"{shown(fewest_replicas(fleet, slo_ms, 'round-robin', DURATION_S))} |")
     text = "\n".join(lines) + "\n"
     print(text)
     REPORT.write_text(text)

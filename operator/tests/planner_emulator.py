@@ -15,6 +15,7 @@ runs the same scheduler with the planner's own step cost (`planner_step_ms`) to 
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +26,9 @@ from llmfleet.catalog import load_catalog
 from llmfleet.loadgen.lengths import parse_length_distribution
 from llmfleet.loadgen.schedule import parse_schedule, poisson_arrivals
 from llmfleet.loadgen.workload import planned_requests
+from llmfleet.planner import SloTargets, Workload, plan
 from llmfleet.planner.latency import Engine, build_engine, predict_at_load, prefill_attention_flops, step_seconds
+from llmfleet.planner.spec_adapter import plan_request_from_spec
 from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION
 from llmfleet_sandbox.emulator.profile import EngineProfile, profile_for_engine
 from llmfleet_sandbox.emulator.simulate import Arrival, serve
@@ -34,6 +37,8 @@ from triton_process import deployment_spec, engine_config_for
 
 # Requests served before this are the warm-up: the engine starts empty.
 WARM_UP_S = 60.0
+# The most replicas a fleet comparison tries.
+MOST_REPLICAS = 16
 
 
 @dataclass(frozen=True)
@@ -80,11 +85,15 @@ class Comparison:
         return self.predicted_tpot_p99_ms / self.emulated_tpot_p99_ms - 1
 
 
-def engines(case: Case) -> tuple[Engine, EngineProfile]:
-    """The planner's engine model and the emulator's profile of the case's engine."""
-    spec = deployment_spec(case.model, case.gpu_type, case.quantization, case.kv_cache_dtype,
+def _spec(case: Case):
+    return deployment_spec(case.model, case.gpu_type, case.quantization, case.kv_cache_dtype,
                            case.tensor_parallel_size, max_batch_size=case.max_batch_size,
                            max_num_tokens=case.max_num_tokens)
+
+
+def engines(case: Case) -> tuple[Engine, EngineProfile]:
+    """The planner's engine model and the emulator's profile of the case's engine."""
+    spec = _spec(case)
     catalog = load_catalog()
     gpu = catalog.gpu(case.gpu_type)
     config = engine_config_for(spec)
@@ -143,3 +152,39 @@ def error_summary(errors: list[float]) -> tuple[float, float]:
     """(median, p90) of the absolute relative errors."""
     magnitudes = sorted(abs(error) for error in errors)
     return statistics.median(magnitudes), magnitudes[min(len(magnitudes) - 1, int(0.9 * len(magnitudes)))]
+
+
+def planned_replicas(fleet: Case, slo_ttft_p99_ms: float) -> int | None:
+    """The replicas `plan()` gives the fleet's engine (configuration pinned, replicas free) at
+    the fleet's rate, as the operator plans them: p99 TTFT `slo_ttft_p99_ms`, TPOT loose enough
+    not to bind, the KV pool as `engines` builds it, and no serving release's limits (which formats
+    a release serves without a checkpoint is not what is compared). None when no count meets it."""
+    request = plan_request_from_spec(_spec(fleet))
+    request = dataclasses.replace(
+        request, slo=SloTargets(slo_ttft_p99_ms, 1000.0),
+        workload=Workload(fleet.input_tokens_mean, fleet.input_tokens_p99, fleet.output_tokens_mean,
+                          fleet.output_tokens_p99, fleet.requests_per_sec),
+        space=dataclasses.replace(request.space, pinned_replicas=None, gpu_budget=None, release=None,
+                                  release_support=None,
+                                  kv_cache_free_gpu_mem_fraction=KV_CACHE_FREE_GPU_MEM_FRACTION))
+    planned = plan(request)
+    return planned.replicas if planned.feasible else None
+
+
+def fewest_replicas(fleet: Case, slo_ttft_p99_ms: float, split: str, duration_s: float = 1200.0) -> int | None:
+    """Fewest emulated replicas whose p99 TTFT meets the SLO with the fleet's Poisson arrivals
+    split at random (each replica Poisson at rate / n) or round-robin (arrival i to i mod n).
+    None when `MOST_REPLICAS` do not."""
+    _, profile = engines(fleet)
+    stream = arrivals(fleet, duration_s, seed=0)
+    for replicas in range(1, MOST_REPLICAS + 1):
+        if split == "random":
+            shares = [arrivals(dataclasses.replace(fleet, requests_per_sec=fleet.requests_per_sec / replicas),
+                               duration_s, seed=0)]
+        else:
+            shares = [stream[index::replicas] for index in range(replicas)]
+        ttfts = [request.ttft_ms for share in shares for request in serve(profile, share)
+                 if request.arrival.arrival_ms >= WARM_UP_S * 1000]
+        if p99(ttfts) <= slo_ttft_p99_ms:
+            return replicas
+    return None
