@@ -739,17 +739,29 @@ def _dump_conditions(conditions: list[Condition]) -> list[dict]:
     return [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in conditions]
 
 
-def _merge_patched(stored: dict, patch: dict) -> dict:
+def merge_patched(stored: dict, patch: dict) -> dict:
     """`stored` after a JSON merge patch (RFC 7386): None removes, mappings merge, the rest replaces."""
     merged = dict(stored)
     for key, value in patch.items():
         if value is None:
             merged.pop(key, None)
         elif isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge_patched(merged[key], value)
+            merged[key] = merge_patched(merged[key], value)
         else:
             merged[key] = value
     return merged
+
+
+def _replacing(stored: dict, section: dict) -> dict:
+    """A merge patch that turns `stored` into `section`: a merge patch keeps what it does not
+    name, so each key `section` dropped is written as None (removed), nested mappings likewise.
+    A pass computes each status section it writes whole; merged onto the stored one, a field it
+    cleared (a canary's verdict when its step passes, an autoscaler's warmingSince) would stay."""
+    patch = {key: None for key in stored if key not in section}
+    for key, value in section.items():
+        before = stored.get(key)
+        patch[key] = _replacing(before, value) if isinstance(value, dict) and isinstance(before, dict) else value
+    return patch
 
 
 def _normalised(status: dict) -> dict:
@@ -779,7 +791,9 @@ def _outcome(ctx: Context, status: dict, conditions: list[Condition], *, events:
     """The pass's result: the status with its conditions, diffed with the stored one."""
     status = {**status, "observedGeneration": ctx.generation, "replanRequest": ctx.replan_request,
               "conditions": _dump_conditions(conditions)}
-    changed = _normalised(_merge_patched(ctx.raw_status, status)) != _normalised(ctx.raw_status)
+    # What this pass leaves out of the status stays; a section it writes is written whole.
+    status = {key: value for key, value in _replacing(ctx.raw_status, status).items() if key in status}
+    changed = _normalised(merge_patched(ctx.raw_status, status)) != _normalised(ctx.raw_status)
     return Outcome(status=status, status_changed=changed,
                    events=[*events, *_transition_events(ctx.conditions_before, conditions)], **changes)
 

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from llmfleet.api import CanaryPhase, RolloutStep
-from llmfleet.reconcile import OperatorSettings, decide
+from llmfleet.reconcile import OperatorSettings, decide, merge_patched, quality_query
 from llmfleet.render import RenderSettings
 from llmfleet.rollout import Command, Observed, advance, canary_replicas_for
 
@@ -411,8 +411,6 @@ def test_unanswered_golden_prompts_hold_then_pause_past_the_deadline():
 
 
 def test_the_reconcile_pass_asks_the_golden_prompts_while_warming_and_records_the_verdict():
-    from llmfleet.reconcile import quality_query
-
     def checked(revision: str, generation: int, status: dict | None = None) -> dict:
         body = manifest(revision, generation, status)
         body["spec"]["rollout"]["quality"] = {"prompts": list(GATE.prompts)}
@@ -431,6 +429,62 @@ def test_the_reconcile_pass_asks_the_golden_prompts_while_warming_and_records_th
     assert (canary["phase"], canary["qualityVerdict"]) == ("RolledBack", "Failed")
     assert "exact match 50%" in canary["qualityMessage"]
     assert quality_query(checked("v2", 2, judged.status)) is None
+
+
+# --- status as the apiserver keeps it --------------------------------------------------------------
+
+def test_a_verdict_cleared_as_its_step_passes_is_gone_from_the_stored_status():
+    """Each pass's status is a merge patch: the stored status is the last one merged onto the
+    ones before. A verdict reached and cleared in the pass that promotes must not leave the
+    previous window's Inconclusive standing beside the promoted phase."""
+    def analysed(revision: str, generation: int, status: dict | None = None) -> dict:
+        body = manifest(revision, generation, status)
+        body["spec"]["rollout"] = {"steps": [{"setWeight": 50}, {"analysis": {"durationSeconds": 60}}],
+                                   "gates": {"minRequests": 10}}
+        return body
+
+    _, warming, children = canary_started(analysed)
+    stored = warming.status
+    few = Samples(RevisionSample(50.0, 0.0, 200.0), RevisionSample(5.0, 0.0, 200.0), 30)
+    enough = Samples(RevisionSample(100.0, 0.0, 200.0), RevisionSample(40.0, 0.0, 200.0), 60)
+    for seconds, samples in ((5, None), (30, few), (65, enough)):
+        outcome = decide(analysed("v2", 2, stored), children, SETTINGS, NOW + timedelta(seconds=seconds),
+                         samples=samples)
+        stored = merge_patched(stored, outcome.status)
+        if seconds == 30:
+            assert stored["canary"]["analysisVerdict"] == "Inconclusive", stored["canary"]
+    assert stored["canary"]["phase"] == "Promoted", stored["canary"]
+    assert "analysisVerdict" not in stored["canary"] and "analysisMessage" not in stored["canary"], stored["canary"]
+
+
+def test_every_canary_owes_its_own_golden_prompts():
+    """The quality verdict of a promoted canary is not the next canary's: v3 is asked again."""
+    def checked(revision: str, generation: int, status: dict | None = None) -> dict:
+        body = manifest(revision, generation, status)
+        body["spec"]["rollout"]["quality"] = {"prompts": list(GATE.prompts)}
+        return body
+
+    _, warming, children = canary_started(checked)
+    job_a, serving_a, job_b, serving_b = children
+    answers = GoldenAnswers(tuple(GATE.prompts), REFERENCE, (PodAnswers("canary-0", REFERENCE.answers),))
+    passed = decide(checked("v2", 2, warming.status), children, SETTINGS, NOW + timedelta(seconds=5), golden=answers)
+    stored = merge_patched(warming.status, passed.status)
+    assert (stored["canary"]["phase"], stored["canary"]["qualityVerdict"]) == ("Paused", "Successful")
+    promote = checked("v2", 2, stored)
+    promote["metadata"]["annotations"] = {"llmfleet.io/rollout-command": "promote/1"}
+    promoted = decide(promote, children, SETTINGS, NOW + timedelta(seconds=10))
+    stored = merge_patched(stored, promoted.status)
+    assert stored["canary"]["phase"] == "Promoted"
+
+    kept = [job_b, serving_b]
+    changed = decide(checked("v3", 3, stored), kept, SETTINGS, NOW + timedelta(seconds=20))
+    stored = merge_patched(stored, changed.status)
+    job_c = with_status(kind(changed, "Job"), conditions=[{"type": "Complete", "status": "True"}])
+    warming_c = decide(checked("v3", 3, stored), [*kept, job_c], SETTINGS, NOW + timedelta(seconds=25))
+    stored = merge_patched(stored, warming_c.status)
+    assert stored["canary"]["phase"] == "Warming" and "qualityVerdict" not in stored["canary"], stored["canary"]
+    query = quality_query(checked("v3", 3, stored))
+    assert query is not None and query.canary_revision == stored["currentRevision"]
 
 
 # --- canary replicas that never become ready ----------------------------------------------------
