@@ -309,13 +309,15 @@ def test_verdicts_are_reached_once_per_interval():
     assert soon.state.phase == CanaryPhase.PROGRESSING and soon.state.verdict == Outcome.SUCCESSFUL
 
 
+def analysed(revision: str, generation: int, status: dict | None = None) -> dict:
+    """`manifest` whose canary takes half the replicas, then a 60 s analysis."""
+    body = manifest(revision, generation, status)
+    body["spec"]["rollout"] = {"steps": [{"setWeight": 50}, {"analysis": {"durationSeconds": 60}}]}
+    return body
+
+
 def test_the_reconcile_pass_asks_for_samples_when_due_and_records_the_verdict():
     from llmfleet.reconcile import analysis_query
-
-    def analysed(revision: str, generation: int, status: dict | None = None) -> dict:
-        body = manifest(revision, generation, status)
-        body["spec"]["rollout"] = {"steps": [{"setWeight": 50}, {"analysis": {"durationSeconds": 60}}]}
-        return body
 
     stable, warming, children = canary_started(analysed)
     analysing_now = decide(analysed("v2", 2, warming.status), children, SETTINGS, NOW + timedelta(seconds=5))
@@ -410,12 +412,14 @@ def test_unanswered_golden_prompts_hold_then_pause_past_the_deadline():
     assert paused.state.phase == CanaryPhase.PAUSED and "golden prompts without a verdict" in paused.state.message
 
 
-def test_the_reconcile_pass_asks_the_golden_prompts_while_warming_and_records_the_verdict():
-    def checked(revision: str, generation: int, status: dict | None = None) -> dict:
-        body = manifest(revision, generation, status)
-        body["spec"]["rollout"]["quality"] = {"prompts": list(GATE.prompts)}
-        return body
+def checked(revision: str, generation: int, status: dict | None = None) -> dict:
+    """`manifest` whose canaries must answer GATE's golden prompts as stable does."""
+    body = manifest(revision, generation, status)
+    body["spec"]["rollout"]["quality"] = {"prompts": list(GATE.prompts)}
+    return body
 
+
+def test_the_reconcile_pass_asks_the_golden_prompts_while_warming_and_records_the_verdict():
     _, warming, children = canary_started(checked)
     assert warming.status["canary"]["phase"] == "Warming"
     body = checked("v2", 2, warming.status)
@@ -437,12 +441,6 @@ def test_a_verdict_cleared_as_its_step_passes_is_gone_from_the_stored_status():
     """Each pass's status is a merge patch: the stored status is the last one merged onto the
     ones before. A verdict reached and cleared in the pass that promotes must not leave the
     previous window's Inconclusive standing beside the promoted phase."""
-    def analysed(revision: str, generation: int, status: dict | None = None) -> dict:
-        body = manifest(revision, generation, status)
-        body["spec"]["rollout"] = {"steps": [{"setWeight": 50}, {"analysis": {"durationSeconds": 60}}],
-                                   "gates": {"minRequests": 10}}
-        return body
-
     _, warming, children = canary_started(analysed)
     stored = warming.status
     few = Samples(RevisionSample(50.0, 0.0, 200.0), RevisionSample(5.0, 0.0, 200.0), 30)
@@ -459,11 +457,6 @@ def test_a_verdict_cleared_as_its_step_passes_is_gone_from_the_stored_status():
 
 def test_every_canary_owes_its_own_golden_prompts():
     """The quality verdict of a promoted canary is not the next canary's: v3 is asked again."""
-    def checked(revision: str, generation: int, status: dict | None = None) -> dict:
-        body = manifest(revision, generation, status)
-        body["spec"]["rollout"]["quality"] = {"prompts": list(GATE.prompts)}
-        return body
-
     _, warming, children = canary_started(checked)
     job_a, serving_a, job_b, serving_b = children
     answers = GoldenAnswers(tuple(GATE.prompts), REFERENCE, (PodAnswers("canary-0", REFERENCE.answers),))
