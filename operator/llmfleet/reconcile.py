@@ -308,7 +308,8 @@ def _learn(ctx: Context, spec: LLMDeploymentSpec, choice: PlanChoice, revision: 
     request = plan_request_from_spec(spec, cluster_gpus=cluster_gpus() if cluster_gpus else None,
                                      learned=[*(stored.learned_speeds or ()), *fleet])
     declared, planned_peak = request.workload, stored.plan.peak_requests_per_second
-    workload = workload_as_observed(declared, observed, planned_peak)
+    workload = workload_as_observed(declared, observed, planned_peak, longest_prompt_tokens=spec.engine.max_input_len,
+                                    longest_sequence_tokens=spec.engine.max_seq_len)
     fit = fit_speed_factor(engine_for_plan(request, plan), workload, observed,
                            min_requests=ctx.settings.observation_min_requests,
                            ttft_histogram_top_ms=TTFT_HISTOGRAM_BUCKETS_MS[-1])

@@ -96,6 +96,20 @@ def test_the_observed_workload_keeps_the_declared_tail_and_never_plans_below_the
     assert busier.peak_requests_per_sec == 200.0
 
 
+def test_a_scaled_tail_stops_at_the_longest_request_the_engine_serves():
+    """Prompts four times as long scale the declared p99 (4000) to 16000 tokens; an engine
+    built for 6000-token prompts and 7000-token sequences refuses longer ones, so they were
+    not among those observed."""
+    observed = ObservedWorkload(300, 3000, 3.0, 2, 400.0, input_tokens_mean=4000, output_tokens_mean=400)
+    limited = workload_as_observed(CHAT, observed, longest_prompt_tokens=6000, longest_sequence_tokens=7000)
+    assert (limited.input_tokens_mean, limited.input_tokens_p99) == (4000, 6000)
+    assert (limited.output_tokens_mean, limited.output_tokens_p99) == (400, 1000)
+    assert workload_as_observed(CHAT, observed).input_tokens_p99 == 16000
+    # The mean is what was served: a tail is never cut below it.
+    at_limit = workload_as_observed(CHAT, replace(observed, input_tokens_mean=6500), longest_prompt_tokens=6000)
+    assert at_limit.input_tokens_p99 == 6500
+
+
 def test_a_plan_made_for_a_higher_observed_peak_keeps_it_through_quieter_windows():
     quiet = ObservedWorkload(300, 0, 0.0, 2, None)
     planned_peak = 3 * CHAT.peak_requests_per_sec

@@ -78,18 +78,27 @@ def _peak(declared: Workload, planned_peak_requests_per_sec: float | None) -> fl
 
 
 def workload_as_observed(declared: Workload, observed: ObservedWorkload,
-                         planned_peak_requests_per_sec: float | None = None) -> Workload:
+                         planned_peak_requests_per_sec: float | None = None, *,
+                         longest_prompt_tokens: int | None = None,
+                         longest_sequence_tokens: int | None = None) -> Workload:
     """The declared workload with what was observed: mean lengths and prefix reuse where the
     release exports them (the p99s scaled with the means, keeping the declared tail), and the
     observed rate where it is above the peak. The peak is the declared one or, when higher, the
     one the served plan was made for: a re-plan for traffic above the declared peak holds
-    through quieter windows (a revision's first, a lull), which would otherwise plan it away."""
-    def scaled(mean: float, p99: float, seen: float | None) -> tuple[float, float]:
-        return (mean, p99) if seen is None or seen <= 0 else (seen, max(seen, p99 * seen / mean))
+    through quieter windows (a revision's first, a lull), which would otherwise plan it away.
+    A scaled tail stops at what the engine serves (`longest_prompt_tokens`: maxInputLen;
+    `longest_sequence_tokens`: maxSeqLen, prompt and answer): it refuses longer requests, so
+    none of them is in what was observed."""
+    def scaled(mean: float, p99: float, seen: float | None, longest: float | None) -> tuple[float, float]:
+        if seen is not None and seen > 0:
+            mean, p99 = seen, max(seen, p99 * seen / mean)
+        return mean, p99 if longest is None else max(mean, min(p99, longest))
 
-    input_mean, input_p99 = scaled(declared.input_tokens_mean, declared.input_tokens_p99, observed.input_tokens_mean)
+    input_mean, input_p99 = scaled(declared.input_tokens_mean, declared.input_tokens_p99, observed.input_tokens_mean,
+                                   longest_prompt_tokens)
     output_mean, output_p99 = scaled(declared.output_tokens_mean, declared.output_tokens_p99,
-                                     observed.output_tokens_mean)
+                                     observed.output_tokens_mean,
+                                     None if longest_sequence_tokens is None else longest_sequence_tokens - input_p99)
     prefix_limit = (input_mean - 1) / input_mean
     prefix = declared.prefix_sharing_fraction if observed.prefix_reuse_fraction is None else \
         max(0.0, observed.prefix_reuse_fraction)
