@@ -6,6 +6,7 @@ workload needs when it departs from spec.workload."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -95,5 +96,57 @@ def test_traffic_beyond_the_declared_peak_is_learned_recommended_and_served_auto
     assert any(line.startswith("WorkloadDrift: ") for line in status["plan"]["rationale"]), status["plan"]
     assert status["plan"]["peakRequestsPerSecond"] > DECLARED_PEAK_RPS * 1.1, status["plan"]
     assert "recommendation" not in settled, settled
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["errors"] == 0, (stdout, stderr)
+
+
+def _events_of(sandbox, name: str, reason: str) -> list[dict]:
+    return [e for e in _events(sandbox, name) if e["reason"] == reason]
+
+
+def test_prompts_grown_longer_are_recommended_a_wider_engine_that_goes_out_as_a_canary(sandbox, tmp_path):
+    """Declared short prompts are planned on one H100; the traffic that comes has prompts seven
+    times as long, at a rate within the declared peak, for which the planner predicts one GPU's
+    prefill misses the p99 TTFT target (500 ms) at that peak: the drift in prompt length alone
+    is said, the plan for it is TP2, and Automatic re-planning ships it through the canary
+    steps, which promote it. Qwen 2.5 72B, which no other test serves: speeds learned from other
+    deployments of a model apply to every plan of it, and would make this one depend on them
+    (this one's own windows hold fewer requests than a fit needs)."""
+    long_prompt_tokens = 900
+    manifest = small_batch_70b("prompts", NAMESPACE, 500, plan={"liveReplanning": "Automatic"},
+                               rollout={"steps": [{"setWeight": 50},
+                                                  {"analysis": {"durationSeconds": 45, "intervalSeconds": 15}}],
+                                        "gates": {"minRequests": 10}})
+    manifest["spec"]["model"] = {"name": "qwen2.5-72b", "source": "hf://Qwen/Qwen2.5-72B-Instruct"}
+    manifest["spec"]["workload"]["peakRequestsPerSecond"] = 1
+    sandbox.apply([manifest], namespace=NAMESPACE)
+    planned = wait_until_ready(sandbox, "prompts", NAMESPACE)["status"]
+    assert planned["plan"]["tensorParallelSize"] == 1, planned["plan"]
+    load = subprocess.Popen(
+        [*LLMFLEET, "load", "--target", service_target(sandbox, "prompts", NAMESPACE), "--model", "ensemble",
+         "--schedule", "constant:0.8", "--duration-s", "600", "--input-tokens", f"fixed:{long_prompt_tokens}",
+         "--output-tokens", "fixed:32", "--output-dir", str(tmp_path), "--quiet"],
+        env=sandbox.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        [drift] = wait_for(lambda: _events_of(sandbox, "prompts", "WorkloadDrift"), 180, "a WorkloadDrift event")
+        promoted = wait_for(lambda: _events_of(sandbox, "prompts", "CanaryPromoted"), 420,
+                            "the recommended plan's canary promoted")
+    except AssertionError as missing:
+        raise AssertionError(f"{missing}; status: {json.dumps(_status(sandbox, 'prompts'))}") from None
+    finally:
+        stdout, stderr = stop_load(load)
+
+    # The recommendation names the prompt length, not the rate (0.8 req/s is within the peak).
+    [observed_mean] = re.findall(r"mean (\d+) tokens observed against spec.workload.inputTokensMean 128",
+                                 drift["message"]) or [None]
+    assert observed_mean and int(observed_mean) == pytest.approx(long_prompt_tokens, rel=0.05), drift["message"]
+    assert "req/s observed" not in drift["message"], drift["message"]
+    assert "TP1" in drift["message"] and "-> 1 x H100-SXM-80GB TP2" in drift["message"], drift["message"]
+    reasons = [e["reason"] for e in _events(sandbox, "prompts")]
+    assert {"Replanned", "CanaryStarted", "CanaryAnalysisSuccessful"} <= set(reasons), reasons
+    status = _status(sandbox, "prompts")
+    assert status["plan"]["tensorParallelSize"] == 2, status["plan"]
+    assert status["stableRevision"] == status["currentRevision"] != planned["currentRevision"], promoted
+    assert status["canary"]["phase"] == "Promoted", status["canary"]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["errors"] == 0, (stdout, stderr)
