@@ -39,6 +39,11 @@ NODE_MAX_PODS = "110"
 SHUTDOWN_GRACE_SECONDS = 5
 # How long a pod's final delete is retried while the apiserver is unreachable (restarting).
 FINAL_DELETE_RETRY_SECONDS = 300
+# A node's pod watch ends after this and is listed afresh, as the kubelet resyncs its pods every
+# minute: a watch that stalls delivers nothing and says nothing, so a pod bound meanwhile would
+# wait for the server to close it. The read timeout catches a stream the server went silent on.
+POD_WATCH_SECONDS = 60
+POD_WATCH_READ_TIMEOUT_SECONDS = 90
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
@@ -341,8 +346,9 @@ class NodeAgent:
                     self.handle_pod("ADDED", pod)
                 stream = watch.Watch()
                 for event in stream.stream(self.core.list_pod_for_all_namespaces,
-                                           field_selector=selector, timeout_seconds=300,
+                                           field_selector=selector, timeout_seconds=POD_WATCH_SECONDS,
                                            resource_version=listing["metadata"]["resourceVersion"],
+                                           _request_timeout=(10, POD_WATCH_READ_TIMEOUT_SECONDS),
                                            _preload_content=False):
                     if self.stopping.is_set():
                         stream.stop()
