@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -242,8 +243,20 @@ def _environment(state_dir: Path) -> dict[str, str]:
     return env
 
 
+def _keep_logs_of_a_failed_run(request, state_dir: Path) -> None:
+    """A failed session's sandbox logs outlive `down --purge` (the operator's log is in pytest's
+    tmp_path already): what stalled is often in a component's log, not in the assertion."""
+    if not request.session.testsfailed or not (state_dir / "logs").is_dir():
+        return
+    kept = Path(tempfile.mkdtemp(prefix="llmfleet-e2e-failed-"))
+    shutil.copytree(state_dir / "logs", kept / "logs")
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"sandbox logs of this failed run kept in {kept / 'logs'}")
+
+
 @pytest.fixture(scope="session")
-def sandbox() -> Sandbox:
+def sandbox(request) -> Sandbox:
     if os.geteuid() != 0:
         pytest.skip("the sandbox needs root for per-pod network namespaces")
     state_dir = Path(tempfile.mkdtemp(prefix="llmfleet-e2e-"))
@@ -256,6 +269,7 @@ def sandbox() -> Sandbox:
         raise RuntimeError(f"sandbox up failed:\n{started.stdout}\n{started.stderr}")
     handle = Sandbox(state_dir, _environment(state_dir))
     yield handle
+    _keep_logs_of_a_failed_run(request, state_dir)
     stopped = subprocess.run([*LLMFLEET, "sandbox", "down", "--purge"], env=env,
                              capture_output=True, text=True)
     # Keep the state (pid files, logs) when down fails, so nothing is orphaned.
