@@ -23,8 +23,6 @@ import platform
 import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,6 +41,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import yaml  # noqa: E402
 
 from bench_sandbox import commit, run, sandbox_with_operator  # noqa: E402
+from llmfleet_sandbox import prometheus  # noqa: E402
 
 NAMESPACE = "bench"
 STABLE_REPLICAS = 3
@@ -95,8 +94,7 @@ def served_by_revision(env, name: str, revision: str) -> float:
     selector = (f'namespace="{NAMESPACE}", model="tensorrt_llm", llmfleet_io_deployment="{name}", '
                 f'llmfleet_io_revision="{revision}"')
     query = f"sum(max_over_time(nv_inference_request_success{{{selector}}}[30m]))"
-    url = f"{env['LLMFLEET_PROMETHEUS_URL']}/api/v1/query?" + urllib.parse.urlencode({"query": query})
-    result = json.load(urllib.request.urlopen(url, timeout=10))["data"]["result"]
+    result = prometheus.query(env, query)
     return float(result[0]["value"][1]) if result else 0.0
 
 

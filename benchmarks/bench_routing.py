@@ -21,8 +21,6 @@ import os
 import platform
 import sys
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,6 +32,7 @@ import yaml  # noqa: E402
 
 from bench_autoscaling import RECOVERY_WINDOW_S, drive, window_p99  # noqa: E402
 from bench_sandbox import commit, run, sandbox_with_operator  # noqa: E402
+from llmfleet_sandbox import prometheus  # noqa: E402
 from llmfleet_sandbox.manager import DEMO_LOAD_ARGS, DEMO_MANIFEST  # noqa: E402
 
 NAMESPACE = "bench"
@@ -75,9 +74,7 @@ def served_per_pod(env, lookback_s: int) -> dict[str, float]:
     """Requests each serving pod answered, including pods already removed (their last value)."""
     query = (f'sum by (pod) (max_over_time(nv_inference_request_success{{namespace="{NAMESPACE}", '
              f'model="tensorrt_llm"}}[{lookback_s}s]))')
-    url = f"{env['LLMFLEET_PROMETHEUS_URL']}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        result = json.load(answer)["data"]["result"]
+    result = prometheus.query(env, query)
     return {series["metric"]["pod"]: float(series["value"][1]) for series in result}
 
 

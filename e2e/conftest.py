@@ -185,6 +185,8 @@ class StatusSample:
     ready: int | None
     ttft_p99_ms: float | None
     metrics_available: str | None
+    metrics_reason: str | None = None
+    metrics_message: str | None = None
 
 
 @dataclass
@@ -201,10 +203,10 @@ class StatusWatcher:
         while not self.stop.is_set():
             status = self.sandbox.kubectl_json("get", "llmdeployment", self.name, "-n", self.namespace
                                                ).get("status") or {}
-            metrics = next((c["status"] for c in status.get("conditions") or []
-                            if c["type"] == "MetricsAvailable"), None)
+            metrics = next((c for c in status.get("conditions") or [] if c["type"] == "MetricsAvailable"), {})
             self.samples.append(StatusSample(time.monotonic() - started, status.get("replicas"),
-                                             status.get("readyReplicas"), status.get("ttftP99Ms"), metrics))
+                                             status.get("readyReplicas"), status.get("ttftP99Ms"),
+                                             metrics.get("status"), metrics.get("reason"), metrics.get("message")))
             self.stop.wait(1.0)
 
     def timeline(self) -> list[tuple]:
@@ -222,6 +224,10 @@ class StatusWatcher:
         return changes
 
 
+# Prometheus behind TLS and basic auth, as most users run it. Its interval is shorter than the
+# sandbox's 15 s default so that the mechanism tests run in minutes; test_scrape_intervals runs
+# namespaces at 15 and 30 s, and benchmarks/bench_autoscaling.py measures the defaults.
+SCRAPE_INTERVAL_S = 5
 # Beside a sandbox of the default instance (`make sandbox`): own bridge, subnets and ports.
 TEST_INSTANCE = "1"
 # Two H100 nodes (the default) and one L40S node: a cluster of mixed pools for the planner.
@@ -261,7 +267,8 @@ def sandbox(request) -> Sandbox:
         pytest.skip("the sandbox needs root for per-pod network namespaces")
     state_dir = Path(tempfile.mkdtemp(prefix="llmfleet-e2e-"))
     env = _state_environment(state_dir)
-    started = subprocess.run([*LLMFLEET, "sandbox", "up", "--extra-node-pool", "=".join(map(str, EXTRA_NODE_POOL))],
+    started = subprocess.run([*LLMFLEET, "sandbox", "up", "--extra-node-pool", "=".join(map(str, EXTRA_NODE_POOL)),
+                              "--scrape-interval", str(SCRAPE_INTERVAL_S), "--prometheus-auth", "basic"],
                              env=env, capture_output=True, text=True,
                              timeout=1800)
     if started.returncode != 0:
@@ -293,9 +300,13 @@ def operator(sandbox, tmp_path_factory):
     sandbox.kubectl("create", "namespace", OPERATOR_NAMESPACE)
     sandbox.kubectl("apply", "-f", "-", input_text=chart_rbac_manifests(sandbox))
     directory = tmp_path_factory.mktemp("operator")
+    # Its own copy of the Prometheus password: a test rotates it to a wrong one and back.
+    password = directory / "prometheus-password"
+    shutil.copy(sandbox.env["LLMFLEET_PROMETHEUS_BASIC_AUTH_PASSWORD_FILE"], password)
     process = OperatorProcess(sandbox, operator_kubeconfig(sandbox, directory / "kubeconfig"),
                               directory / "operator.log", identity="e2e-session-operator",
-                              extra_args=LIVE_REPLANNING_FLAGS)
+                              extra_args=(*LIVE_REPLANNING_FLAGS, "--prometheus-basic-auth-password-file", str(password)))
+    process.prometheus_password_file = password
     process.start()
     yield process
     process.stop()

@@ -133,7 +133,7 @@ def test_steady_load_does_not_flap_and_a_prometheus_outage_holds_replicas(sandbo
                           if c["type"] == "MetricsAvailable"), None)
         return condition if condition and condition["status"] == "False" else None
     condition = wait_for(metrics_unavailable, 30, "MetricsAvailable=False")
-    assert condition["reason"] == "PrometheusError"
+    assert condition["reason"] == "PrometheusUnreachable"
     time.sleep(outage_s - 10)
     assert _status(sandbox, "steady")["replicas"] == replicas_before
     assert _status(sandbox, "steady")["autoscaler"]["lastDecision"] == "Hold"

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import condition, service_target, wait_for
 from llmfleet.render.identity import kubectl_kinds
-from llmfleet_sandbox.manager import configured, operator_chart_values
+from llmfleet_sandbox.manager import configured, operator_chart_values, operator_prerequisites
 from operator_fixtures import IN_CLUSTER_NAMESPACE, REPO_ROOT, small_batch_70b
 
 pytestmark = pytest.mark.e2e
@@ -67,6 +67,8 @@ def _until_condition(sandbox, kind: str, status: str, timeout: float) -> dict:
 def release(sandbox, tmp_path):
     """The chart installed with --wait; uninstalled (and its namespaces removed) afterwards."""
     sandbox.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": WATCHED_NAMESPACE}}])
+    # The Prometheus password Secret and CA ConfigMap the chart values name.
+    sandbox.apply(operator_prerequisites(configured(sandbox.state_dir), RELEASE_NAMESPACE), namespace=RELEASE_NAMESPACE)
     installed = _helm(sandbox, tmp_path, "upgrade", "--install", RELEASE, str(REPO_ROOT / "charts" / "llmfleet"),
                       "--namespace", RELEASE_NAMESPACE, "--create-namespace",
                       *operator_chart_values(configured(sandbox.state_dir)),

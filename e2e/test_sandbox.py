@@ -3,7 +3,6 @@ real processes, real Triton, Services through the proxy, real Prometheus."""
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import signal
@@ -16,6 +15,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from conftest import L40S_NODE, wait_for
+from llmfleet_sandbox import prometheus
 from triton_fixtures import (
     model_repository_config_map,
     service,
@@ -158,11 +158,9 @@ def test_streamed_request_through_the_service_returns_tokens(sandbox, triton_dep
 def test_prometheus_scrapes_the_pod(sandbox, triton_deployment_ready):
     pod, _ = triton_deployment_ready
     name = pod["metadata"]["name"]
-    query = urllib.parse.quote(f'up{{pod="{name}"}}')
 
     def scraped_up():
-        with urllib.request.urlopen(f"{sandbox.prometheus_url}/api/v1/query?query={query}") as response:
-            results = json.load(response)["data"]["result"]
+        results = prometheus.query(sandbox.env, f'up{{pod="{name}"}}')
         return results and results[0]["value"][1] == "1"
 
     wait_for(scraped_up, 30, f"Prometheus to report up == 1 for {name}")

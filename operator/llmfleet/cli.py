@@ -42,10 +42,18 @@ def _sandbox_config(args):
         gpus_per_node=args.gpus_per_node,
         gpu_type=args.gpu_type,
         extra_node_pools=tuple(_node_pool(text) for text in args.extra_node_pool),
-        scrape_interval_seconds=args.scrape_interval,
         service_proxy_scheduler=args.service_proxy_scheduler,
         instance=args.instance,
+        # Unset flags leave SandboxConfig's defaults, declared there.
+        **{name: value for name, value in (("scrape_interval_seconds", args.scrape_interval),
+                                           ("prometheus_auth", args.prometheus_auth)) if value is not None},
     )
+
+
+def _scrape_seconds(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise BadInput(f"scrape-interval: expected whole seconds at least 1 or `default`, got {text!r}")
+    return int(text)
 
 
 def _node_pool(text: str) -> tuple[str, int]:
@@ -97,6 +105,14 @@ def _run_sandbox(args) -> int:
         print(f"pod {args.namespace}/{args.pod}: " + (
             "back in Prometheus' service discovery" if args.state == "on" else
             "left out of Prometheus' service discovery; its series end within a scrape interval"))
+        return 0
+    if args.sandbox_command == "scrape-interval":
+        from llmfleet_sandbox import prometheus
+
+        seconds = None if args.seconds == "default" else _scrape_seconds(args.seconds)
+        prometheus.set_namespace_scrape_interval(config.state_dir, args.namespace, seconds)
+        print(f"namespace {args.namespace}: scraped every "
+              f"{seconds or config.scrape_interval_seconds} s from the next discovery refresh")
         return 0
     if args.sandbox_command == "fault":
         from llmfleet.render.identity import DEPLOYMENT_LABEL, selector_labels
@@ -272,14 +288,77 @@ def _run_estimate(args) -> int:
     return 0
 
 
-def _positive_int(text: str) -> int:
+def _prometheus_default(option: str) -> str | None:
+    """Each --prometheus-OPTION defaults to $LLMFLEET_PROMETHEUS_OPTION (`sandbox env` sets them)."""
+    return os.environ.get("LLMFLEET_PROMETHEUS_" + option.upper().replace("-", "_"))
+
+
+def _add_prometheus_arguments(parser, purpose: str) -> None:
+    group = parser.add_argument_group(
+        "Prometheus", "How to reach Prometheus; each option defaults to $LLMFLEET_PROMETHEUS_<OPTION> "
+                      "(e.g. $LLMFLEET_PROMETHEUS_CA_FILE). Secrets are read from files on every request, "
+                      "so a rotated Secret or projected token is used without a restart.")
+    group.add_argument("--prometheus-url", default=_prometheus_default("url"), metavar="URL",
+                       help=f"Prometheus' base URL, a path prefix included (e.g. https://thanos:9091 or "
+                            f"https://proxy/prometheus), {purpose}")
+    group.add_argument("--prometheus-bearer-token-file", type=Path, default=_prometheus_default("bearer-token-file"),
+                       metavar="FILE", help="send the file's content as a bearer token (e.g. the projected "
+                                            "service-account token /var/run/secrets/kubernetes.io/serviceaccount/token)")
+    group.add_argument("--prometheus-basic-auth-username", default=_prometheus_default("basic-auth-username"),
+                       metavar="NAME", help="basic auth user name (with --prometheus-basic-auth-password-file)")
+    group.add_argument("--prometheus-basic-auth-password-file", type=Path,
+                       default=_prometheus_default("basic-auth-password-file"), metavar="FILE",
+                       help="the file holding the basic auth password")
+    group.add_argument("--prometheus-ca-file", type=Path, default=_prometheus_default("ca-file"), metavar="FILE",
+                       help="PEM bundle of the CAs that sign Prometheus' certificate (default: the system's)")
+    group.add_argument("--prometheus-server-name", default=_prometheus_default("server-name"), metavar="NAME",
+                       help="the name Prometheus' certificate must carry, when the URL's host is not it")
+    group.add_argument("--prometheus-client-cert-file", type=Path, default=_prometheus_default("client-cert-file"),
+                       metavar="FILE", help="PEM client certificate for mutual TLS (with --prometheus-client-key-file)")
+    group.add_argument("--prometheus-client-key-file", type=Path, default=_prometheus_default("client-key-file"),
+                       metavar="FILE", help="PEM key of the client certificate")
+    group.add_argument("--prometheus-header", action="append", default=None, metavar="NAME=VALUE",
+                       help="an extra header on every query, e.g. X-Scope-OrgID=tenant-1 for Mimir or Cortex; "
+                            "repeat for more (default: $LLMFLEET_PROMETHEUS_HEADER, one NAME=VALUE)")
+
+
+def _prometheus_connection(args):
+    """The validated connection, or None without a URL; a wrong option is BadInput naming it."""
+    from llmfleet.metrics.connection import ConnectionOptionError, PrometheusConnection, parse_header
+
+    if not args.prometheus_url:
+        return None
+    headers = args.prometheus_header or ([_prometheus_default("header")] if _prometheus_default("header") else [])
     try:
-        value = int(text)
+        connection = PrometheusConnection(
+            url=args.prometheus_url, bearer_token_file=args.prometheus_bearer_token_file,
+            basic_auth_username=args.prometheus_basic_auth_username,
+            basic_auth_password_file=args.prometheus_basic_auth_password_file, ca_file=args.prometheus_ca_file,
+            server_name=args.prometheus_server_name, client_cert_file=args.prometheus_client_cert_file,
+            client_key_file=args.prometheus_client_key_file,
+            headers=tuple(parse_header(text) for text in headers))
+        connection.validate()
+    except ConnectionOptionError as error:
+        raise BadInput(str(error)) from error
+    return connection
+
+
+def _positive(text: str, kind: type = int) -> int | float:
+    try:
+        value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+        raise argparse.ArgumentTypeError(f"expected a {'whole ' if kind is int else ''}number, got {text!r}") from None
+    if not value > 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be {'at least 1' if kind is int else 'above 0'}, got {text}")
     return value
+
+
+def _positive_int(text: str) -> int:
+    return _positive(text, int)
+
+
+def _positive_float(text: str) -> float:
+    return _positive(text, float)
 
 
 def _add_output_flag(parser: argparse.ArgumentParser) -> None:
@@ -321,8 +400,13 @@ def build_parser() -> argparse.ArgumentParser:
                             help="how Services spread connections over ready endpoints: round-robin "
                                  "(kube-proxy IPVS mode's default rr) or least-connections (its lc); "
                                  "either way a connection, not a request, is balanced (default round-robin)")
-    sandbox_up.add_argument("--scrape-interval", type=int, default=5,
-                            help="Prometheus scrape interval in seconds (default 5)")
+    sandbox_up.add_argument("--scrape-interval", type=_positive_int, default=None,
+                            metavar="S", help="Prometheus scrape interval in seconds (default 15, the "
+                                              "chart's PodMonitor default)")
+    sandbox_up.add_argument("--prometheus-auth", choices=("none", "basic"), default=None,
+                            help="basic: Prometheus serves HTTPS with a certificate from the sandbox's CA and "
+                                 "asks for basic auth, as one behind authentication does; `sandbox env` "
+                                 "exports how to reach it (default none: plain HTTP)")
     sandbox_down = sandbox_commands.add_parser(
         "down", help="stop every sandbox process and remove pod networks")
     sandbox_down.add_argument("--purge", action="store_true",
@@ -376,6 +460,13 @@ def build_parser() -> argparse.ArgumentParser:
     scrape.add_argument("state", choices=("off", "on"))
     scrape.add_argument("pod", help="the pod's name (kubectl get pods)")
     scrape.add_argument("--namespace", required=True, help="the pod's namespace")
+    scrape_interval = sandbox_commands.add_parser(
+        "scrape-interval", help="scrape one namespace's pods at an interval of its own",
+        description="Prometheus scrapes the namespace's pods every SECONDS from its next discovery "
+                    "refresh (2 s), as under a PodMonitor with its own interval; `default` returns them "
+                    "to the sandbox's interval (`sandbox up --scrape-interval`).")
+    scrape_interval.add_argument("seconds", metavar="SECONDS|default")
+    scrape_interval.add_argument("--namespace", required=True)
     sandbox.set_defaults(handler=_run_sandbox)
 
     plan = commands.add_parser(
@@ -441,9 +532,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--object-store-client-image", default=RenderSettings.object_store_client_image,
                      metavar="IMAGE", help="AWS CLI image that downloads s3:// model sources in the build and "
                                            "prepare Jobs (default %(default)s; a mirror must keep the tag)")
-    run.add_argument("--prometheus-url", default=os.environ.get("LLMFLEET_PROMETHEUS_URL"),
-                     metavar="URL", help="Prometheus for autoscaling (default: "
-                                         "$LLMFLEET_PROMETHEUS_URL; without it autoscaling holds)")
+    _add_prometheus_arguments(run, "for autoscaling, canary analysis and live re-planning; without it "
+                                   "autoscaling holds")
+    run.add_argument("--prometheus-scrape-interval-seconds", type=_positive_float,
+                     default=_prometheus_default("scrape-interval-seconds"), metavar="S",
+                     help="how often Prometheus scrapes the serving pods (the PodMonitor's interval); the "
+                          "query windows and the staleness limit follow from it (default: "
+                          "$LLMFLEET_PROMETHEUS_SCRAPE_INTERVAL_SECONDS, else read from the spacing of "
+                          "each deployment's samples)")
     run.add_argument("--endpoint-picker-cluster-role", default=RenderSettings.endpoint_picker_cluster_role,
                      metavar="NAME", help="ClusterRole bound to the endpoint pickers of spec.routing.inferencePool "
                                           "in each namespace that has one; the chart creates it per release "
@@ -490,9 +586,7 @@ def _add_fleet_parser(commands) -> None:
     status = fleet_commands.add_parser("status", help="print the report")
     status.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then "
                                                            "$KUBECONFIG, then ~/.kube/config)")
-    status.add_argument("--prometheus-url", default=os.environ.get("LLMFLEET_PROMETHEUS_URL"),
-                        help="Prometheus for SLO attainment (default $LLMFLEET_PROMETHEUS_URL; without it "
-                             "attainment is not shown)")
+    _add_prometheus_arguments(status, "for SLO attainment; without it attainment is not shown")
     status.add_argument("--window-s", type=int, default=300, metavar="S",
                         help="attainment over the last S seconds (default %(default)s)")
     status.set_defaults(handler=_run_fleet)
@@ -504,23 +598,30 @@ def _run_fleet(args) -> int:
     from llmfleet.fleet import fleet_status, gpus_by_type
     from llmfleet.k8s import KubeGateway, load_api_client
 
-    if args.window_s < 10:
-        raise BadInput(f"--window-s must be at least 10 (two scrapes), got {args.window_s}")
+    if args.window_s < 1:
+        raise BadInput(f"--window-s must be at least 1, got {args.window_s}")
+    connection = _prometheus_connection(args)
     nodes, pods, deployments = KubeGateway(load_api_client(args.kubeconfig)).list_cluster()
     attainment = {}
-    if args.prometheus_url:
+    if connection is not None:
         from llmfleet.metrics import PrometheusMetrics
+        from llmfleet.metrics.cadence import at_least
 
-        metrics = PrometheusMetrics(args.prometheus_url)
+        metrics = PrometheusMetrics(connection)
         now = datetime.datetime.now(datetime.timezone.utc)
         for deployment in deployments:
             metadata, target = deployment["metadata"], ((deployment.get("spec") or {}).get("slo") or {}).get("ttftP99Ms")
-            if target is not None:
-                attainment[(metadata["namespace"], metadata["name"])] = metrics.ttft_attainment(
-                    metadata["namespace"], metadata["name"], target, args.window_s, now)
+            if target is None:
+                continue
+            namespace, name = metadata["namespace"], metadata["name"]
+            cadence = metrics.scrape_cadence(namespace, name, now)
+            window = at_least(args.window_s, cadence.shortest_window_seconds)
+            if (widening := window.widening("--window-s", cadence)) is not None:
+                print(f"{namespace}/{name}: {widening}", file=sys.stderr)
+            attainment[(namespace, name)] = metrics.ttft_attainment(namespace, name, target, window.seconds, now)
         metrics.close()
     print(fleet_status(gpus_by_type(nodes, pods), deployments, attainment,
-                       args.window_s if args.prometheus_url else None))
+                       args.window_s if connection is not None else None))
     return 0
 
 
@@ -693,7 +794,9 @@ def _run_operator(args) -> int:
     import kopf
 
     from llmfleet import handlers  # noqa: F401 - registers the handlers
+    prometheus = _prometheus_connection(args)  # a wrong option stops here, before any election
     settings = OperatorSettings(
+        scrape_interval_seconds=args.prometheus_scrape_interval_seconds,
         observation_interval_seconds=args.observation_interval_seconds,
         observation_window_seconds=args.observation_window_seconds,
         observation_min_requests=args.observation_min_requests,
@@ -724,7 +827,7 @@ def _run_operator(args) -> int:
         kopf.run(standalone=True, clusterwide=not args.namespace, namespaces=args.namespace,
                  liveness_endpoint=args.liveness,
                  memo=kopf.Memo(operator_settings=settings, kubeconfig=args.kubeconfig,
-                                prometheus_url=args.prometheus_url))
+                                prometheus=prometheus))
     finally:
         if elector is not None:
             elector.release()

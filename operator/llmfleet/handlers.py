@@ -81,9 +81,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     memo.setdefault("operator_settings", OperatorSettings())
     load_catalog()  # read once here, not by every handler thread that finds the cache cold
     memo.gateway = KubeGateway(load_api_client(memo.get("kubeconfig")))
-    prometheus_url = memo.get("prometheus_url")
-    memo.metrics = PrometheusMetrics(prometheus_url) if prometheus_url else None
-    if prometheus_url is None:
+    prometheus = memo.get("prometheus")
+    memo.metrics = PrometheusMetrics(prometheus) if prometheus is not None else None
+    if prometheus is None:
         log.warning("no Prometheus URL: autoscaling deployments hold their replicas")
 
 

@@ -44,6 +44,8 @@ from llmfleet.api.status import (
 from llmfleet.autoscale import AutoscalerState, MetricsSnapshot, Recommendation, describe_ttft_p99, display_round
 from llmfleet.autoscale import decide as autoscale
 from llmfleet.k8s import WriteRefused
+from llmfleet.metrics import metrics_windows
+from llmfleet.metrics.cadence import RATE_WINDOW_SCRAPES
 from llmfleet.planner import plan as make_plan
 from llmfleet.planner.live import (
     ObservedWorkload,
@@ -301,8 +303,11 @@ def _learn(ctx: Context, spec: LLMDeploymentSpec, choice: PlanChoice, revision: 
     observation = {"time": ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ"), "revision": revision,
                    "windowSeconds": observed.window_seconds, "requests": round(observed.requests),
                    "requestsPerSecond": round(observed.requests_per_second, 3), "replicas": observed.replicas}
+    requested_seconds = ctx.settings.observation_window_seconds
+    widened = (f"the {requested_seconds} s window holds fewer than {RATE_WINDOW_SCRAPES} scrapes: widened to "
+               f"{observed.window_seconds} s; " if observed.window_seconds > requested_seconds else "")
     if observed.error:
-        return Learning(_news(ctx, {**observation, "message": f"Prometheus: {observed.error}"[:1024]}))
+        return Learning(_news(ctx, {**observation, "message": f"{widened}Prometheus: {observed.error}"[:1024]}))
     plan = choice.plan
     fleet = fleet_speeds() if fleet_speeds else []  # parsed from every deployment's status: once
     request = plan_request_from_spec(spec, cluster_gpus=cluster_gpus() if cluster_gpus else None,
@@ -317,7 +322,7 @@ def _learn(ctx: Context, spec: LLMDeploymentSpec, choice: PlanChoice, revision: 
                         "inputTokensMean": _round(observed.input_tokens_mean, 1),
                         "outputTokensMean": _round(observed.output_tokens_mean, 1),
                         "prefixReuseFraction": _round(observed.prefix_reuse_fraction, 3),
-                        "speedFactor": _round(fit.factor, 4), "message": fit.note[:1024]})
+                        "speedFactor": _round(fit.factor, 4), "message": (widened + fit.note)[:1024]})
     speeds = list(stored.learned_speeds or ())
     if fit.factor is not None:
         known = next((SpeedFactor(plan.gpu_type, plan.quantization, s.speed_factor, s.requests) for s in speeds
@@ -895,9 +900,8 @@ def _rollout_view(body: dict, deployment: LLMDeployment | None) -> tuple[LLMDepl
 
 def analysis_query(body: dict, now: datetime, deployment: LLMDeployment | None = None
                    ) -> tuple[str, str, int] | None:
-    """(stable revision, canary revision, window seconds) when the canary's current step is an
-    analysis whose next evaluation is due; the window is the time since the step began (at least
-    a few scrapes)."""
+    """(stable revision, canary revision, seconds since the step began) when the canary's current
+    step is an analysis whose next evaluation is due."""
     view = _rollout_view(body, deployment)
     if view is None:
         return None
@@ -906,7 +910,7 @@ def analysis_query(body: dict, now: datetime, deployment: LLMDeployment | None =
     if state.step_index >= len(steps) or not analysis_due(state, steps[state.step_index], now):
         return None
     elapsed = int((now - state.step_started).total_seconds()) if state.step_started else 0
-    return state.stable_revision, state.canary_revision, max(30, elapsed)
+    return state.stable_revision, state.canary_revision, elapsed
 
 
 @dataclass(frozen=True)
@@ -1076,15 +1080,26 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
     except InvalidSpecError:
         deployment = None
     release = serving_release(deployment.spec) if deployment is not None else None
-    snapshot = None
-    if ((body.get("spec") or {}).get("autoscaling") or {}).get("enabled") and metrics is not None \
-            and release is not None:
-        snapshot = metrics.snapshot(namespace, name, settings.metrics_window_seconds, now, release.metrics)
+    autoscaled = bool(((body.get("spec") or {}).get("autoscaling") or {}).get("enabled")) and release is not None
     query = analysis_query(body, now, deployment)
+    observe = (observation_due(body, now, settings) if may_observe and metrics is not None and release is not None
+               else None)
+    windows = None
+    if metrics is not None and release is not None and (autoscaled or query is not None or observe):
+        # Every window of this pass follows from how often Prometheus scrapes these pods.
+        windows = metrics_windows(metrics.scrape_cadence(namespace, name, now, settings.scrape_interval_seconds),
+                                  settings.observation_window_seconds)
+    snapshot = None
+    if autoscaled and windows is not None:
+        snapshot = metrics.snapshot(namespace, name, windows.rate.seconds, now, release.metrics,
+                                    windows.cadence.interval_seconds)
     samples = None
     if query is not None and release is not None:
-        samples = (metrics.revision_samples(namespace, name, *query, now, REQUEST_MODEL[release.runtime])
-                   if metrics is not None else Samples(error="no Prometheus URL configured"))
+        stable_revision, canary_revision, step_elapsed_seconds = query
+        samples = (metrics.revision_samples(namespace, name, stable_revision, canary_revision,
+                                            windows.analysis_seconds(step_elapsed_seconds), now,
+                                            REQUEST_MODEL[release.runtime])
+                   if windows is not None else Samples(error="no Prometheus URL configured"))
     quality = quality_query(body, deployment)
     # The canary's pods are listed (and asked) only once its Deployment reports them ready.
     golden = (golden_answers(kube, namespace, name, quality, REQUEST_MODEL[release.runtime])
@@ -1093,9 +1108,7 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
               >= quality.canary_replicas else None)
     asked = overdue_canary(body, now, deployment) or short_of_ready(body, children)
     why_not_ready = not_ready_reason(_pods_of(kube, namespace, name, asked)) if asked else None
-    observe = (observation_due(body, now, settings) if may_observe and metrics is not None and release is not None
-               else None)
-    observed = (metrics.observed_workload(namespace, name, observe, settings.observation_window_seconds, now,
+    observed = (metrics.observed_workload(namespace, name, observe, windows.observation.seconds, now,
                                           release.metrics) if observe else None)
     failing = failing_build(body, children)
     build_failure = last_build_failure(_pods_of(kube, namespace, name, failing, BUILD_COMPONENT)) \

@@ -18,13 +18,14 @@ class OperatorSettings:
     # Every deployment is passed at least this often, whatever happened: a safety net for an
     # event missed or a change no watch shows.
     resync_seconds: float = 300.0
-    # The window of the p99 TTFT query: a few scrapes, short enough to react within ~20 s.
-    metrics_window_seconds: int = 30
+    # How often Prometheus scrapes the serving pods; None: read from the spacing of their samples
+    # (llmfleet.metrics.cadence derives every query window from it).
+    scrape_interval_seconds: float | None = None
     # How long added replicas may take to become ready (engine load, warm-up) before missing
     # ones count as Degraded rather than as a scale-up in progress.
     replica_start_grace_seconds: float = 600.0
     # Live re-planning: how often a settled revision's traffic is observed, over what window,
     # and how many requests a speed fit needs (fewer leave the p99 to a handful of requests).
     observation_interval_seconds: float = 300.0
-    observation_window_seconds: int = 300
+    observation_window_seconds: int = 300  # widened to hold four scrapes where shorter
     observation_min_requests: int = 200

@@ -130,6 +130,22 @@ def generate_pki(pki_dir: Path, serving_ips: list[str], serving_dns: list[str]) 
     )
 
 
+def issue_serving_certificate(pki_dir: Path, stem: Path, common_name: str, ips: list[str],
+                              dns_names: list[str]) -> tuple[Path, Path]:
+    """A serving certificate from the sandbox's CA (generate_pki first) for another of its
+    servers; (certificate, key) written at `stem`.crt and `stem`.key."""
+    ca_key = serialization.load_pem_private_key((pki_dir / "ca.key").read_bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate((pki_dir / "ca.crt").read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips] + [x509.DNSName(name) for name in dns_names]
+    cert = _issue(_name(common_name), key.public_key(), ca_cert.subject, ca_key, is_ca=False,
+                  usages=[ExtendedKeyUsageOID.SERVER_AUTH], sans=sans)
+    certificate, private_key = stem.with_suffix(".crt"), stem.with_suffix(".key")
+    _write_key(private_key, key)
+    _write_cert(certificate, cert)
+    return certificate, private_key
+
+
 def write_kubeconfig(path: Path, server: str, pki_dir: Path, identity: ClientIdentity) -> None:
     config = {
         "apiVersion": "v1",

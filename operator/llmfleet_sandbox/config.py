@@ -83,6 +83,8 @@ class Ports:
 
 
 CPU_NODE = "cpu-node-1"
+PROMETHEUS_USERNAME = "llmfleet"
+PROMETHEUS_AUTH_MODES = ("none", "basic")
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,10 @@ class SandboxConfig:
     # More GPU nodes of other types, (GPU type, node count) each, numbered after the first
     # pool's: a cluster of mixed node pools.
     extra_node_pools: tuple[tuple[str, int], ...] = ()
-    scrape_interval_seconds: int = 5
+    # The chart's PodMonitor default; kube-prometheus-stack's global default is 30.
+    scrape_interval_seconds: int = 15
+    # "basic": Prometheus serves HTTPS (the sandbox CA) and asks for basic auth; "none": plain HTTP.
+    prometheus_auth: str = "none"
     # How the service proxy spreads a Service's connections: "round-robin" (kube-proxy IPVS
     # mode's default `rr`) or "least-connections" (its `lc`).
     service_proxy_scheduler: str = "round-robin"
@@ -110,6 +115,9 @@ class SandboxConfig:
             raise ValueError(f"instance must be within 0..{MAX_INSTANCE}, got {self.instance}")
         if self.ports is None:
             object.__setattr__(self, "ports", Ports.for_instance(self.instance))
+        if self.prometheus_auth not in PROMETHEUS_AUTH_MODES:
+            raise ValueError(f"prometheus_auth must be one of {', '.join(PROMETHEUS_AUTH_MODES)}, "
+                             f"got {self.prometheus_auth!r}")
         if not self.prometheus_ip:
             object.__setattr__(self, "prometheus_ip", self.network.gateway_ip)
 
@@ -148,7 +156,18 @@ class SandboxConfig:
 
     @property
     def prometheus_url(self) -> str:
-        return f"http://{self.prometheus_ip}:{self.ports.prometheus}"
+        scheme = "https" if self.prometheus_auth == "basic" else "http"
+        return f"{scheme}://{self.prometheus_ip}:{self.ports.prometheus}"
+
+    @property
+    def prometheus_password_file(self) -> Path:
+        """The basic auth password of PROMETHEUS_USERNAME (prometheus_auth "basic")."""
+        return self.state_dir / "prometheus-web" / "password"
+
+    @property
+    def prometheus_server_name(self) -> str:
+        """A name Prometheus' certificate carries besides its address."""
+        return f"prometheus.sandbox-{self.instance}.llmfleet"
 
     @property
     def object_store_url(self) -> str:

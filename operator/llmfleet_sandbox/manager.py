@@ -13,9 +13,12 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from llmfleet_sandbox import certs, controlplane, network, objectstore, prometheus
 from llmfleet_sandbox.config import (
     CLUSTER_DOMAIN,
+    PROMETHEUS_USERNAME,
     SandboxConfig,
 )
 from llmfleet_sandbox.processes import ProcessTable
@@ -149,7 +152,7 @@ def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
               "-f", str(controlplane.ensure_gateway_crds())], "the Gateway API CRDs were refused")
     provisioner.wait_for_storage_class(
         [str(bin_dir / "kubectl"), "--kubeconfig", str(config.admin_kubeconfig)], timeout_seconds=30)
-    controlplane.wait_for_http_ok(f"{config.prometheus_url}/-/ready", 60, "prometheus")
+    prometheus.wait_until_ready(config, 60)
     if "object-store" in wanted:
         controlplane.wait_for_http_ok(f"{config.object_store_url}/moto-api/", 60, "object-store")
         objectstore.provision(config)
@@ -279,6 +282,9 @@ def demo(config: SandboxConfig) -> str:
                     "/logs/operator.log")
     progress(f"installing the operator: helm upgrade --install {OPERATOR_RELEASE} "
              f"charts/llmfleet --namespace {OPERATOR_NAMESPACE} --wait")
+    _run([str(bin_dir / "kubectl"), "--kubeconfig", str(config.admin_kubeconfig), "apply", "-f", "-"],
+         "creating the operator's namespace and Prometheus credentials failed",
+         input_text=yaml.safe_dump_all(operator_prerequisites(config, OPERATOR_NAMESPACE)))
     _run([str(bin_dir / "helm"), "--kubeconfig", str(config.admin_kubeconfig), "upgrade", "--install",
           OPERATOR_RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
           *operator_chart_values(config), "--wait", "--timeout", OPERATOR_READY_TIMEOUT],
@@ -297,16 +303,50 @@ and serves the LLMDeployment `chat` (Llama 3.1 70B on H100, emulated). Next:
       {shlex.join(DEMO_LOAD_ARGS[:4])} \\
       {shlex.join(DEMO_LOAD_ARGS[4:])} --output-dir /tmp/chat-load
   kubectl get llmdeployment chat -o jsonpath='{{.status.autoscaler}}'   # why it scaled
-  open {config.prometheus_url} and query nv_inference_first_response_histogram_ms_bucket
+  open {config.prometheus_url} and query nv_inference_first_response_histogram_ms_bucket{prometheus_login(config)}
   helm list -n {OPERATOR_NAMESPACE}                     # the operator's release
 """
 
 
+# What the chart mounts to reach a Prometheus behind basic auth and TLS.
+PROMETHEUS_PASSWORD_SECRET = "sandbox-prometheus-basic-auth"
+PROMETHEUS_CA_CONFIG_MAP = "sandbox-prometheus-ca"
+
+
+def prometheus_login(config: SandboxConfig) -> str:
+    """How a person logs in to the sandbox's Prometheus, when it asks."""
+    if config.prometheus_auth != "basic":
+        return ""
+    return (f"\n      (user {PROMETHEUS_USERNAME}, password in {config.prometheus_password_file}; "
+            f"its certificate is signed by {config.pki_dir / 'ca.crt'})")
+
+
 def operator_chart_values(config: SandboxConfig) -> list[str]:
-    """The chart values this sandbox needs, as helm flags."""
+    """The chart values this sandbox needs, as helm flags (with `operator_prerequisites` in the
+    release namespace first)."""
     # Pods reach the sandbox's Prometheus at the host's address (the bridge gateway). The
     # operator needs no GPU: it runs on the CPU node, as on a real cluster, with no toleration.
-    return ["--set", f"prometheus.url={config.prometheus_url}"]
+    values = [f"prometheus.url={config.prometheus_url}"]
+    if config.prometheus_auth == "basic":
+        values += [f"prometheus.basicAuth.username={PROMETHEUS_USERNAME}",
+                   f"prometheus.basicAuth.passwordSecret.name={PROMETHEUS_PASSWORD_SECRET}",
+                   f"prometheus.tls.ca.name={PROMETHEUS_CA_CONFIG_MAP}"]
+    return [argument for value in values for argument in ("--set", value)]
+
+
+def operator_prerequisites(config: SandboxConfig, namespace: str) -> list[dict]:
+    """The release namespace and what `operator_chart_values` names in it: the Prometheus
+    password as a Secret and the sandbox CA as a ConfigMap, as a user keeps them."""
+    objects = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}]
+    if config.prometheus_auth == "basic":
+        objects += [
+            {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+             "metadata": {"name": PROMETHEUS_PASSWORD_SECRET, "namespace": namespace},
+             "stringData": {"password": config.prometheus_password_file.read_text().strip()}},
+            {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": PROMETHEUS_CA_CONFIG_MAP, "namespace": namespace},
+             "data": {"ca.crt": (config.pki_dir / "ca.crt").read_text()}}]
+    return objects
 
 
 def helm_environment(config: SandboxConfig) -> dict[str, str]:
@@ -316,8 +356,8 @@ def helm_environment(config: SandboxConfig) -> dict[str, str]:
             "HELM_CONFIG_HOME": str(helm_home / "config"), "HELM_DATA_HOME": str(helm_home / "data")}
 
 
-def _run(argv: list[str], failure: str, env: dict[str, str] | None = None) -> None:
-    result = subprocess.run(argv, capture_output=True, text=True, env=env)
+def _run(argv: list[str], failure: str, env: dict[str, str] | None = None, input_text: str | None = None) -> None:
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, input=input_text)
     if result.returncode != 0:
         raise SandboxError(f"{failure}:\n{(result.stderr or result.stdout).strip()}")
 
@@ -329,4 +369,5 @@ def environment_script(config: SandboxConfig) -> str:
     # The matching kubectl and helm first, then this environment's llmfleet.
     return (f"export KUBECONFIG={config.admin_kubeconfig}\n"
             f"export PATH={settings['binDir']}:{Path(sys.executable).parent}:$PATH\n"
-            f"export LLMFLEET_PROMETHEUS_URL={config.prometheus_url}\n")
+            + "".join(f"export {name}={shlex.quote(value)}\n"
+                      for name, value in prometheus.client_environment(config).items()))

@@ -27,6 +27,7 @@ from pathlib import Path
 from kubernetes import client, config as kube_config, watch
 
 from llmfleet_sandbox.faults import unscraped_pods
+from llmfleet_sandbox.prometheus import namespace_scrape_intervals
 
 PREFIX = "__meta_kubernetes_"
 
@@ -88,13 +89,25 @@ class PodIndex:
         with self.lock:
             self.pods = {pod["metadata"]["uid"]: pod for pod in pods}
 
-    def target_groups(self, left_out: set[str] = frozenset()) -> list[dict]:
-        """Every pod's targets but those of the pods named "namespace/name" in `left_out`."""
+    def target_groups(self, left_out: set[str] = frozenset(),
+                      namespace_intervals: dict[str, int] | None = None) -> list[dict]:
+        """Every pod's targets but those of the pods named "namespace/name" in `left_out`; the
+        pods of a namespace in `namespace_intervals` are scraped every that many seconds."""
         with self.lock:
             pods = list(self.pods.values())
-        return [group for pod in pods
+        return [_with_interval(group, (namespace_intervals or {}).get(pod["metadata"]["namespace"]))
+                for pod in pods
                 if f"{pod['metadata']['namespace']}/{pod['metadata']['name']}" not in left_out
                 for group in pod_target_groups(pod)]
+
+
+def _with_interval(group: dict, seconds: int | None) -> dict:
+    """Prometheus reads a target's interval and timeout from these labels (the timeout may not
+    exceed the interval)."""
+    if seconds is None:
+        return group
+    return {**group, "labels": {**group["labels"], "__scrape_interval__": f"{seconds}s",
+                                "__scrape_timeout__": f"{seconds}s"}}
 
 
 def watch_pods(index: PodIndex, stopping: threading.Event) -> None:
@@ -127,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
-            body = json.dumps(index.target_groups(unscraped_pods(args.state_dir))).encode()
+            body = json.dumps(index.target_groups(unscraped_pods(args.state_dir),
+                                                  namespace_scrape_intervals(args.state_dir))).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))

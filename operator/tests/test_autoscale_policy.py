@@ -13,15 +13,16 @@ from hypothesis import strategies as st
 from llmfleet.api import AutoscalingSpec
 from llmfleet.api.status import AutoscalerStatus, ScalingDecision
 from llmfleet.autoscale import (
-    DEFAULT_TUNING,
     MAX_RECOMMENDATIONS,
     AutoscalerState,
+    MetricsFailure,
     MetricsSnapshot,
     Recommendation,
     ReplicaObservation,
     decide,
     target_ttft_p99_ms,
 )
+from llmfleet.autoscale.policy import stale_after_seconds
 from llmfleet.autoscale.state import in_force, record
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
@@ -39,10 +40,10 @@ def at(seconds: float) -> datetime:
 
 
 def fresh(now: datetime = T0, **observed) -> MetricsSnapshot:
-    """A healthy, quiet fleet two seconds ago, with `observed` overriding fields."""
+    """A healthy, quiet fleet two seconds ago, scraped every 5 s, with `observed` overriding fields."""
     values = dict(ttft_p99_ms=300.0, waiting_requests=0.0, waiting_growth_per_second=0.0,
                   kv_cache_utilization=0.3, requests_per_second=10.0,
-                  sample_time=now - timedelta(seconds=2))
+                  sample_time=now - timedelta(seconds=2), scrape_interval_seconds=5.0, window_seconds=30)
     return MetricsSnapshot(**{**values, **observed})
 
 
@@ -327,7 +328,10 @@ def test_a_scale_up_starts_the_warm_up_clock():
      "Prometheus query failed: ttft_p99_ms: ConnectionError: refused"),
     (MetricsSnapshot(), "NoData", "no samples from the serving pods"),
     (fresh(ttft_p99_ms=100.0, sample_time=T0 - timedelta(seconds=16)), "StaleData",
-     "the newest sample is 16 s old (limit 15 s, 3 scrape intervals)"),
+     "the newest sample is 16 s old (limit 15 s, 3 scrape intervals of 5 s)"),
+    (fresh(sample_time=T0 - timedelta(seconds=91), scrape_interval_seconds=30.0), "StaleData",
+     "the newest sample is 91 s old (limit 90 s, 3 scrape intervals of 30 s)"),
+    (fresh(scrape_interval_seconds=None), "NoData", "the scrape interval is unknown"),
     (fresh(ttft_p99_ms=2000.0, sample_time=T0 - timedelta(seconds=60)), "StaleData", "60 s old"),
     (fresh(ttft_p99_ms=None, requests_per_second=5.0), "NoTtftData", "no request got a first token"),
     (fresh(ttft_p99_ms=None, requests_per_second=None, waiting_requests=None), "NoTtftData",
@@ -342,10 +346,22 @@ def test_without_trustworthy_metrics_hold(snapshot, reason, words, current):
     assert result.reason == f"holding {current} replicas: {result.metrics_message}"
 
 
-def test_a_sample_exactly_at_the_staleness_limit_is_fresh():
-    result = run(fresh(sample_time=T0 - timedelta(seconds=DEFAULT_TUNING.stale_after_seconds)))
+@pytest.mark.parametrize("interval_s", [5.0, 15.0, 30.0, 60.0])
+def test_a_sample_exactly_at_the_staleness_limit_is_fresh(interval_s):
+    limit_s = stale_after_seconds(interval_s)
+    assert limit_s == 3 * interval_s
+    result = run(fresh(sample_time=T0 - timedelta(seconds=limit_s), scrape_interval_seconds=interval_s))
     assert result.metrics_available and result.metrics_reason == "MetricsFresh"
-    assert result.metrics_message == "Prometheus answers; newest sample 15 s old"
+    assert result.metrics_message == (f"Prometheus answers; newest sample {limit_s:.0f} s old "
+                                      f"(scrape interval {interval_s:g} s, 30 s window)")
+    late = run(fresh(sample_time=T0 - timedelta(seconds=limit_s + 1), scrape_interval_seconds=interval_s))
+    assert late.metrics_reason == "StaleData"
+
+
+@pytest.mark.parametrize("reason", ["PrometheusUnauthorized", "PrometheusTlsError"])
+def test_a_failure_of_a_known_kind_is_the_conditions_reason(reason):
+    result = run(MetricsSnapshot(error="401", error_reason=MetricsFailure(reason)))
+    assert (result.metrics_available, result.metrics_reason) == (False, reason)
 
 
 def test_a_sample_from_slightly_ahead_counts_as_fresh():
@@ -543,6 +559,7 @@ def snapshots(draw):
         sample_time=draw(st.none() | st.builds(lambda age: T0 - timedelta(seconds=age),
                                                st.floats(-5, 120))),
         reporting_pods=draw(st.none() | st.integers(0, 12)),
+        scrape_interval_seconds=draw(st.sampled_from([None, 5.0, 15.0, 30.0, 60.0])),
         error=draw(st.none() | st.just("refused")))
 
 

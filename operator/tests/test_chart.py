@@ -170,11 +170,13 @@ def test_values_become_operator_flags_and_a_pod_monitor():
     rendered = _template("prometheus.url=http://prometheus-operated.monitoring:9090",
                          "engineCache.storageClassName=nfs-rwx", "engineCache.size=2Ti",
                          "watchNamespaces={team-a,team-b}", "podMonitor.enabled=true",
-                         "podMonitor.interval=30s", "podMonitor.labels.release=kube-prometheus-stack",
+                         "prometheus.scrapeIntervalSeconds=30", "podMonitor.labels.release=kube-prometheus-stack",
                          "liveReplanning.observationIntervalSeconds=600",
                          "liveReplanning.observationWindowSeconds=120")
     flags = _operator_flags(rendered)
     assert flags.prometheus_url == "http://prometheus-operated.monitoring:9090"
+    # One value: the PodMonitor scrapes at the interval the operator derives its windows from.
+    assert flags.prometheus_scrape_interval_seconds == 30
     assert (flags.observation_interval_seconds, flags.observation_window_seconds) == (600, 120)
     assert (flags.engine_cache_storage_class, flags.engine_cache_size) == ("nfs-rwx", "2Ti")
     assert flags.namespace == ["team-a", "team-b"]
@@ -193,8 +195,63 @@ def test_values_become_operator_flags_and_a_pod_monitor():
 
 
 @needs_helm
+def test_the_pod_monitor_scrapes_every_15_s_when_no_interval_is_set_and_the_operator_then_reads_it():
+    rendered = _template("podMonitor.enabled=true", "prometheus.url=http://prometheus:9090")
+    endpoint, = rendered["PodMonitor/llmfleet-serving"]["spec"]["podMetricsEndpoints"]
+    assert endpoint["interval"] == "15s"
+    assert _operator_flags(rendered).prometheus_scrape_interval_seconds is None
+
+
+def _mounted(rendered: dict[str, dict]) -> dict[str, dict]:
+    """Mount path -> the volume mounted there, in the operator pod."""
+    pod = rendered["Deployment/llmfleet-operator"]["spec"]["template"]["spec"]
+    volumes = {volume["name"]: volume for volume in pod.get("volumes") or []}
+    return {mount["mountPath"]: volumes[mount["name"]] for mount in pod["containers"][0].get("volumeMounts") or []}
+
+
+@needs_helm
+def test_prometheus_credentials_come_from_mounted_secrets_and_become_file_flags():
+    rendered = _template("prometheus.url=https://mimir.monitoring/prometheus",
+                         "prometheus.basicAuth.username=llmfleet", "prometheus.basicAuth.passwordSecret.name=mimir-auth",
+                         "prometheus.tls.ca.name=monitoring-ca", "prometheus.tls.serverName=mimir.monitoring.svc",
+                         "prometheus.tls.clientCertSecret=llmfleet-client", "prometheus.headers.X-Scope-OrgID=team-a")
+    flags, mounted = _operator_flags(rendered), _mounted(rendered)
+    assert flags.prometheus_url == "https://mimir.monitoring/prometheus"
+    assert flags.prometheus_basic_auth_username == "llmfleet"
+    assert flags.prometheus_header == ["X-Scope-OrgID=team-a"]
+    assert flags.prometheus_server_name == "mimir.monitoring.svc"
+    # Every file flag names a key inside a volume of the Secret or ConfigMap the values name.
+    for path, source in ((flags.prometheus_basic_auth_password_file, {"secret": {"secretName": "mimir-auth"}}),
+                         (flags.prometheus_ca_file, {"configMap": {"name": "monitoring-ca"}}),
+                         (flags.prometheus_client_cert_file, {"secret": {"secretName": "llmfleet-client"}}),
+                         (flags.prometheus_client_key_file, {"secret": {"secretName": "llmfleet-client"}})):
+        volume = mounted[str(path.parent)]
+        assert {key: value for key, value in volume.items() if key != "name"} == source
+    assert (flags.prometheus_basic_auth_password_file.name, flags.prometheus_ca_file.name) == ("password", "ca.crt")
+    assert _operator_flags(rendered).prometheus_bearer_token_file is None
+
+
+@needs_helm
+def test_the_service_account_token_or_a_secret_is_the_bearer_token():
+    own = _template("prometheus.url=https://thanos-querier.openshift-monitoring.svc:9091",
+                    "prometheus.bearerToken.serviceAccountToken=true")
+    assert str(_operator_flags(own).prometheus_bearer_token_file) == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert _mounted(own) == {}  # the kubelet mounts the token anyway
+    secret = _template("prometheus.url=https://p", "prometheus.bearerToken.secret.name=prom-token")
+    path = _operator_flags(secret).prometheus_bearer_token_file
+    assert path.name == "token" and _mounted(secret)[str(path.parent)]["secret"] == {"secretName": "prom-token"}
+
+
+@needs_helm
+def test_basic_auth_without_its_password_secret_fails_the_install_naming_the_value():
+    result = _helm_run("template", "llmfleet", str(CHART), "--set", "prometheus.basicAuth.username=llmfleet")
+    assert result.returncode != 0 and "prometheus.basicAuth.passwordSecret.name is required" in result.stderr
+
+
+@needs_helm
 @pytest.mark.parametrize("value", ["sandboxMode=true", "engineCache.create=false", "prometheus.address=x",
-                                   "podMonitor.interval=often"])
+                                   "podMonitor.interval=30s", "prometheus.scrapeIntervalSeconds=0",
+                                   "prometheus.url=http://p/?tenant=a", "prometheus.tls.ca.kind=File"])
 def test_schema_rejects_unknown_and_removed_values(value):
     result = _helm_run("template", "llmfleet", str(CHART), "--set", value)
     assert result.returncode != 0
@@ -202,7 +259,10 @@ def test_schema_rejects_unknown_and_removed_values(value):
 
 
 @needs_helm
-@pytest.mark.parametrize("sets", [[], ["podMonitor.enabled=true", "prometheus.url=http://prometheus:9090"]])
+@pytest.mark.parametrize("sets", [[], ["podMonitor.enabled=true", "prometheus.url=http://prometheus:9090"],
+                                  ["prometheus.url=https://p", "prometheus.basicAuth.username=u",
+                                   "prometheus.basicAuth.passwordSecret.name=s", "prometheus.tls.ca.kind=Secret",
+                                   "prometheus.tls.ca.name=ca", "prometheus.tls.clientCertSecret=c"]])
 def test_helm_lint_passes(sets):
     arguments = [argument for value in sets for argument in ("--set", value)]
     result = _helm_run("lint", "--strict", str(CHART), *arguments)

@@ -21,20 +21,27 @@ from pathlib import Path
 import pytest
 
 from llmfleet.catalog.release_record import RUNTIME_RELEASES, check_metric, load_release_record
+from llmfleet.autoscale import MetricsFailure
 from llmfleet.metrics import PrometheusMetrics
+from llmfleet.metrics.cadence import CadenceSource
+from llmfleet.metrics.connection import PrometheusConnection
 from llmfleet.metrics.prometheus import deployment_queries
 from llmfleet.render.identity import DEPLOYMENT_LABEL, REVISION_LABEL, fit_name
 from llmfleet.render.layout import TTFT_HISTOGRAM_BUCKETS_MS
+from llmfleet_sandbox import certs
 from llmfleet_sandbox import prometheus as sandbox_prometheus
-from llmfleet_sandbox.config import Ports, SandboxConfig
-from llmfleet_sandbox.poddiscovery import pod_target_groups
+from llmfleet_sandbox.config import PROMETHEUS_USERNAME, Ports, SandboxConfig
+from llmfleet_sandbox.poddiscovery import PodIndex
 
 PROMETHEUS_BINARY = Path("/usr/bin/prometheus")
 NAMESPACE = "team-a"
 DEPLOYMENT = "llama"
 IDLE_DEPLOYMENT = "idle"
 SKEWED_DEPLOYMENT = "skewed"
+# A namespace scraped at an interval of its own (the sandbox's `scrape-interval`).
+SLOW_NAMESPACE, SLOW_INTERVAL_SECONDS = "team-slow", 3
 WINDOW_SECONDS = 5
+SCRAPE_INTERVAL_SECONDS = 1
 STARTUP_TIMEOUT_SECONDS = 20
 
 # Share of requests per TTFT bucket: 98 % at or under 300 ms, 2 % in (300, 400], so the p99
@@ -73,8 +80,9 @@ class FakeTritonPod:
 
     def __init__(self, name: str, deployment: str, requests_per_second: float, waiting: int,
                  kv_blocks_used: int, kv_blocks_max: int, scrape_fails: bool = False,
-                 share_by_bucket: dict[int, float] = SHARE_BY_BUCKET):
+                 share_by_bucket: dict[int, float] = SHARE_BY_BUCKET, namespace: str = NAMESPACE):
         self.name, self.deployment, self.scrape_fails = name, deployment, scrape_fails
+        self.namespace = namespace
         self.share_by_bucket = share_by_bucket
         self.requests_per_second = requests_per_second
         self.waiting, self.kv_blocks_used, self.kv_blocks_max = waiting, kv_blocks_used, kv_blocks_max
@@ -115,7 +123,7 @@ class FakeTritonPod:
 
     def pod(self) -> dict:
         return {
-            "metadata": {"name": self.name, "namespace": NAMESPACE, "uid": f"uid-{self.name}",
+            "metadata": {"name": self.name, "namespace": self.namespace, "uid": f"uid-{self.name}",
                          "labels": {DEPLOYMENT_LABEL: fit_name(self.deployment),
                                     REVISION_LABEL: "0123456789"},
                          "annotations": {"prometheus.io/scrape": "true",
@@ -183,8 +191,20 @@ class RunningPrometheus:
                 self.process.wait()
 
 
+def _client(url: str, timeout_seconds: float = 2, **options) -> PrometheusMetrics:
+    return PrometheusMetrics(PrometheusConnection(url, timeout_seconds=timeout_seconds, **options))
+
+
+def _start(config: SandboxConfig) -> RunningPrometheus:
+    log = (config.state_dir / "prometheus.log").open("w")
+    process = subprocess.Popen(sandbox_prometheus.argv(config), stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    return RunningPrometheus(process, config.prometheus_url)
+
+
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory):
+def discovery():
+    """The fake pods, served as the sandbox's pod discovery serves them."""
     pods = [FakeTritonPod("llama-a", DEPLOYMENT, REQUESTS_PER_SECOND / 2, 3, 30, 100),
             FakeTritonPod("llama-b", DEPLOYMENT, REQUESTS_PER_SECOND / 2, 5, 50, 100),
             FakeTritonPod("llama-c", DEPLOYMENT, 0.0, 0, 0, 100, scrape_fails=True),
@@ -192,30 +212,32 @@ def prometheus(tmp_path_factory):
             # One replica swamped (half its requests beyond the top bucket), one fast, one idle.
             FakeTritonPod("skewed-swamped", SKEWED_DEPLOYMENT, 10.0, 0, 0, 100, share_by_bucket={100: 0.5}),
             FakeTritonPod("skewed-fast", SKEWED_DEPLOYMENT, 10.0, 0, 0, 100, share_by_bucket={25: 1.0}),
-            FakeTritonPod("skewed-idle", SKEWED_DEPLOYMENT, 0.0, 0, 0, 100)]
-    discovery = _serve_json([group for pod in pods for group in pod_target_groups(pod.pod())])
+            FakeTritonPod("skewed-idle", SKEWED_DEPLOYMENT, 0.0, 0, 0, 100),
+            FakeTritonPod("slow-a", DEPLOYMENT, 1.0, 0, 0, 100, namespace=SLOW_NAMESPACE)]
+    index = PodIndex()
+    index.reset([pod.pod() for pod in pods])
+    server = _serve_json(index.target_groups(namespace_intervals={SLOW_NAMESPACE: SLOW_INTERVAL_SECONDS}))
+    yield server.server_address[1]
+    server.shutdown()
+    for pod in pods:
+        pod.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory, discovery):
     config = SandboxConfig(state_dir=tmp_path_factory.mktemp("prometheus"), prometheus_ip="127.0.0.1",
-                           scrape_interval_seconds=1,
-                           ports=Ports(prometheus=_free_port(),
-                                       pod_discovery=discovery.server_address[1]))
-    log = (config.state_dir / "prometheus.log").open("w")
-    process = subprocess.Popen(sandbox_prometheus.argv(config), stdout=log,
-                               stderr=subprocess.STDOUT)
-    running = RunningPrometheus(process, config.prometheus_url)
+                           scrape_interval_seconds=SCRAPE_INTERVAL_SECONDS,
+                           ports=Ports(prometheus=_free_port(), pod_discovery=discovery))
+    running = _start(config)
     try:
-        _wait_for_rates(running)
+        _wait_for_rates(running, _client(running.url, 1))
         yield running
     finally:
         running.stop()
-        log.close()
-        discovery.shutdown()
-        for pod in pods:
-            pod.server.shutdown()
 
 
-def _wait_for_rates(running: RunningPrometheus) -> None:
+def _wait_for_rates(running: RunningPrometheus, metrics: PrometheusMetrics) -> None:
     """Until both deployments have a window full of scrapes."""
-    metrics = PrometheusMetrics(running.url, timeout_seconds=1)
     deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
     try:
         while time.monotonic() < deadline:
@@ -234,9 +256,27 @@ def _wait_for_rates(running: RunningPrometheus) -> None:
 
 @pytest.fixture
 def metrics(prometheus):
-    client = PrometheusMetrics(prometheus.url, timeout_seconds=2)
+    client = _client(prometheus.url)
     yield client
     client.close()
+
+
+def test_the_scrape_interval_is_read_from_the_spacing_of_each_deployments_samples(prometheus, metrics):
+    time.sleep(3 * SLOW_INTERVAL_SECONDS)  # three samples of the slow namespace's pod
+    now = _now()
+    fast = metrics.scrape_cadence(NAMESPACE, DEPLOYMENT, now)
+    slow = metrics.scrape_cadence(SLOW_NAMESPACE, DEPLOYMENT, now)
+    assert (fast.source, slow.source) == (CadenceSource.OBSERVED, CadenceSource.OBSERVED)
+    assert fast.interval_seconds == pytest.approx(SCRAPE_INTERVAL_SECONDS, abs=0.1)
+    assert slow.interval_seconds == pytest.approx(SLOW_INTERVAL_SECONDS, abs=0.1)
+    # Told, the operator believes the configuration; with no samples it assumes a long interval.
+    assert metrics.scrape_cadence(NAMESPACE, DEPLOYMENT, now, configured_seconds=30).source == CadenceSource.CONFIGURED
+    assert metrics.scrape_cadence(NAMESPACE, "missing", now).source == CadenceSource.ASSUMED
+
+
+def test_a_snapshot_carries_its_cadence_for_the_staleness_check(metrics):
+    snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(), scrape_interval_seconds=1.0)
+    assert (snapshot.scrape_interval_seconds, snapshot.window_seconds) == (1.0, WINDOW_SECONDS)
 
 
 def test_snapshot_reads_the_fleet(metrics):
@@ -349,9 +389,9 @@ def test_samples_older_than_the_query_time_show_their_age(metrics):
 
 def test_an_unreachable_prometheus_is_an_error():
     started = time.monotonic()
-    snapshot = PrometheusMetrics(f"http://127.0.0.1:{_free_port()}", timeout_seconds=1).snapshot(
-        NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now())
+    snapshot = _client(f"http://127.0.0.1:{_free_port()}", 1).snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now())
     assert snapshot.error is not None and "refused" in snapshot.error
+    assert snapshot.error_reason == MetricsFailure.UNREACHABLE
     assert snapshot.ttft_p99_ms is None and snapshot.sample_time is None
     assert time.monotonic() - started < 2  # no retries
 
@@ -360,11 +400,75 @@ def test_a_prometheus_that_does_not_answer_times_out():
     with socket.socket() as silent:  # accepts connections, never replies
         silent.bind(("127.0.0.1", 0))
         silent.listen()
-        metrics = PrometheusMetrics(f"http://127.0.0.1:{silent.getsockname()[1]}",
-                                    timeout_seconds=0.5)
+        metrics = _client(f"http://127.0.0.1:{silent.getsockname()[1]}", 0.5)
         snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now())
     assert snapshot.error is not None and "Timeout" in snapshot.error
     assert snapshot.ttft_p99_ms is None
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory, discovery):
+    """The sandbox's Prometheus behind TLS and basic auth (its web config), scraping the same pods."""
+    config = SandboxConfig(state_dir=tmp_path_factory.mktemp("secured"), prometheus_ip="127.0.0.1",
+                           scrape_interval_seconds=SCRAPE_INTERVAL_SECONDS, prometheus_auth="basic",
+                           ports=Ports(prometheus=_free_port(), pod_discovery=discovery))
+    certs.generate_pki(config.pki_dir, ["127.0.0.1"], [])
+    running = _start(config)
+    options = dict(ca_file=config.pki_dir / "ca.crt", basic_auth_username=PROMETHEUS_USERNAME,
+                   basic_auth_password_file=config.prometheus_password_file)
+    try:
+        _wait_for_rates(running, _client(running.url, 1, **options))
+        yield config, options
+    finally:
+        running.stop()
+
+
+def _wrong_password(config: SandboxConfig, directory: Path) -> Path:
+    wrong = directory / "wrong-password"
+    wrong.write_text(config.prometheus_password_file.read_text() + "x")
+    return wrong
+
+
+def test_a_prometheus_behind_tls_and_basic_auth_answers_with_the_ca_and_credentials(secured):
+    config, options = secured
+    assert config.prometheus_url.startswith("https://")
+    snapshot = _client(config.prometheus_url, **options).snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now())
+    assert snapshot.error is None and snapshot.ttft_p99_ms == pytest.approx(EXPECTED_P99_MS, abs=5)
+
+
+def test_a_wrong_or_missing_credential_is_unauthorized_and_no_message_holds_the_secret(secured, tmp_path):
+    config, options = secured
+    password = config.prometheus_password_file.read_text().strip()
+    wrong = {**options, "basic_auth_password_file": _wrong_password(config, tmp_path)}
+    none = {"ca_file": options["ca_file"]}
+    for attempt in (wrong, none):
+        snapshot = _client(config.prometheus_url, **attempt).snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now())
+        assert snapshot.error_reason == MetricsFailure.UNAUTHORIZED, snapshot.error
+        assert "--prometheus-basic-auth" in snapshot.error and "401" in snapshot.error
+        assert password not in snapshot.error
+
+
+def test_a_rotated_password_file_is_read_on_the_next_query(secured, tmp_path):
+    config, options = secured
+    rotating = tmp_path / "password"
+    rotating.write_text("not-it")
+    metrics = _client(config.prometheus_url, **{**options, "basic_auth_password_file": rotating})
+    assert metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now()).error_reason == MetricsFailure.UNAUTHORIZED
+    rotating.write_text(config.prometheus_password_file.read_text())
+    assert metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now()).error is None
+
+
+def test_an_untrusted_or_misnamed_certificate_is_a_tls_failure_and_a_server_name_fixes_the_name(secured):
+    config, options = secured
+    untrusted = _client(config.prometheus_url, **{**options, "ca_file": None})
+    snapshot = untrusted.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now())
+    assert snapshot.error_reason == MetricsFailure.TLS and "--prometheus-ca-file" in snapshot.error
+    # The certificate names 127.0.0.1 and the server name, not "localhost".
+    by_name = config.prometheus_url.replace("127.0.0.1", "localhost")
+    misnamed = _client(by_name, **options).snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now())
+    assert misnamed.error_reason == MetricsFailure.TLS
+    named = _client(by_name, server_name=config.prometheus_server_name, **options)
+    assert named.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now()).error is None
 
 
 def test_a_stopped_prometheus_is_an_error(prometheus, metrics):

@@ -301,7 +301,7 @@ def test_autoscaler_scales_up_on_a_ttft_breach_and_records_why():
     built = finished_job(by_kind(first.apply, "Job"))
     serving = ready_deployment(by_kind(first.apply, "Deployment"), 1)
     breach = MetricsSnapshot(ttft_p99_ms=3000.0416666667, waiting_requests=0.0, requests_per_second=2.0,
-                             kv_cache_utilization=0.5, sample_time=NOW)
+                             kv_cache_utilization=0.5, sample_time=NOW, scrape_interval_seconds=5.0)
     outcome = decide(autoscaling_body(status=first.status), [built, serving], SETTINGS, NOW, breach)
     assert outcome.status["replicas"] > 1
     assert by_kind(outcome.apply, "Deployment")["spec"]["replicas"] == outcome.status["replicas"]
@@ -321,7 +321,8 @@ def test_a_swamped_replica_beside_an_idle_one_is_a_routing_condition_not_a_scale
     serving = ready_deployment(by_kind(decide(autoscaling_body(status=status), [built, serving], SETTINGS,
                                               NOW).apply, "Deployment"), 2)
     skewed = MetricsSnapshot(ttft_p99_ms=300_000.0, ttft_histogram_top_ms=300_000.0, requests_per_second=2.0,
-                             sample_time=NOW, replicas=(ReplicaObservation("chat-a", 300_000.0, 2.0),
+                             sample_time=NOW, scrape_interval_seconds=5.0,
+                             replicas=(ReplicaObservation("chat-a", 300_000.0, 2.0),
                                                         ReplicaObservation("chat-b", None, 0.0)))
     outcome = decide(autoscaling_body(status=status), [built, serving], SETTINGS, NOW, skewed)
     assert outcome.status["replicas"] == 2 and outcome.status["autoscaler"]["lastDecision"] == "Hold"
@@ -337,7 +338,7 @@ def test_one_scale_up_is_one_event_and_the_deployment_stays_ready():
 
     status, built, serving = rolled_out(manifest=autoscaling_body)
     breach = MetricsSnapshot(ttft_p99_ms=3000.0, waiting_requests=4.0, requests_per_second=2.0,
-                             kv_cache_utilization=0.5, sample_time=NOW)
+                             kv_cache_utilization=0.5, sample_time=NOW, scrape_interval_seconds=5.0)
     up = decide(autoscaling_body(status=status), [built, serving], SETTINGS, NOW, breach)
     assert up.status["replicas"] > 1
     reasons = [e.reason for e in up.events]
@@ -348,7 +349,7 @@ def test_one_scale_up_is_one_event_and_the_deployment_stays_ready():
     # The added replicas start within the grace: still scaling up, not degraded.
     later = NOW + timedelta(seconds=120)
     hold = MetricsSnapshot(ttft_p99_ms=3000.0, waiting_requests=4.0, requests_per_second=2.0,
-                           kv_cache_utilization=0.5, sample_time=later)
+                           kv_cache_utilization=0.5, sample_time=later, scrape_interval_seconds=5.0)
     starting = decide(autoscaling_body(status=up.status), [built, serving], SETTINGS, later, hold)
     assert condition(starting, "Progressing")["reason"] == "ScalingUp"
     assert condition(starting, "Degraded")["status"] == "False"

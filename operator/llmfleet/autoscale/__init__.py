@@ -13,7 +13,7 @@ from llmfleet.autoscale.policy import (
     display_round,
     target_ttft_p99_ms,
 )
-from llmfleet.autoscale.snapshot import MetricsSnapshot, ReplicaObservation
+from llmfleet.autoscale.snapshot import MetricsFailure, MetricsSnapshot, ReplicaObservation
 from llmfleet.autoscale.state import MAX_RECOMMENDATIONS, AutoscalerState, Recommendation
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "MAX_RECOMMENDATIONS",
     "AutoscalerState",
     "Decision",
+    "MetricsFailure",
     "MetricsSnapshot",
     "PolicyTuning",
     "Recommendation",

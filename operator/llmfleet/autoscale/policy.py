@@ -25,7 +25,8 @@ _MAX_PROPOSED_REPLICAS = 1_000_000
 class PolicyTuning:
     """Policy constants that AutoscalingSpec does not expose (documented in docs/autoscaling.md)."""
 
-    scrape_interval_seconds: float = 5.0
+    # The newest sample may be this many scrape intervals old (the snapshot's cadence): two
+    # scrapes in a row may fail.
     stale_after_scrapes: int = 3
     # Removing a replica raises the load on the others; TTFT climbs steeply near saturation,
     # so only a p99 under half the target leaves room for that.
@@ -46,10 +47,6 @@ class PolicyTuning:
     spare_replica_below_target_fraction: float = 0.5
     # Replicas named in a message, at most.
     named_replicas: int = 3
-
-    @property
-    def stale_after_seconds(self) -> float:
-        return self.scrape_interval_seconds * self.stale_after_scrapes
 
 
 DEFAULT_TUNING = PolicyTuning()
@@ -139,8 +136,7 @@ def decide(spec: AutoscalingSpec, slo_ttft_p99_ms: int, snapshot: MetricsSnapsho
         reason=reason,
         metrics_available=metrics_problem is None,
         metrics_reason=metrics_problem[0] if metrics_problem else "MetricsFresh",
-        metrics_message=metrics_problem[1] if metrics_problem else
-        f"Prometheus answers; newest sample {_age_seconds(snapshot, now):.0f} s old",
+        metrics_message=metrics_problem[1] if metrics_problem else _fresh_message(snapshot, now),
         inputs=_inputs(snapshot, target_ms, current_replicas, ready_replicas),
         imbalance=recommended.imbalance if recommended is not None else None,
         state=AutoscalerState(
@@ -155,15 +151,28 @@ def _metrics_problem(snapshot: MetricsSnapshot, now: datetime,
                      tuning: PolicyTuning) -> tuple[str, str] | None:
     """(CamelCase reason, message) when the snapshot cannot be trusted, else None."""
     if snapshot.error is not None:
-        return "PrometheusError", f"Prometheus query failed: {snapshot.error}"
+        return snapshot.error_reason.value, f"Prometheus query failed: {snapshot.error}"
     if snapshot.sample_time is None:
         return "NoData", "Prometheus has no samples from the serving pods"
-    age = _age_seconds(snapshot, now)
-    if age > tuning.stale_after_seconds:
-        return "StaleData", (f"the newest sample is {age:.0f} s old (limit "
-                             f"{tuning.stale_after_seconds:.0f} s, {tuning.stale_after_scrapes} "
-                             "scrape intervals)")
+    interval = snapshot.scrape_interval_seconds
+    if interval is None:
+        return "NoData", "the scrape interval is unknown, so the samples' freshness cannot be judged"
+    age, limit = _age_seconds(snapshot, now), stale_after_seconds(interval, tuning)
+    if age > limit:
+        return "StaleData", (f"the newest sample is {age:.0f} s old (limit {limit:g} s, "
+                             f"{tuning.stale_after_scrapes} scrape intervals of {interval:g} s)")
     return None
+
+
+def stale_after_seconds(scrape_interval_seconds: float, tuning: PolicyTuning = DEFAULT_TUNING) -> float:
+    """The age past which the newest sample no longer describes the fleet."""
+    return tuning.stale_after_scrapes * scrape_interval_seconds
+
+
+def _fresh_message(snapshot: MetricsSnapshot, now: datetime) -> str:
+    window = f", {snapshot.window_seconds} s window" if snapshot.window_seconds is not None else ""
+    return (f"Prometheus answers; newest sample {_age_seconds(snapshot, now):.0f} s old "
+            f"(scrape interval {snapshot.scrape_interval_seconds:g} s{window})")
 
 
 def _partial_data(snapshot: MetricsSnapshot, ready_replicas: int) -> tuple[str, str] | None:

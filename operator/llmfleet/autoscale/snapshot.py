@@ -4,6 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from enum import Enum
+
+
+class MetricsFailure(str, Enum):
+    """Why Prometheus gave no answer: the MetricsAvailable condition's reason."""
+
+    UNAUTHORIZED = "PrometheusUnauthorized"  # 401: a missing or wrong credential
+    FORBIDDEN = "PrometheusForbidden"  # 403: a credential without read access
+    TLS = "PrometheusTlsError"  # the server's certificate is not trusted, or names another host
+    UNREACHABLE = "PrometheusUnreachable"  # refused, timed out, no route
+    ERROR = "PrometheusError"  # any other failed query or malformed answer
 
 
 @dataclass(frozen=True)
@@ -33,6 +44,10 @@ class MetricsSnapshot:
     batch_utilization: float | None = None  # active sequences / batch slots over the window, 0..1
     requests_per_second: float | None = None  # requests that got their first token
     sample_time: datetime | None = None  # newest sample behind the observations
+    # How often Prometheus scrapes these pods (llmfleet.metrics.cadence), and the window the
+    # rates and the p99 cover: staleness is counted in scrapes.
+    scrape_interval_seconds: float | None = None
+    window_seconds: int | None = None
     # Serving pods (of any revision) with series in Prometheus now: fewer than are ready means
     # the sums above miss some replicas (a pod Prometheus lost, a failing scrape).
     reporting_pods: int | None = None
@@ -43,3 +58,4 @@ class MetricsSnapshot:
     # some replicas while others idle.
     replicas: tuple[ReplicaObservation, ...] = ()
     error: str | None = None  # why Prometheus gave no answer
+    error_reason: MetricsFailure = MetricsFailure.ERROR  # its kind, when `error` is set

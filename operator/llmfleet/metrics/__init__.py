@@ -1,10 +1,7 @@
-"""The only module that talks to Prometheus (see test_layering)."""
+"""The only module that talks to Prometheus (see test_layering); `cadence` is its pure part."""
 
-from llmfleet.metrics.prometheus import (
-    DEFAULT_WINDOW_SECONDS,
-    DeploymentQueries,
-    PrometheusMetrics,
-    deployment_queries,
-)
+from llmfleet.metrics.cadence import MetricsWindows, ScrapeCadence, metrics_windows
+from llmfleet.metrics.prometheus import DeploymentQueries, PrometheusMetrics, deployment_queries
 
-__all__ = ["DEFAULT_WINDOW_SECONDS", "DeploymentQueries", "PrometheusMetrics", "deployment_queries"]
+__all__ = ["DeploymentQueries", "MetricsWindows", "PrometheusMetrics", "ScrapeCadence", "deployment_queries",
+           "metrics_windows"]

@@ -16,17 +16,19 @@ from datetime import datetime, timezone
 
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from requests import RequestException
+from requests.exceptions import ConnectionError as RequestsConnectionError
+from requests.exceptions import SSLError, Timeout
 from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.util.retry import Retry
 
-from llmfleet.autoscale import MetricsSnapshot, ReplicaObservation
+from llmfleet.autoscale import MetricsFailure, MetricsSnapshot, ReplicaObservation
+from llmfleet.metrics.connection import PrometheusConnection
+from llmfleet.metrics.cadence import INTERVAL_LOOKBACK_SECONDS, ScrapeCadence, choose_cadence, observed_interval
 from llmfleet.planner.live import ObservedWorkload
 from llmfleet.rollout import RevisionSample, Samples
 from llmfleet.render.identity import REVISION_LABEL, selector_labels
 from llmfleet.render.layout import TENSORRT_LLM_MODEL, TTFT_HISTOGRAM_BUCKETS_MS
 
-# Six 5 s scrapes: rate() and deriv() need at least two samples; longer windows react slower.
-DEFAULT_WINDOW_SECONDS = 30
 TTFT_HISTOGRAM = "nv_inference_first_response_histogram_ms"
 REQUEST_GAUGE = "nv_trt_llm_request_metrics"
 KV_CACHE_GAUGE = "nv_trt_llm_kv_cache_block_metrics"
@@ -81,6 +83,17 @@ def _deployment_selector(namespace: str, deployment_name: str) -> str:
     return _matchers(pods)
 
 
+def _pod_series(selector: str) -> str:
+    """The series every serving pod exports from its start, whatever the release."""
+    return f'{{__name__=~"{TTFT_HISTOGRAM}_count|{REQUEST_GAUGE}", {selector}}}'
+
+
+def sample_spacing_query(namespace: str, deployment_name: str) -> str:
+    """The raw samples of the deployment's pod series over the lookback: their spacing is the
+    scrape interval Prometheus applies to these pods."""
+    return f"{_pod_series(_deployment_selector(namespace, deployment_name))}[{INTERVAL_LOOKBACK_SECONDS}s]"
+
+
 def deployment_queries(namespace: str, deployment_name: str,
                        window_seconds: int) -> DeploymentQueries:
     """The PromQL for one LLMDeployment, summed over all its pods and revisions."""
@@ -88,7 +101,7 @@ def deployment_queries(namespace: str, deployment_name: str,
     window = f"[{window_seconds}s]"
     waiting = f'{REQUEST_GAUGE}{{{selector}, request_type="waiting"}}'
     # A failed scrape or a lost target ends its series at once (Prometheus' staleness markers).
-    pod_series = f'{{__name__=~"{TTFT_HISTOGRAM}_count|{REQUEST_GAUGE}", {selector}}}'
+    pod_series = _pod_series(selector)
     return DeploymentQueries(
         ttft_p99_ms=(f"histogram_quantile(0.99, sum by (le) "
                      f"(rate({TTFT_HISTOGRAM}_bucket{{{selector}}}{window})))"),
@@ -215,28 +228,75 @@ def ttft_attainment_query(namespace: str, deployment_name: str, slo_ttft_ms: flo
 
 
 class _QueryFailed(Exception):
-    pass
+    def __init__(self, reason: MetricsFailure, message: str):
+        super().__init__(message[:MAX_ERROR_CHARS])
+        self.reason = reason
+
+
+# What to check for each failure a user can fix, by the operator's flags (the chart's values
+# set them: docs/operator.md).
+_FIXES = {
+    MetricsFailure.UNAUTHORIZED: "the credential is missing or wrong: check --prometheus-bearer-token-file or "
+                                 "--prometheus-basic-auth-username/--prometheus-basic-auth-password-file",
+    MetricsFailure.FORBIDDEN: "the credential is not allowed to query: grant its identity read access",
+    MetricsFailure.TLS: "TLS verification failed: check --prometheus-ca-file and --prometheus-server-name",
+}
+_STATUS_CODE = re.compile(r"HTTP Status Code (\d{3})")
+
+
+def _failure(field: str, error: Exception) -> _QueryFailed:
+    """The failure, classified: a wrong credential or CA reads differently from an outage."""
+    reason = MetricsFailure.ERROR
+    if isinstance(error, SSLError):
+        reason = MetricsFailure.TLS
+    elif isinstance(error, (RequestsConnectionError, Timeout, Urllib3Error)):
+        reason = MetricsFailure.UNREACHABLE
+    elif isinstance(error, PrometheusApiClientException) and (code := _STATUS_CODE.search(str(error))):
+        reason = {"401": MetricsFailure.UNAUTHORIZED, "403": MetricsFailure.FORBIDDEN}.get(code.group(1), reason)
+    fix = _FIXES.get(reason)
+    detail = f"{type(error).__name__}: {error}"
+    return _QueryFailed(reason, f"{field}: {fix} ({detail})" if fix else f"{field}: {detail}")
 
 
 class PrometheusMetrics:
     """Reads a `MetricsSnapshot` from Prometheus' HTTP API. Never raises for Prometheus'
     sake: a failure comes back as `MetricsSnapshot.error`."""
 
-    def __init__(self, url: str, timeout_seconds: float = 5.0):
+    def __init__(self, connection: PrometheusConnection):
         # No retries: the next reconcile pass is the retry, and a dead Prometheus must not
         # stall the pass for retries x timeout. Retry(False) also raises the underlying error
         # (refused, timed out) rather than a "max retries exceeded" that hides it.
-        self._client = PrometheusConnect(url=url, retry=Retry(total=False),
-                                         timeout=timeout_seconds)
+        session = connection.session()
+        self._client = PrometheusConnect(url=connection.base_url, retry=Retry(total=False), session=session,
+                                         auth=connection.auth(), timeout=connection.timeout_seconds)
+        # The client mounts a plain adapter on the URL; this one replaces it (server name, no retries).
+        session.mount(connection.base_url, connection.adapter())
 
     def close(self) -> None:
         self._client.close()
 
+    def scrape_cadence(self, namespace: str, deployment_name: str, now: datetime,
+                       configured_seconds: float | None = None) -> ScrapeCadence:
+        """The interval Prometheus scrapes the deployment's pods at: the configured one, else the
+        spacing of their samples. A failed query is left to the queries that follow, which
+        report it; the cadence then falls back to the assumed interval."""
+        if configured_seconds is not None:
+            return choose_cadence(configured_seconds, None)
+        try:
+            result = self._query("scrape_interval", sample_spacing_query(namespace, deployment_name), now,
+                                 key="values")
+            spacing = observed_interval([float(sample[0]) for sample in series["values"]] for series in result)
+        except _QueryFailed:
+            spacing = None
+        return choose_cadence(None, spacing)
+
     def snapshot(self, namespace: str, deployment_name: str, window_seconds: int,
-                 now: datetime, exported_metrics: Collection[str] = QUEUE_METRICS) -> MetricsSnapshot:
+                 now: datetime, exported_metrics: Collection[str] = QUEUE_METRICS,
+                 scrape_interval_seconds: float | None = None) -> MetricsSnapshot:
         """Observations over the `window_seconds` before `now`; None fields mean no data.
         `exported_metrics`: the metric families the serving release exports; without the
-        engine's queue gauges the snapshot says the queue is not observable."""
+        engine's queue gauges the snapshot says the queue is not observable.
+        `scrape_interval_seconds` is passed through for the staleness check."""
         queries = asdict(deployment_queries(namespace, deployment_name, window_seconds))
         per_replica = replica_queries(namespace, deployment_name, window_seconds)
         queue_observable = all(name in exported_metrics for name in QUEUE_METRICS)
@@ -245,11 +305,13 @@ class PrometheusMetrics:
             replica_ttft = self._by_pod("replica_ttft_p99_ms", per_replica.ttft_p99_ms, now)
             replica_rate = self._by_pod("replica_requests_per_second", per_replica.requests_per_second, now)
         except _QueryFailed as failure:
-            return MetricsSnapshot(error=str(failure))
+            return MetricsSnapshot(error=str(failure), error_reason=failure.reason)
         newest = values.pop("newest_sample_unix_seconds")
         reporting = values.pop("reporting_pods")
         return MetricsSnapshot(
             **values,
+            scrape_interval_seconds=scrape_interval_seconds,
+            window_seconds=window_seconds,
             ttft_histogram_top_ms=TTFT_HISTOGRAM_BUCKETS_MS[-1],
             sample_time=None if newest is None else datetime.fromtimestamp(newest, timezone.utc),
             reporting_pods=None if reporting is None else round(reporting),
@@ -306,15 +368,17 @@ class PrometheusMetrics:
         return {series["metric"]["pod"]: _finite(series["value"][1])
                 for series in result if "pod" in series["metric"]}
 
-    def _query(self, field: str, query: str, now: datetime) -> list[dict]:
+    def _query(self, field: str, query: str, now: datetime, key: str = "value") -> list[dict]:
+        """The query's series; `key` is "value" for an instant vector, "values" for a range
+        vector (raw samples)."""
         try:
             result = self._client.custom_query(query, params={"time": now.timestamp()})
-            for series in result:
-                float(series["value"][1])  # a malformed answer fails here, as a query failure
+            for series in result:  # a malformed answer fails here, as a query failure
+                for sample in (series[key] if key == "values" else [series[key]]):
+                    float(sample[1])
         except (RequestException, Urllib3Error, PrometheusApiClientException, ValueError,
                 KeyError, IndexError, TypeError) as error:
-            message = f"{field}: {type(error).__name__}: {error}"
-            raise _QueryFailed(message[:MAX_ERROR_CHARS]) from error
+            raise _failure(field, error) from error
         return result
 
 
