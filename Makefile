@@ -15,7 +15,8 @@ help:
 	@echo "make sandbox   install what is missing, start the sandbox, the operator and a demo"
 	@echo "make test      install what is missing, run unit and e2e tests"
 	@echo "make down      stop the sandbox"
-	@echo "make crds      regenerate crds/, the chart copy and docs/api.md from the API models"
+	@echo "make crds      regenerate crds/, the chart copy and docs/api.md from the API models, and the"
+	@echo "               chart's Prometheus rules and Grafana dashboard"
 	@echo "make bench     run the benchmarks and write docs/benchmarks.md"
 
 setup: apt-packages python-env controlplane
@@ -66,6 +67,7 @@ e2e: setup
 
 crds: python-env
 	$(BIN)/python -m llmfleet.api.crdgen
+	$(BIN)/python -m llmfleet.render.monitoring
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py

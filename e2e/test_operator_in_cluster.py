@@ -6,13 +6,16 @@ session's host-run operator excludes: each object has exactly one operator."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
 
 from conftest import condition, service_target, wait_for
+from llmfleet.render import monitoring
 from llmfleet.render.identity import kubectl_kinds
+from llmfleet_sandbox import prometheus
 from llmfleet_sandbox.manager import configured, operator_chart_values, operator_prerequisites
 from operator_fixtures import IN_CLUSTER_NAMESPACE, REPO_ROOT, small_batch_70b
 
@@ -130,6 +133,7 @@ def test_helm_installed_operator_reconciles_and_autoscales(sandbox, release, tmp
         events = sandbox.kubectl_json("get", "events", "-n", WATCHED_NAMESPACE,
                                       "--field-selector", f"reason=ScaleUp,involvedObject.name={NAME}")
         assert events["items"], "no ScaleUp event from the operator"
+        _dashboard_and_rules_answer_and_the_fast_burn_alert_fires(sandbox)
     finally:
         load.terminate()
         load.communicate(timeout=60)
@@ -137,3 +141,35 @@ def test_helm_installed_operator_reconciles_and_autoscales(sandbox, release, tmp
     uninstalled = release()
     assert uninstalled.returncode == 0, uninstalled.stderr
     wait_for(lambda: not _operator_pods(sandbox), 60, "the operator pod to be gone")
+
+
+def _dashboard_and_rules_answer_and_the_fast_burn_alert_fires(sandbox) -> None:
+    """Under the load above (twice one replica's capacity: most first tokens miss the target
+    until the second replica serves), every expression of the chart's rules and dashboard
+    parses and answers on the sandbox's real Prometheus, which scrapes the operator pod's gauges
+    and evaluates the chart's rules as the Prometheus Operator would set it up; and the fast
+    burn alert goes pending (its `for` is promtool's to check: test_monitoring.py)."""
+    variables = {"$namespace": WATCHED_NAMESPACE, "$deployment": NAME, "$__rate_interval": "1m"}
+
+    def answered() -> dict[str, int]:
+        counts = {}
+        for where, expr in monitoring.expressions().items():
+            for name, value in variables.items():
+                expr = expr.replace(name, value)
+            counts[where] = len(prometheus.query(sandbox.env, expr))  # a parse error raises here
+        return counts
+
+    # Nothing to show without a canary, nor while Ready; the burn alerts are checked below.
+    may_be_empty = {"panel Canary / {{phase}}", "rule LLMFleetDeploymentNotReady",
+                    "rule LLMFleetTtftSloFastBurn", "rule LLMFleetTtftSloSlowBurn"}
+    def every_one_answers() -> dict[str, int] | None:
+        counts = answered()
+        return counts if all(count for where, count in counts.items() if where not in may_be_empty) else None
+    wait_for(every_one_answers, 60, "every rule and panel expression to return series")
+
+    def fast_burn() -> list[dict]:
+        alerts = json.loads(prometheus.http_get(sandbox.env, "/api/v1/alerts"))["data"]["alerts"]
+        return [alert for alert in alerts if alert["labels"].get("alertname") == "LLMFleetTtftSloFastBurn"
+                and alert["labels"].get("llmfleet_io_deployment") == NAME
+                and alert["labels"].get("namespace") == WATCHED_NAMESPACE and alert["state"] in ("pending", "firing")]
+    wait_for(fast_burn, LOAD_SECONDS, "LLMFleetTtftSloFastBurn pending or firing for the breaching deployment", 2)

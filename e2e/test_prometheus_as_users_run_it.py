@@ -43,7 +43,7 @@ def _load(sandbox, target: str, output: Path) -> subprocess.Popen:
     flags = list(DEMO_LOAD_ARGS)
     flags[flags.index("--schedule") + 1] = SCHEDULE
     flags[flags.index("--duration-s") + 1] = str(LOAD_S)
-    return subprocess.Popen([sys.executable, "-m", "llmfleet", "load", "--target", target, "--model", "ensemble",
+    return subprocess.Popen([sys.executable, "-m", "llmfleet", "load", "--target", target,
                              *flags, "--slo-ttft-ms", "500", "--output-dir", str(output), "--quiet"],
                             env=sandbox.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -66,9 +66,10 @@ def interval_namespaces(sandbox, operator):
 
 
 def test_the_demo_load_scales_up_and_back_down_at_15_and_30_s_scrape_intervals(sandbox, interval_namespaces, tmp_path):
+    # One after the other: two pods started together on a fresh sandbox can lose one to a node
+    # agent error (issue 31), and this test may be the first to start pods.
     for namespace in interval_namespaces:
         sandbox.apply([demo_in(namespace)], namespace=namespace)
-    for namespace in interval_namespaces:
         wait_for(lambda namespace=namespace: _ready(sandbox, "chat", namespace), 240, f"chat Ready in {namespace}")
     targets = {namespace: service_target(sandbox, "chat", namespace) for namespace in interval_namespaces}
     started = time.monotonic()

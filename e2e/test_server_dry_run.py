@@ -7,6 +7,8 @@ runtime's pinned release supports must be accepted.
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 import yaml
 
@@ -16,6 +18,7 @@ from llmfleet.planner import plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec
 from llmfleet.render import RenderSettings, render, revision_hash
 from llmfleet.render.pod import engine_cache_claim
+from operator_fixtures import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
 NAMESPACE = "dry-run"
@@ -74,3 +77,21 @@ def test_the_apiserver_accepts_every_rendered_object(sandbox, namespace, runtime
     # Nothing was persisted.
     assert sandbox.kubectl_json("get", "deployments,jobs,configmaps", "-n", namespace,
                                 "-l", "app.kubernetes.io/managed-by=llmfleet")["items"] == []
+
+
+def test_the_apiserver_accepts_the_charts_monitoring_objects_against_the_upstream_crds(sandbox, namespace):
+    """The PodMonitors, PrometheusRule and dashboard ConfigMap the chart renders, checked field by
+    field (kubectl's strict validation) against the Prometheus Operator's own CRDs, which the
+    sandbox installs from their pinned Go module (operator/controlplane/gateway-crds.sh)."""
+    rendered = subprocess.run(
+        ["helm", "template", "llmfleet", str(REPO_ROOT / "charts" / "llmfleet"), "--namespace", namespace,
+         "--set", "podMonitor.enabled=true", "--set", "prometheusRule.enabled=true",
+         "--set", "grafanaDashboard.enabled=true", "--set", "prometheus.scrapeIntervalSeconds=30",
+         "--show-only", "templates/podmonitor.yaml", "--show-only", "templates/prometheusrule.yaml",
+         "--show-only", "templates/grafana-dashboard.yaml"],
+        env=sandbox.env, capture_output=True, text=True, check=True).stdout
+    kinds = sorted(document["kind"] for document in yaml.safe_load_all(rendered) if document)
+    assert kinds == ["ConfigMap", "PodMonitor", "PodMonitor", "PrometheusRule"]
+    output = sandbox.kubectl("apply", "--validate=strict", "--dry-run=server", "-n", namespace, "-f", "-",
+                             input_text=rendered)
+    assert len([line for line in output.splitlines() if line.endswith("(server dry run)")]) == len(kinds), output

@@ -353,6 +353,13 @@ def _positive(text: str, kind: type = int) -> int | float:
     return value
 
 
+def _listen_address(text: str) -> str:
+    _, separator, port = text.rpartition(":")
+    if not separator or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, e.g. 0.0.0.0:8081, got {text!r}")
+    return text
+
+
 def _positive_int(text: str) -> int:
     return _positive(text, int)
 
@@ -568,6 +575,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="requests a window needs before a speed is fitted to it (default %(default)s)")
     run.add_argument("--liveness", default=None, metavar="URL",
                      help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
+    run.add_argument("--metrics-address", type=_listen_address, default=None, metavar="HOST:PORT",
+                     help="serve every LLMDeployment's state as Prometheus gauges at /metrics, e.g. "
+                          "0.0.0.0:8081 (docs/operator.md, dashboards and alerts; default: not served)")
     run.add_argument("--verbose", action="store_true", help="debug logging")
     run.set_defaults(handler=_run_operator)
     _add_load_parser(commands)
@@ -827,7 +837,7 @@ def _run_operator(args) -> int:
         kopf.run(standalone=True, clusterwide=not args.namespace, namespaces=args.namespace,
                  liveness_endpoint=args.liveness,
                  memo=kopf.Memo(operator_settings=settings, kubeconfig=args.kubeconfig,
-                                prometheus=prometheus))
+                                prometheus=prometheus, metrics_address=args.metrics_address))
     finally:
         if elector is not None:
             elector.release()

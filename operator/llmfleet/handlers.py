@@ -34,6 +34,7 @@ from llmfleet.api.status import LearnedSpeed
 from llmfleet.catalog import load_catalog
 from llmfleet.reconcile import OperatorSettings, needs_periodic_pass, observation_due, reconcile
 from llmfleet.render.identity import DEPLOYMENT_LABEL, MANAGED_BY_LABEL, selector_labels
+from llmfleet.state_metrics import EXPOSITION_CONTENT_TYPE, exposition
 from llmfleet.workqueue import PassQueue
 
 RESOURCE = (GROUP, VERSION, PLURAL)
@@ -318,10 +319,33 @@ async def start_passes(memo: kopf.Memo, settings: kopf.OperatorSettings, **index
                        *(asyncio.create_task(pass_forever()) for _ in range(max(1, settings.execution.max_workers // 2)))]
 
 
+@kopf.on.startup()
+async def serve_state_metrics(memo: kopf.Memo, **indexes) -> None:
+    """Every LLMDeployment's state as gauges on `memo.metrics_address`'s /metrics (state_metrics.py),
+    read from the index at each scrape, in the event loop that updates it."""
+    address = memo.get("metrics_address")
+    if not address:
+        return
+    from aiohttp import web
+
+    async def metrics(_request):
+        bodies = (body for store in indexes["llm_deployments"].values() for body in store)
+        return web.Response(body=exposition(bodies).encode(), headers={"Content-Type": EXPOSITION_CONTENT_TYPE})
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    memo.metrics_server = web.AppRunner(app, access_log=None)
+    await memo.metrics_server.setup()
+    host, _, port = address.rpartition(":")
+    await web.TCPSite(memo.metrics_server, host or "0.0.0.0", int(port)).start()
+
+
 @kopf.on.cleanup()
 async def stop_passes(memo: kopf.Memo, **_) -> None:
     for task in memo.get("background") or ():
         task.cancel()
+    if memo.get("metrics_server") is not None:
+        await memo.metrics_server.cleanup()
 
 
 async def on_child_event(body, event, memo, **_) -> None:

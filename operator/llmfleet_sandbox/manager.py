@@ -147,9 +147,9 @@ def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
                     env=objectstore.server_env())
     _wait_for_nodes(config, bin_dir, timeout_seconds=60)
     if "kube-apiserver" in wanted:
-        progress("installing the Gateway API and InferencePool CRDs")
+        progress("installing the Gateway API, InferencePool, PodMonitor and PrometheusRule CRDs")
         _run([str(bin_dir / "kubectl"), "--kubeconfig", str(config.admin_kubeconfig), "apply", "--server-side",
-              "-f", str(controlplane.ensure_gateway_crds())], "the Gateway API CRDs were refused")
+              "-f", str(controlplane.ensure_gateway_crds())], "the upstream CRDs were refused")
     provisioner.wait_for_storage_class(
         [str(bin_dir / "kubectl"), "--kubeconfig", str(config.admin_kubeconfig)], timeout_seconds=30)
     prometheus.wait_until_ready(config, 60)

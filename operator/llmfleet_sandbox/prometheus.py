@@ -9,6 +9,9 @@ A pod opts in to scraping with the conventional annotations:
   prometheus.io/path: "/metrics"  (default /metrics)
 Targets carry `namespace`, `pod`, `node` and every pod label as labels.
 
+The chart's operator PodMonitor and PrometheusRule are applied as the Prometheus Operator would:
+a job for the operator pods' `metrics` port (honor_labels), and the chart's rules file.
+
 Pods are scraped every `scrape_interval_seconds` (15 s, the chart's PodMonitor default), or at
 the interval `llmfleet sandbox scrape-interval` set for their namespace, as a PodMonitor with an
 interval of its own would. With `prometheus_auth="basic"` Prometheus serves HTTPS with a
@@ -33,9 +36,13 @@ from pathlib import Path
 import yaml
 
 from llmfleet_sandbox import certs
+from llmfleet_sandbox.controlplane import REPO_ROOT
 from llmfleet_sandbox.config import PROMETHEUS_USERNAME, SandboxConfig
 
 NAMESPACE_INTERVALS_FILE = "scrape-intervals.json"
+# The chart's generated rules (llmfleet/render/monitoring.py), loaded as the Prometheus Operator
+# loads its PrometheusRule.
+CHART_RULES = REPO_ROOT / "charts" / "llmfleet" / "files" / "prometheus-rules.yaml"
 
 PROMETHEUS_BINARY = "prometheus"
 
@@ -54,7 +61,9 @@ def scrape_config(config: SandboxConfig) -> dict:
     return {
         "global": {"scrape_interval": interval, "evaluation_interval": interval,
                    "scrape_timeout": interval},
-        "scrape_configs": [{
+        # What the Prometheus Operator makes of the chart's PrometheusRule (prometheusRule.enabled).
+        "rule_files": [str(CHART_RULES)] if CHART_RULES.exists() else [],
+        "scrape_configs": [_operator_job(config), {
             "job_name": "kubernetes-pods",
             "http_sd_configs": [{"url": config.pod_discovery_url, "refresh_interval": "2s"}],
             "relabel_configs": [
@@ -73,6 +82,22 @@ def scrape_config(config: SandboxConfig) -> dict:
                 {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"},
             ],
         }],
+    }
+
+
+def _operator_job(config: SandboxConfig) -> dict:
+    """What the Prometheus Operator makes of the chart's operator PodMonitor (podMonitor.enabled):
+    the operator pods' `metrics` port, their gauges' own namespace label kept (honorLabels)."""
+    return {
+        "job_name": "llmfleet-operator",
+        "honor_labels": True,
+        "http_sd_configs": [{"url": config.pod_discovery_url, "refresh_interval": "2s"}],
+        "relabel_configs": [
+            {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name",
+                               "__meta_kubernetes_pod_container_port_name"], "action": "keep", "regex": "llmfleet;metrics"},
+            {"source_labels": ["__meta_kubernetes_pod_phase"], "action": "drop", "regex": "Succeeded|Failed"},
+            {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+        ],
     }
 
 

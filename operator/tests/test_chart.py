@@ -243,6 +243,29 @@ def test_the_service_account_token_or_a_secret_is_the_bearer_token():
 
 
 @needs_helm
+def test_rules_dashboard_and_the_operators_own_pod_monitor_render_what_the_operator_generates():
+    from llmfleet.render import monitoring
+
+    rendered = _template("prometheusRule.enabled=true", "prometheusRule.labels.release=kube-prometheus-stack",
+                         "grafanaDashboard.enabled=true", "podMonitor.enabled=true")
+    rule = rendered["PrometheusRule/llmfleet-slo"]
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert rule["spec"] == monitoring.prometheus_rules()
+    dashboard = rendered["ConfigMap/llmfleet-dashboard"]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["llmfleet-deployment.json"]) == monitoring.grafana_dashboard()
+    operator_monitor = rendered["PodMonitor/llmfleet-operator"]
+    endpoint, = operator_monitor["spec"]["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["honorLabels"], endpoint["interval"]) == ("metrics", True, "15s")
+    pod = rendered["Deployment/llmfleet-operator"]["spec"]["template"]["spec"]
+    assert operator_monitor["spec"]["selector"]["matchLabels"].items() <= \
+        rendered["Deployment/llmfleet-operator"]["spec"]["template"]["metadata"]["labels"].items()
+    port = next(p for p in pod["containers"][0]["ports"] if p["name"] == "metrics")["containerPort"]
+    assert _operator_flags(rendered).metrics_address == f"0.0.0.0:{port}"
+    assert not {key for key in _template() if key.startswith(("PrometheusRule/", "ConfigMap/"))}  # off by default
+
+
+@needs_helm
 def test_basic_auth_without_its_password_secret_fails_the_install_naming_the_value():
     result = _helm_run("template", "llmfleet", str(CHART), "--set", "prometheus.basicAuth.username=llmfleet")
     assert result.returncode != 0 and "prometheus.basicAuth.passwordSecret.name is required" in result.stderr
@@ -262,7 +285,9 @@ def test_schema_rejects_unknown_and_removed_values(value):
 @pytest.mark.parametrize("sets", [[], ["podMonitor.enabled=true", "prometheus.url=http://prometheus:9090"],
                                   ["prometheus.url=https://p", "prometheus.basicAuth.username=u",
                                    "prometheus.basicAuth.passwordSecret.name=s", "prometheus.tls.ca.kind=Secret",
-                                   "prometheus.tls.ca.name=ca", "prometheus.tls.clientCertSecret=c"]])
+                                   "prometheus.tls.ca.name=ca", "prometheus.tls.clientCertSecret=c"],
+                                  ["prometheusRule.enabled=true", "grafanaDashboard.enabled=true",
+                                   "grafanaDashboard.namespace=monitoring"]])
 def test_helm_lint_passes(sets):
     arguments = [argument for value in sets for argument in ("--set", value)]
     result = _helm_run("lint", "--strict", str(CHART), *arguments)

@@ -136,10 +136,11 @@ def generated_files() -> dict[Path, str]:
     return files
 
 
-def stale_files(root: Path) -> dict[Path, str]:
-    """Generated files that differ on disk under `root`, each with a unified diff."""
+def stale_files(root: Path, files: dict[Path, str] | None = None) -> dict[Path, str]:
+    """Generated files (`files`, by default this module's) that differ on disk under `root`, each
+    with a unified diff."""
     stale = {}
-    for path, expected in generated_files().items():
+    for path, expected in (generated_files() if files is None else files).items():
         on_disk_path = root / path
         actual = on_disk_path.read_text() if on_disk_path.exists() else ""
         if actual != expected:
@@ -153,9 +154,9 @@ def stale_files(root: Path) -> dict[Path, str]:
     return stale
 
 
-def write_files(root: Path) -> list[Path]:
+def write_files(root: Path, files: dict[Path, str] | None = None) -> list[Path]:
     written = []
-    for path, content in generated_files().items():
+    for path, content in (generated_files() if files is None else files).items():
         target = root / path
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists() or target.read_text() != content:

@@ -27,19 +27,20 @@ from llmfleet.metrics.cadence import INTERVAL_LOOKBACK_SECONDS, ScrapeCadence, c
 from llmfleet.planner.live import ObservedWorkload
 from llmfleet.rollout import RevisionSample, Samples
 from llmfleet.render.identity import REVISION_LABEL, selector_labels
-from llmfleet.render.layout import TENSORRT_LLM_MODEL, TTFT_HISTOGRAM_BUCKETS_MS
+from llmfleet.render.layout import (
+    FAILURE_COUNTER,
+    INPUT_LENGTH_HISTOGRAM,
+    KV_CACHE_GAUGE,
+    OUTPUT_LENGTH_HISTOGRAM,
+    REQUEST_GAUGE,
+    SUCCESS_COUNTER,
+    TENSORRT_LLM_MODEL,
+    TTFT_HISTOGRAM,
+    TTFT_HISTOGRAM_BUCKETS_MS,
+)
 
-TTFT_HISTOGRAM = "nv_inference_first_response_histogram_ms"
-REQUEST_GAUGE = "nv_trt_llm_request_metrics"
-KV_CACHE_GAUGE = "nv_trt_llm_kv_cache_block_metrics"
-# Triton's per-model request counters (core metrics), which a canary's analysis compares.
-SUCCESS_COUNTER = "nv_inference_request_success"
-FAILURE_COUNTER = "nv_inference_request_failure"
 # The engine's queue, KV-cache and batch-slot gauges, which the scale-down decision reads.
 QUEUE_METRICS = (REQUEST_GAUGE, KV_CACHE_GAUGE)
-# The TensorRT-LLM backend's token-length histograms, where the release exports them.
-INPUT_LENGTH_HISTOGRAM = "nv_llm_input_token_len"
-OUTPUT_LENGTH_HISTOGRAM = "nv_llm_output_token_len"
 # Keeps an error message (some quote a whole response body) readable in status.
 MAX_ERROR_CHARS = 300
 

@@ -30,6 +30,16 @@ ENSEMBLE_MODEL = "ensemble"
 # The model clients send text to, per runtime: the engine runtime tokenizes around the engine in
 # an ensemble; the LLM-API model takes text itself.
 REQUEST_MODEL = {"engine": ENSEMBLE_MODEL, "llmapi": TENSORRT_LLM_MODEL}
+# Series the serving pods export (checked against each release's record): the TTFT histogram,
+# the TensorRT-LLM backend's queue and KV-cache gauges and token-length histograms, and Triton's
+# per-model request counters.
+TTFT_HISTOGRAM = "nv_inference_first_response_histogram_ms"
+REQUEST_GAUGE = "nv_trt_llm_request_metrics"
+KV_CACHE_GAUGE = "nv_trt_llm_kv_cache_block_metrics"
+INPUT_LENGTH_HISTOGRAM = "nv_llm_input_token_len"
+OUTPUT_LENGTH_HISTOGRAM = "nv_llm_output_token_len"
+SUCCESS_COUNTER = "nv_inference_request_success"
+FAILURE_COUNTER = "nv_inference_request_failure"
 # Fine buckets for p99 TTFT (Triton's default 100/500/2000/5000 ms are too coarse), reaching
 # minutes: a backlog's tail must stay visible, where a top bucket of seconds would show it as
 # that bucket's edge. Fixed across revisions so that canary and stable histograms can be
