@@ -242,3 +242,32 @@ def test_pods_in_a_namespace_that_went_hold_no_gpus_for_a_plan():
     assert [c.free for c in handlers._cluster_gpus(body, indexes)().capacities] == [2]
     indexes["namespaces"] = {"serving": [True]}
     assert [c.free for c in handlers._cluster_gpus(body, indexes)().capacities] == [6]
+
+
+def test_the_state_metrics_endpoint_serves_the_indexed_deployments_and_stops_with_the_operator():
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    body = {"metadata": {"namespace": "team-a", "name": "chat", "uid": "u1"},
+            "spec": {"slo": {"ttftP99Ms": 500}}, "status": {"replicas": 2}}
+    memo = kopf.Memo(metrics_address=f"127.0.0.1:{port}")
+    indexes = {"llm_deployments": {"u1": [body]}}
+
+    async def scrape_while_serving() -> tuple[str, str]:
+        await handlers.serve_state_metrics(memo=memo, **indexes)
+        def get():
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                return response.headers["Content-Type"], response.read().decode()
+        answer = await asyncio.get_running_loop().run_in_executor(None, get)
+        await handlers.stop_passes(memo=memo)
+        return answer
+
+    content_type, text = asyncio.run(scrape_while_serving())
+    assert content_type.startswith("text/plain; version=0.0.4")
+    assert 'llmfleet_deployment_replicas{namespace="team-a",llmfleet_io_deployment="chat"} 2' in text
+    assert 'llmfleet_deployment_slo_ttft_bucket{namespace="team-a",llmfleet_io_deployment="chat",le="500"} 1' in text
+    with socket.socket() as probe:  # nothing listens any more
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
