@@ -77,19 +77,22 @@ def test_the_demo_load_scales_up_and_back_down_at_15_and_30_s_scrape_intervals(s
     threads = [threading.Thread(target=watcher.run, args=(started,), daemon=True) for watcher in watchers.values()]
     for thread in threads:
         thread.start()
-    loads = {namespace: _load(sandbox, targets[namespace], tmp_path / namespace) for namespace in interval_namespaces}
-    for namespace, load in loads.items():
-        stdout, stderr = load.communicate(timeout=LOAD_S + 180)
-        assert load.returncode == 0, f"{namespace}: {stderr}\n{stdout}"
-    # After the load: every replica the step added goes again.
-    for namespace in interval_namespaces:
-        wait_for(lambda namespace=namespace: (sandbox.kubectl_json("get", "llmdeployment", "chat", "-n", namespace)
-                                              .get("status") or {}).get("replicas") == 1,
-                 420, f"{namespace}: back to one replica ({watchers[namespace].timeline()})", interval=2)
-    for watcher in watchers.values():
-        watcher.stop.set()
-    for thread in threads:
-        thread.join()
+    try:
+        loads = {namespace: _load(sandbox, targets[namespace], tmp_path / namespace)
+                 for namespace in interval_namespaces}
+        for namespace, load in loads.items():
+            stdout, stderr = load.communicate(timeout=LOAD_S + 180)
+            assert load.returncode == 0, f"{namespace}: {stderr}\n{stdout}"
+        # After the load: every replica the step added goes again.
+        for namespace in interval_namespaces:
+            wait_for(lambda namespace=namespace: (sandbox.kubectl_json("get", "llmdeployment", "chat", "-n", namespace)
+                                                  .get("status") or {}).get("replicas") == 1,
+                     420, f"{namespace}: back to one replica", interval=2)
+    finally:
+        for watcher in watchers.values():
+            watcher.stop.set()
+        for thread in threads:
+            thread.join()
 
     for namespace, watcher in watchers.items():
         interval_s = INTERVALS_S[namespace]
