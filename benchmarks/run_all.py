@@ -26,6 +26,7 @@ BENCHMARKS = (
     ("bench_emulator.py", "emulator.md"),
     ("bench_reconcile.py", "reconcile.md"),
     ("bench_autoscaling.py", "autoscaling.md"),
+    ("bench_scrape_intervals.py", "scrape-intervals.md"),
     ("bench_routing.py", "routing.md"),
     ("bench_rollout.py", "rollout.md"),
     ("bench_scale.py", "scale.md"),
