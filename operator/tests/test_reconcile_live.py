@@ -202,3 +202,14 @@ def test_drift_the_served_plan_still_meets_is_said_in_the_observation_without_a_
     message = outcome.status["observation"]["message"]
     assert "mean 1400 tokens observed against spec.workload.inputTokensMean 1000: the served plan meets it" in message
     assert outcome.status["recommendation"] is None
+
+
+def test_a_window_widened_for_a_long_scrape_interval_is_said_in_the_observation():
+    status, children = settled()
+    # Asked for 300 s; at a 120 s scrape the metrics layer read 480 s (four scrapes).
+    widened = replace(observed_at_speed(status, 1.0), window_seconds=480)
+    observation = decide(busy_body(status), children, SETTINGS, LATER, observed=widened).status["observation"]
+    assert observation["windowSeconds"] == 480
+    assert observation["message"].startswith("the 300 s window holds fewer than 4 scrapes: widened to 480 s; ")
+    as_asked = decide(busy_body(status), children, SETTINGS, LATER, observed=observed_at_speed(status, 1.0))
+    assert "widened" not in (as_asked.status["observation"].get("message") or "")
