@@ -49,6 +49,11 @@ _gone: set[str] = set()
 # When each object's traffic was last read (monotonic seconds): an observation that told nothing
 # new is not written to status, so status alone cannot pace them.
 _observed_at: dict[str, float] = {}
+# Deployments whose last pass lost its status write to a newer version: the ticker passes them
+# again. Nothing else would: the newer version is often the pass's own status, which triggers
+# no handler, and its children may have nothing more to say (seen in e2e test_faults: a pass
+# that saw both replicas ready lost to one that had not, and Ready stayed False for minutes).
+_superseded: set[str] = set()
 # Set by the first change handler: by then Kopf has filled the indexes (it runs resource
 # handlers only after), so the ticker never reads a half-listed cluster.
 _indexes_ready = threading.Event()
@@ -251,6 +256,7 @@ def _run(body, memo, indexes) -> None:
                                 may_observe=_may_observe(uid, memo.operator_settings, started_s))
             if outcome.observed:
                 _observed_at[uid] = started_s
+            (_superseded.add if outcome.superseded else _superseded.discard)(uid)
         except NamespaceTerminating as going:
             # The object goes with its namespace (deletion reaches it after its children).
             log.debug("namespace %s is being deleted or gone; not reconciling %s", going, body["metadata"]["name"])
@@ -291,7 +297,7 @@ def _due(indexes, settings: OperatorSettings, now_s: float, now: datetime.dateti
             if uid in _gone or body["metadata"]["namespace"] not in indexes["namespaces"]:
                 continue
             stale = now_s - _last_pass.get(uid, 0.0) >= resync_after_seconds(uid, settings)
-            if (stale or needs_periodic_pass(body, _children(uid, indexes))
+            if (stale or uid in _superseded or needs_periodic_pass(body, _children(uid, indexes))
                     or (_may_observe(uid, settings, now_s) and observation_due(body, now, settings))):
                 due.append(body)
     return due
@@ -385,6 +391,7 @@ def _forget(uid: str) -> None:
     _last_pass.pop(uid, None)
     _observed_at.pop(uid, None)
     _gone.discard(uid)
+    _superseded.discard(uid)
 
 
 def forget_unindexed(indexes) -> None:
@@ -392,7 +399,7 @@ def forget_unindexed(indexes) -> None:
     vanish without `on_delete` being called (an optional handler has no finalizer to wait on),
     and what is kept about it would stay until a restart."""
     indexed = indexes["llm_deployments"]
-    for uid in {*_object_locks, *_last_pass, *_observed_at, *_gone}:
+    for uid in {*_object_locks, *_last_pass, *_observed_at, *_gone, *_superseded}:
         if uid not in indexed:
             _forget(uid)
 

@@ -128,6 +128,9 @@ class Outcome:
     events: list[Event] = field(default_factory=list)
     # The pass read the revision's traffic from Prometheus (set by `reconcile`).
     observed: bool = False
+    # The object changed while the pass ran, so its status was not written (set by `reconcile`):
+    # the pass must be made again, from the new version.
+    superseded: bool = False
 
 
 @dataclass(frozen=True)
@@ -1137,6 +1140,7 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
                                                         metadata.get("resourceVersion")):
         log.debug("%s/%s changed while it was reconciled; the next pass starts from the new version",
                  namespace, name)
+        outcome.superseded = True
         return outcome
     for event in outcome.events:
         kube.emit_event(body, event.type, event.reason, event.message)

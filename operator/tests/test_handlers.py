@@ -7,6 +7,7 @@ import asyncio
 import datetime
 import copy
 import logging
+import time
 
 import kopf
 import kubernetes.config
@@ -194,6 +195,27 @@ def test_the_ticker_passes_no_deployment_found_gone_or_whose_namespace_went():
         assert handlers._due(indexes, settings, never_passed_s, now) == []
     finally:
         handlers._gone.discard("chat-uid")
+
+
+def test_a_pass_whose_status_write_lost_to_a_newer_version_is_passed_again_at_the_next_tick(monkeypatch):
+    from llmfleet.reconcile import Outcome
+
+    deployment = {"apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
+                  "metadata": {"name": "chat", "namespace": "serving", "uid": "lost-uid"}, "spec": {}}
+    indexes = {"llm_deployments": {"lost-uid": [deployment]}, "namespaces": {"serving": [True]},
+               **{f"children_{kind.plural}": {} for kind in CHILD_KINDS}}
+    settings = OperatorSettings()
+    memo = kopf.Memo(gateway=None, operator_settings=settings, metrics=None)
+    now = datetime.datetime(2026, 12, 5, tzinfo=datetime.timezone.utc)
+    outcomes = iter([Outcome(superseded=True), Outcome()])
+    monkeypatch.setattr(handlers, "reconcile", lambda *args, **kwargs: next(outcomes))
+    try:
+        handlers._run(deployment, memo, indexes)  # lost its write: due although just passed
+        assert handlers._due(indexes, settings, time.monotonic(), now) == [deployment]
+        handlers._run(deployment, memo, indexes)  # written: due no more
+        assert handlers._due(indexes, settings, time.monotonic(), now) == []
+    finally:
+        handlers._forget("lost-uid")
 
 
 def test_a_pass_that_finds_its_deployment_gone_stops_the_ticker_marking_it(monkeypatch):

@@ -407,6 +407,9 @@ def test_a_pass_from_a_stale_copy_writes_status_only_from_that_version_and_tells
     reconcile(copy.deepcopy(stored), stale, SETTINGS, NOW)
     assert [version for _, version in fresh.patched] == ["41"] and fresh.events
     assert [version for _, version in stale.patched] == ["41"] and stale.events == []
+    # ... and says so, for the pass to be made again from the new version.
+    assert not reconcile(copy.deepcopy(stored), RecordingGateway(current=True), SETTINGS, NOW).superseded
+    assert reconcile(copy.deepcopy(stored), RecordingGateway(current=False), SETTINGS, NOW).superseded
 
 
 def test_a_child_the_apiserver_refuses_is_said_in_degraded_and_the_pass_is_retried():
