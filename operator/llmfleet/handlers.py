@@ -74,23 +74,6 @@ def filter_watches(settings: kopf.OperatorSettings) -> None:
     settings.watching.field_selectors["", "v1", "pods"] = GPU_POD_FIELD_SELECTOR
 
 
-# The apiserver ends each watch after this long; a stream still open later is dead.
-WATCH_SERVER_TIMEOUT_S = 60
-
-
-def bound_api_waits(settings: kopf.OperatorSettings) -> None:
-    """Cut what hangs on the apiserver instead of waiting Kopf's default five minutes for a
-    request or a connection. After an apiserver and etcd restart the index once went three
-    minutes without any child's event (e2e test_faults, twice in CI) while passes decided from
-    the stale copy; a hung request is one cause that fits, not a proven one. A cut request is
-    retried with Kopf's backoff; a cut watch reconnects."""
-    settings.watching.server_timeout = WATCH_SERVER_TIMEOUT_S
-    settings.watching.client_timeout = WATCH_SERVER_TIMEOUT_S + 30
-    settings.networking.connect_timeout = 10
-    # The apiserver's own limit for a request that is not a watch is 60 s.
-    settings.networking.request_timeout = 60
-
-
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     # Kopf keeps its bookkeeping in annotations: status belongs to the CRD's schema.
@@ -98,7 +81,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration")
     settings.posting.level = logging.WARNING
-    bound_api_waits(settings)
+    settings.watching.server_timeout = 60
     settings.execution.max_workers = 8
     filter_watches(settings)
     memo.setdefault("operator_settings", OperatorSettings())

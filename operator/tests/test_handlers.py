@@ -14,7 +14,7 @@ import kubernetes.config
 import yaml
 
 from llmfleet import handlers
-from llmfleet.handlers import bound_api_waits, filter_watches, indexed, login, on_child_event, resync_after_seconds
+from llmfleet.handlers import filter_watches, indexed, login, on_child_event, resync_after_seconds
 from llmfleet.k8s import CHILD_KINDS, ObjectGone
 from llmfleet.planner.cluster import GPU_POD_FIELD_SELECTOR, gpu_node, gpu_pod
 from llmfleet.render.identity import DEPLOYMENT_LABEL, MANAGED_BY_LABEL
@@ -293,12 +293,3 @@ def test_the_state_metrics_endpoint_serves_the_indexed_deployments_and_stops_wit
     assert 'llmfleet_deployment_slo_ttft_bucket{namespace="team-a",llmfleet_io_deployment="chat",le="500"} 1' in text
     with socket.socket() as probe:  # nothing listens any more
         assert probe.connect_ex(("127.0.0.1", port)) != 0
-
-
-def test_requests_connections_and_watches_that_hang_are_cut_well_before_kopfs_five_minutes():
-    settings = kopf.OperatorSettings()
-    assert settings.networking.request_timeout == 300 and settings.watching.client_timeout is None
-    bound_api_waits(settings)
-    assert settings.networking.request_timeout <= 60 and settings.networking.connect_timeout <= 10
-    # A watch the server should have ended is ended by the client soon after.
-    assert settings.watching.server_timeout < settings.watching.client_timeout <= settings.watching.server_timeout + 30
