@@ -109,7 +109,6 @@ class MetricsWindows:
         return max(self.rate.seconds, step_elapsed_seconds)
 
 
-def metrics_windows(cadence: ScrapeCadence, observation_requested_seconds: int,
-                    rate_requested_seconds: int | None = None) -> MetricsWindows:
-    return MetricsWindows(cadence, rate_window(cadence, rate_requested_seconds),
+def metrics_windows(cadence: ScrapeCadence, observation_requested_seconds: int) -> MetricsWindows:
+    return MetricsWindows(cadence, rate_window(cadence),
                           at_least(observation_requested_seconds, cadence.shortest_window_seconds))
