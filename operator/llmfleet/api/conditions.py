@@ -11,13 +11,24 @@ from llmfleet.api.enums import ConditionStatus
 
 
 class ConditionType(str, Enum):
-    """Condition types an LLMDeployment reports in status.conditions."""
+    """Condition types an LLMDeployment reports in status.conditions.
 
-    READY = "Ready"  # serving the current revision within the SLO
+    Ready and Degraded say whether replicas serve, not whether they meet the SLO: no
+    condition reads latency. The observed p99 TTFT is in status.ttftP99 and
+    status.observation; a plan that misses the SLO at the learned speed is reported in
+    status.recommendation (reason SloAtRisk).
+    """
+
+    # replicas serve: the current revision has rolled out with a replica ready (or wants
+    # none), or the stable revision has one while a new one builds, rolls out (also as a
+    # canary) or failed to build
+    READY = "Ready"
     PLANNED = "Planned"  # a feasible plan exists (False: reason and closest option)
     WORKLOAD_AVAILABLE = "WorkloadAvailable"  # at least one replica serves requests
     PROGRESSING = "Progressing"  # a revision is being built or rolled out
-    DEGRADED = "Degraded"  # serving, but below the planned replicas or outside the SLO
+    # the build failed, a canary was rolled back, the apiserver refused to write a child, or
+    # the rolled-out revision has fewer ready replicas than desired and no scale-up explains it
+    DEGRADED = "Degraded"
     AUTOSCALING_ACTIVE = "AutoscalingActive"  # the autoscaler is deciding replicas
     METRICS_AVAILABLE = "MetricsAvailable"  # Prometheus answers for this deployment
     REQUESTS_BALANCED = "RequestsBalanced"  # no replica is swamped while others idle
