@@ -9,6 +9,7 @@ Run: sudo .venv/bin/python benchmarks/run_all.py [--collect] [--cold-build]
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -33,6 +34,20 @@ BENCHMARKS = (
 )
 
 
+def rebase_links(text: str) -> str:
+    """A section's relative links, written from docs/benchmarks/, made to resolve from
+    docs/benchmarks.md (`autoscaling-log.md` -> `benchmarks/autoscaling-log.md`,
+    `../autoscaling.md` -> `autoscaling.md`); external links and anchors stay."""
+    def rebase(match: re.Match) -> str:
+        target = match.group(2)
+        if re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:|#|/", target):
+            return match.group(0)
+        path, hash_, anchor = target.partition("#")
+        rebased = os.path.relpath(os.path.normpath(os.path.join(SECTIONS.name, path)))
+        return f"{match.group(1)}({Path(rebased).as_posix()}{hash_}{anchor})"
+    return re.sub(r"(!?\[[^\]]*\])\(([^)\s]+)\)", rebase, text)
+
+
 def collect() -> str:
     parts = ["# Benchmarks", "",
              "Measured on this project's machine kind (2 cores); medians and ratios from one run "
@@ -42,8 +57,7 @@ def collect() -> str:
     for _, section in BENCHMARKS:
         path = SECTIONS / section
         if path.exists():
-            # Images and run logs sit next to the sections; links must resolve from docs/benchmarks.md.
-            text = re.sub(r"\]\(([\w-]+\.(?:png|md))\)", r"](benchmarks/\1)", path.read_text())
+            text = rebase_links(path.read_text())
             # Every heading goes one level down: the section's title becomes a second level.
             parts.append("\n".join("#" + line if line.startswith("#") else line
                                     for line in text.strip().splitlines()) + "\n")
