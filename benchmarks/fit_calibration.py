@@ -1,9 +1,10 @@
 """Fit the planner's efficiency factors to the measurements declared in calibration.yaml.
 
 Prints a markdown report (factors, errors overall and per group, leave-one-group-out errors,
-the error on the held-out rows of calibration_holdout.yaml against the issue's targets, every
-fitted row), writes it to docs/benchmarks/calibration.md and appends the held-out check to
-docs/benchmarks/calibration-log.md. With --write it also writes the
+the error on the rows of calibration_holdout.yaml against the issue's targets, every fitted
+row), writes it to docs/benchmarks/calibration.md and appends that error to
+docs/benchmarks/calibration-log.md. The holdout rows are no longer held out (read after every
+change of the model; docs/planner.md, Calibration): their error guards against regressions only. With --write it also writes the
 fitted factor values and the '# fitted:' line into operator/llmfleet/catalog/calibration.yaml,
 leaving the rest of that file as it is. The fitting itself is llmfleet.planner.calibration_fit.
 Run: .venv/bin/python benchmarks/fit_calibration.py [--write]
@@ -31,7 +32,7 @@ CALIBRATION_YAML = Path(llmfleet.catalog.__file__).resolve().parent / "calibrati
 COMMAND = ".venv/bin/python benchmarks/fit_calibration.py"
 
 
-LOG_HEADER = """# Calibration: every held-out check
+LOG_HEADER = """# Calibration: every reading of the held-out rows
 
 Appended by `benchmarks/fit_calibration.py` on every run: the error of the written factors on the
 held-out rows of that commit's `calibration_holdout.yaml`, against the issue's targets (median
@@ -45,6 +46,12 @@ written at that commit (no TP factor) on the v0.20 rows, measured once on 2026-1
 factors were added or the v0.14 rows were fitted; its growth of the error with TP (TP1 about 1.05
 estimate/measured on B200, TP8 about 1.6) was seen then, so the TP factors were not chosen blind to
 these rows.
+
+These v0.20 rows are no longer held out. On 2026-12-05 they were checked against six successive
+versions of the model (the seven rows from 51ce998 on; 12:14 and 12:26 are one version), and
+choices were made after reading them. Data looked at while changing a model is no longer a check
+of it: a "met" below says the model fits rows it was tuned with in view, not how it does on data
+it has not seen. A later release's page, checked once, would be the next real check.
 
 | when | commit | fitted rows | held-out rows | median | p90 | highest group median est/meas | targets |
 |---|---|---|---|---:|---:|---:|---|
@@ -185,7 +192,7 @@ def between_pages_section(rows) -> list[str]:
 def holdout_section(catalog, fitted) -> list[str]:
     rows = catalog.calibration_holdout
     if not rows:
-        return ["## Held-out public measurements", "", "No held-out rows are declared.", ""]
+        return ["## Held-out public measurements", "", "calibration_holdout.yaml declares no rows.", ""]
     ratios = cf.estimate_ratios(rows, fitted, catalog)
     groups = cf.group_errors(rows, ratios)
     overall = groups[0]
@@ -199,10 +206,14 @@ def holdout_section(catalog, fitted) -> list[str]:
         by_tp.setdefault(row.tensor_parallel_size, []).append(ratio)
     worst = sorted(zip(rows, ratios), key=lambda pair: -abs(math.log(pair[1])))[:15]
     lines = [
-        "## Held-out public measurements", "",
-        f"The {len(rows)} rows of `operator/llmfleet/catalog/calibration_holdout.yaml`, which the fit never "
-        "reads, estimated with the written factors. The file's header says what was seen of them before "
-        "the factors were chosen. Sources (each row's table row and column is in its `source`):", "",
+        "## Held-out public measurements: no longer held out", "",
+        f"The {len(rows)} rows of `operator/llmfleet/catalog/calibration_holdout.yaml`, estimated with the "
+        "written factors. The fit never reads them, but they are no longer a check: their error was read "
+        "after each change of the model (every reading is in [calibration-log.md](calibration-log.md)) "
+        "and choices were made after reading it, so data looked at while the model changed stands here "
+        "as a fit, not as a test on unseen data. The targets below guard against regressions, nothing "
+        "more; the leave-one-group-out errors above come closer to what to expect on unseen data. "
+        "Sources (each row's table row and column is in its `source`):", "",
         *_pages(rows), "",
         f"Targets (issue 11 item 2): median |estimate/measured - 1| at most {_pct(cf.HOLDOUT_MEDIAN_TARGET)}, "
         f"p90 at most {_pct(cf.HOLDOUT_P90_TARGET)}; conservative bound: no group's median estimate/measured "
@@ -230,7 +241,7 @@ def holdout_section(catalog, fitted) -> list[str]:
         group = cf.error_summary("tp", f"TP{tp}", values)
         lines.append(f"| TP{tp} | {group.rows} | {group.median_ratio:.3f} | {_pct(group.median_abs_error)} | "
                      f"{_pct(group.p90_abs_error)} | {group.worst_ratio:.2f} |")
-    lines += ["", "The 15 held-out rows furthest from their measurement:", "",
+    lines += ["", "The 15 rows of calibration_holdout.yaml furthest from their measurement:", "",
               "| model | GPU | TP | format | KV | ISL/OSL | measured tok/s | estimated tok/s | est/meas |",
               "|---|---|---:|---|---|---|---:|---:|---:|",
               *(_row_line(row, ratio) for row, ratio in worst), ""]
