@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -34,6 +35,8 @@ DESELECTED = pytest.StashKey[int]()
 def pytest_configure(config):
     config.addinivalue_line("markers", "after_other_e2e: runs after the other e2e tests, before teardown")
     config.addinivalue_line("markers", "sandbox_teardown: runs after every other e2e test")
+    config.addinivalue_line("markers", "disrupts_operator: kills the session's operator or its control plane on "
+                                       "purpose; its restarts and logged failures are not held against the test")
 
 
 def pytest_deselected(items):
@@ -310,3 +313,29 @@ def operator(sandbox, tmp_path_factory):
     process.start()
     yield process
     process.stop()
+
+
+# A line of the operator's log that says a pass, a Kopf handler or an activity failed. A pass's
+# exception is logged and swallowed, and the supervisor restarts an operator that exits: only
+# its log and restart count show either. (Kopf's "Request attempt ... will retry" lines are
+# not failures: it retries them, and the apiserver answers 429 while its storage starts.)
+OPERATOR_FAILURE = re.compile(r"Traceback \(most recent call last\)|^\[[^]]+\] llmfleet\S* +\[(ERROR|CRITICAL)|"
+                              r"(Handler|Activity) '[^']+' failed")
+
+
+@pytest.fixture(autouse=True)
+def operator_kept_healthy(request):
+    """Fail a test during which the session's operator exited by itself or logged a failure,
+    unless the test disrupts it on purpose."""
+    if "operator" not in request.fixturenames or request.node.get_closest_marker("disrupts_operator"):
+        yield
+        return
+    operator = request.getfixturevalue("operator")
+    restarts, offset = operator.restarts, operator.log_size()
+    yield
+    logged = operator.log_since(offset)
+    failures = [line for line in logged.splitlines() if OPERATOR_FAILURE.search(line)]
+    assert operator.restarts == restarts, (f"the operator exited and was restarted {operator.restarts - restarts} "
+                                           f"time(s) during the test; its log:\n{operator.log_tail()}")
+    assert not failures, ("the operator logged failures during the test (" + str(operator.log_path) + "):\n"
+                          + "\n".join(failures[:20]))

@@ -153,6 +153,12 @@ class OperatorProcess:
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
+    def log_size(self) -> int:
+        return self.log_path.stat().st_size if self.log_path.exists() else 0
+
+    def log_since(self, offset: int) -> str:
+        return self.log_path.read_bytes()[offset:].decode(errors="replace")
+
 
 def decode_secret_value(value: str) -> str:
     return base64.b64decode(value).decode()

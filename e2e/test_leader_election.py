@@ -13,17 +13,10 @@ from conftest import wait_for
 from llmfleet.render.identity import kubectl_kinds
 from operator_fixtures import OperatorProcess, small_batch_70b
 
-pytestmark = pytest.mark.e2e
+# It kills the session's leader and runs a second replica beside it.
+pytestmark = [pytest.mark.e2e, pytest.mark.disrupts_operator]
 NAMESPACE = "leader-election"
 TAKEOVER_LIMIT_S = 30
-
-
-def _log_since(process: OperatorProcess, offset: int) -> str:
-    return process.log_path.read_bytes()[offset:].decode(errors="replace")
-
-
-def _log_size(process: OperatorProcess) -> int:
-    return process.log_path.stat().st_size if process.log_path.exists() else 0
 
 
 def _idle_deployment(name: str) -> dict:
@@ -46,36 +39,36 @@ def test_a_standby_takes_over_within_30_s_of_the_leaders_death(sandbox, operator
                               extra_args=operator.extra_args)
     standby.start()
     try:
-        wait_for(lambda: f"standing by while {operator.identity} holds the lease" in _log_since(standby, 0),
+        wait_for(lambda: f"standing by while {operator.identity} holds the lease" in standby.log_since(0),
                  30, "the second replica to stand by")
         sandbox.apply([_idle_deployment("before")], namespace=NAMESPACE)
         kinds = wait_for(lambda: _planned_with_one_child_per_kind(sandbox, "before"), 60,
                          f"the leader to reconcile\n{operator.log_tail()}")
-        assert "Handler '" not in _log_since(standby, 0), "the standby ran a handler while not leading"
+        assert "Handler '" not in standby.log_since(0), "the standby ran a handler while not leading"
 
         operator.stop(signal.SIGKILL)
         killed_s = time.monotonic()
         # A decision made while nobody leads: the new leader must not lose it.
         sandbox.apply([_idle_deployment("after")], namespace=NAMESPACE)
-        wait_for(lambda: "e2e-standby holds the lease" in _log_since(standby, 0), TAKEOVER_LIMIT_S + 5,
-                 f"the standby to take the lease\n{_log_since(standby, 0)[-2000:]}")
+        wait_for(lambda: "e2e-standby holds the lease" in standby.log_since(0), TAKEOVER_LIMIT_S + 5,
+                 f"the standby to take the lease\n{standby.log_since(0)[-2000:]}")
         takeover_s = time.monotonic() - killed_s
         print(f"standby took over {takeover_s:.1f} s after the leader was killed")
         assert takeover_s < TAKEOVER_LIMIT_S
         assert wait_for(lambda: _planned_with_one_child_per_kind(sandbox, "after"), 60,
-                        f"the new leader to reconcile\n{_log_since(standby, 0)[-2000:]}") == kinds
+                        f"the new leader to reconcile\n{standby.log_since(0)[-2000:]}") == kinds
         assert _planned_with_one_child_per_kind(sandbox, "before") == kinds  # nothing duplicated
 
         # The old leader comes back as a standby; a clean stop of the new one hands over at once.
-        offset = _log_size(operator)
+        offset = operator.log_size()
         operator.start()
-        wait_for(lambda: "standing by while e2e-standby holds the lease" in _log_since(operator, offset), 30,
+        wait_for(lambda: "standing by while e2e-standby holds the lease" in operator.log_since(offset), 30,
                  "the restarted replica to stand by")
         stopped_s = time.monotonic()
         standby.stop()
-        wait_for(lambda: f"{operator.identity} holds the lease" in _log_since(operator, offset), 15,
+        wait_for(lambda: f"{operator.identity} holds the lease" in operator.log_since(offset), 15,
                  "the lease to be handed over on a clean stop")
-        assert "released the lease" in _log_since(standby, 0)
+        assert "released the lease" in standby.log_since(0)
         print(f"handed over {time.monotonic() - stopped_s:.1f} s after a clean stop")
     finally:
         standby.stop(signal.SIGKILL)

@@ -201,6 +201,9 @@ def test_a_settled_deployment_is_neither_listed_nor_rewritten_on_timer_ticks(san
     time.sleep(6)  # the pass that follows the last child change
     since = datetime.datetime.now(datetime.timezone.utc)
     time.sleep(22)
+    # A request the audit log must show in this window, or the empty lists below prove nothing.
+    sandbox.kubectl("get", "llmdeployments", "-n", NAMESPACE)
+    assert _audited(sandbox, since, "list", "llmdeployments")
     assert len(_audited(sandbox, since, "list", "poddisruptionbudgets")) <= 1
     assert _audited(sandbox, since, "patch", "llmdeployments", "status") == [], operator.log_tail()
     for kind in ("configmaps", "services", "deployments", "jobs", "poddisruptionbudgets"):

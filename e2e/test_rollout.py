@@ -47,13 +47,23 @@ def rollout_namespace(sandbox, operator):
     sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
 
 
+def _deployment(sandbox, name: str) -> dict:
+    return sandbox.kubectl_json("get", "llmdeployment", name, "-n", NAMESPACE)
+
+
 def _status(sandbox, name: str) -> dict:
-    return sandbox.kubectl_json("get", "llmdeployment", name, "-n", NAMESPACE).get("status") or {}
+    return _deployment(sandbox, name).get("status") or {}
 
 
 def _serving(sandbox, name: str, kind: str = "deployments") -> list[dict]:
     return sandbox.kubectl_json("get", kind, "-n", NAMESPACE, "-l",
                                 f"llmfleet.io/deployment={name},app.kubernetes.io/component=server")["items"]
+
+
+def _revision_replicas(sandbox, name: str, revision: str) -> list[int]:
+    """spec.replicas of each serving Deployment of `revision` (one, unless pruned or duplicated)."""
+    return [d["spec"]["replicas"] for d in _serving(sandbox, name)
+            if d["metadata"]["labels"]["llmfleet.io/revision"] == revision]
 
 
 def _load(sandbox, name: str, rate: int, seconds: int, output) -> subprocess.Popen:
@@ -113,6 +123,7 @@ def test_an_aborted_canary_goes_to_zero_and_stable_pods_serve_on_untouched(sandb
     stable = wait_until_ready(sandbox, "held", NAMESPACE)["status"]["currentRevision"]
     pods_before = sorted((p["metadata"]["uid"], p["status"]["containerStatuses"][0]["restartCount"])
                          for p in _serving(sandbox, "held", "pods"))
+    assert pods_before, "no serving pod of the stable revision"
     _new_engine_revision(sandbox, "held")
     _watch_phases(sandbox, "held", "Paused", 240)
     paused = _status(sandbox, "held")["canary"]
@@ -120,6 +131,7 @@ def test_an_aborted_canary_goes_to_zero_and_stable_pods_serve_on_untouched(sandb
 
     # Killed while paused, the operator resumes from status: same phase and step clock, no new pods.
     pods_paused = sorted(p["metadata"]["uid"] for p in _serving(sandbox, "held", "pods"))
+    assert len(pods_paused) == 2, "a stable and a canary pod at setWeight 50"
     operator.stop(signal.SIGKILL)
     operator.start()
     time.sleep(15)  # resume, then timer ticks
@@ -136,8 +148,7 @@ def test_an_aborted_canary_goes_to_zero_and_stable_pods_serve_on_untouched(sandb
     assert conditions["Ready"]["status"] == "True"
     assert (conditions["Degraded"]["status"], conditions["Degraded"]["reason"]) == ("True", "CanaryRolledBack")
     canary = status["currentRevision"]
-    wait_for(lambda: all(d["spec"]["replicas"] == 0 for d in _serving(sandbox, "held")
-                         if d["metadata"]["labels"]["llmfleet.io/revision"] == canary), 30, "canary at zero")
+    wait_for(lambda: _revision_replicas(sandbox, "held", canary) == [0], 30, "the canary's Deployment at zero")
     pods_after = sorted((p["metadata"]["uid"], p["status"]["containerStatuses"][0]["restartCount"])
                         for p in _serving(sandbox, "held", "pods")
                         if p["metadata"]["labels"]["llmfleet.io/revision"] == stable)
@@ -186,8 +197,7 @@ def test_a_drifting_canary_fails_its_golden_prompts_before_any_step(sandbox):
     assert status["canary"]["failedRevisions"] == [canary] and status["stableRevision"] == stable
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["Ready"]["status"] == "True"
-    wait_for(lambda: all(d["spec"]["replicas"] == 0 for d in _serving(sandbox, "drift")
-                         if d["metadata"]["labels"]["llmfleet.io/revision"] == canary), 30, "canary at zero")
+    wait_for(lambda: _revision_replicas(sandbox, "drift", canary) == [0], 30, "the canary's Deployment at zero")
 
 
 @pytest.mark.parametrize(("name", "runtime", "fault", "gate"), [
@@ -276,12 +286,17 @@ def test_an_operator_killed_in_each_phase_resumes_with_no_duplicate_pods_lost_st
             if where[0] and where not in killed:
                 killed.append(where)
                 operator.stop(signal.SIGKILL)
+                # The dead operator's last write: whatever changes the object from here on, the
+                # restarted operator wrote after a pass of its own.
+                before = _deployment(sandbox, "restarts")
                 operator.start()
-                after = wait_for(lambda: (_status(sandbox, "restarts").get("canary") or {}).get("stepStartedTime")
-                                 and _status(sandbox, "restarts")["canary"], 30, "status after the restart")
+                after = wait_for(lambda: (now := _deployment(sandbox, "restarts"))["metadata"]["resourceVersion"]
+                                 != before["metadata"]["resourceVersion"] and now, 120,
+                                 "the restarted operator's first write")["status"]["canary"]
                 # Same step or later, and a step that is still running kept its start time.
-                if (after["phase"], after.get("stepIndex", 0)) == where:
-                    assert after["stepStartedTime"] == canary["stepStartedTime"], (where, canary, after)
+                was = before["status"]["canary"]
+                if (after["phase"], after.get("stepIndex", 0)) == (was["phase"], was.get("stepIndex", 0)):
+                    assert after["stepStartedTime"] == was["stepStartedTime"], (was, after)
             time.sleep(0.5)
         else:
             raise AssertionError(f"not promoted; killed at {killed}; canary: "
