@@ -32,7 +32,7 @@ from llmfleet.metrics import PrometheusMetrics
 from llmfleet.planner.cluster import GPU_POD_FIELD_SELECTOR, cluster_gpus, gpu_node, gpu_pod
 from llmfleet.api.status import LearnedSpeed
 from llmfleet.catalog import load_catalog
-from llmfleet.reconcile import OperatorSettings, needs_periodic_pass, observation_due, reconcile
+from llmfleet.reconcile import Fleet, OperatorSettings, needs_periodic_pass, observation_due, reconcile
 from llmfleet.render.identity import DEPLOYMENT_LABEL, MANAGED_BY_LABEL, selector_labels
 from llmfleet.state_metrics import EXPOSITION_CONTENT_TYPE, exposition
 from llmfleet.workqueue import PassQueue
@@ -234,8 +234,8 @@ def _run(body, memo, indexes) -> None:
         try:
             started_s = time.monotonic()
             outcome = reconcile(dict(body), memo.gateway, memo.operator_settings, utc_now(), memo.metrics,
-                                children=_children(uid, indexes), cluster_gpus=_cluster_gpus(body, indexes),
-                                fleet_speeds=_fleet_speeds(indexes),
+                                children=_children(uid, indexes),
+                                fleet=Fleet(_cluster_gpus(body, indexes), _fleet_speeds(indexes)),
                                 may_observe=_may_observe(uid, memo.operator_settings, started_s))
             if outcome.observed:
                 _observed_at[uid] = started_s

@@ -269,13 +269,14 @@ def test_help_describes_both_commands(capsys):
 def test_plan_names_the_revision_the_operator_makes(capsys, tmp_path):
     from datetime import datetime, timezone
 
-    from llmfleet.reconcile import OperatorSettings, decide
+    from llmfleet.reconcile import OperatorSettings
+    from reconcile_builders import decide_pass
 
     code, out, _ = run(capsys, "plan", "-f", str(EXAMPLE), "-o", "json")
     assert code == 0
     manifest = yaml.safe_load(EXAMPLE.read_text())
     manifest["metadata"].update(namespace="default", uid="uid-1", generation=1)
-    outcome = decide(manifest, [], OperatorSettings(), datetime(2026, 12, 3, tzinfo=timezone.utc))
+    outcome = decide_pass(manifest, [], OperatorSettings(), datetime(2026, 12, 3, tzinfo=timezone.utc))
     assert json.loads(out)["revision"] == outcome.status["currentRevision"]
     manifest["spec"]["engine"] = {**manifest["spec"].get("engine", {}), "revision": "v2"}
     (tmp_path / "v2.yaml").write_text(yaml.safe_dump(manifest))

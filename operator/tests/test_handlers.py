@@ -82,9 +82,9 @@ def _lifecycle():
     import test_reconcile as r
     import test_rollout as ro
 
-    first = r.decide(r.body(), [], r.SETTINGS, r.NOW)
+    first = r.decide_pass(r.body(), [], r.SETTINGS, r.NOW)
     built = r.finished_job(r.by_kind(first.apply, "Job"))
-    second = r.decide(r.body(status=first.status), [built], r.SETTINGS, r.NOW)
+    second = r.decide_pass(r.body(status=first.status), [built], r.SETTINGS, r.NOW)
     serving = r.ready_deployment(r.by_kind(second.apply, "Deployment"), second.status["replicas"])
     extras = [r.by_kind(first.apply, kind) for kind in ("ConfigMap", "Service", "PodDisruptionBudget")]
     retrying = copy.deepcopy(r.by_kind(first.apply, "Job"))
@@ -102,14 +102,15 @@ def _lifecycle():
 
 
 def test_a_pass_decides_the_same_from_the_indexed_children_as_from_the_full_ones():
-    from llmfleet.reconcile import OperatorSettings, decide
+    from llmfleet.reconcile import OperatorSettings
+    from reconcile_builders import decide_pass
 
     settings = OperatorSettings()
     steps = list(_lifecycle())
     assert len(steps) == 7
     for body, children, now in steps:
-        full = decide(body, children, settings, now)
-        kept = decide(body, [indexed(child, child=True) for child in children], settings, now)
+        full = decide_pass(body, children, settings, now)
+        kept = decide_pass(body, [indexed(child, child=True) for child in children], settings, now)
         assert _decisions(kept) == _decisions(full)
     serving = next(c for c in steps[2][1] if c["kind"] == "Deployment")
     assert indexed(serving, child=True)["spec"] == {

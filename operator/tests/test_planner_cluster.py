@@ -12,7 +12,8 @@ from llmfleet.catalog import load_catalog
 from llmfleet.planner import PlanRequest, SearchSpace, SloTargets, Workload, plan
 from llmfleet.planner.cluster import GPU_POD_FIELD_SELECTOR, cluster_gpus, gpu_node, gpu_pod
 from llmfleet.planner.types import ClusterGpus, GpuCapacity
-from llmfleet.reconcile import OperatorSettings, decide
+from llmfleet.reconcile import OperatorSettings
+from reconcile_builders import decide_pass
 from llmfleet.render import RenderSettings
 from test_reconcile import NOW, body, condition
 
@@ -172,7 +173,7 @@ def test_pinned_replicas_are_kept_beyond_the_free_gpus():
 @pytest.mark.parametrize("free, expected", [(16, "True"), (0, "False")])
 def test_the_planned_condition_says_capacity_shortfall_and_ready_does_not_depend_on_it(free, expected):
     gpus = cluster((H100, 16, free))
-    outcome = decide(body(), [], OperatorSettings(render=RenderSettings()), NOW, cluster_gpus=lambda: gpus)
+    outcome = decide_pass(body(), [], OperatorSettings(render=RenderSettings()), NOW, cluster_gpus=lambda: gpus)
     planned = condition(outcome, "Planned")
     assert planned["status"] == expected
     if expected == "False":
@@ -185,12 +186,12 @@ def test_the_planned_condition_says_capacity_shortfall_and_ready_does_not_depend
 
 
 def test_a_stored_plan_does_not_ask_for_the_cluster():
-    first = decide(body(), [], OperatorSettings(render=RenderSettings()), NOW)
+    first = decide_pass(body(), [], OperatorSettings(render=RenderSettings()), NOW)
 
     def never():
         raise AssertionError("the cluster was asked although the plan is stored")
 
-    again = decide(body(status=first.status), [], OperatorSettings(render=RenderSettings()), NOW, cluster_gpus=never)
+    again = decide_pass(body(status=first.status), [], OperatorSettings(render=RenderSettings()), NOW, cluster_gpus=never)
     assert again.status["plan"] == first.status["plan"]
 
 

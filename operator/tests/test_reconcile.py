@@ -6,7 +6,8 @@ from __future__ import annotations
 import copy
 from datetime import datetime, timedelta, timezone
 
-from llmfleet.reconcile import OperatorSettings, decide
+from llmfleet.reconcile import OperatorSettings
+from reconcile_builders import decide_pass
 from llmfleet.render import RenderSettings
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
@@ -51,7 +52,7 @@ def ready_deployment(deployment: dict, ready: int) -> dict:
 
 
 def test_first_pass_creates_every_child_with_no_serving_replicas_until_built():
-    outcome = decide(body(), [], SETTINGS, NOW)
+    outcome = decide_pass(body(), [], SETTINGS, NOW)
     assert sorted(m["kind"] for m in outcome.apply) == [
         "ConfigMap", "Deployment", "Job", "PodDisruptionBudget", "Service"]
     assert by_kind(outcome.apply, "Deployment")["spec"]["replicas"] == 0
@@ -68,18 +69,18 @@ def test_first_pass_creates_every_child_with_no_serving_replicas_until_built():
 
 
 def test_built_engine_scales_the_deployment_to_the_plan():
-    first = decide(body(), [], SETTINGS, NOW)
+    first = decide_pass(body(), [], SETTINGS, NOW)
     children = [finished_job(by_kind(first.apply, "Job"))]
-    outcome = decide(body(), children, SETTINGS, NOW)
+    outcome = decide_pass(body(), children, SETTINGS, NOW)
     assert by_kind(outcome.apply, "Deployment")["spec"]["replicas"] == outcome.status["replicas"] >= 1
     assert condition(outcome, "EngineBuilt")["status"] == "True"
     assert condition(outcome, "Progressing")["reason"] == "RollingOut"
 
 
 def test_failed_build_sets_a_condition_with_the_job_reason():
-    first = decide(body(), [], SETTINGS, NOW)
+    first = decide_pass(body(), [], SETTINGS, NOW)
     children = [finished_job(by_kind(first.apply, "Job"), "Failed", "BackoffLimitExceeded")]
-    outcome = decide(body(), children, SETTINGS, NOW)
+    outcome = decide_pass(body(), children, SETTINGS, NOW)
     built = condition(outcome, "EngineBuilt")
     assert (built["status"], built["reason"]) == ("False", "BuildFailed")
     assert "BackoffLimitExceeded" in built["message"]
@@ -88,10 +89,10 @@ def test_failed_build_sets_a_condition_with_the_job_reason():
 
 
 def test_a_build_retried_after_failed_attempts_says_so_while_it_retries():
-    first = decide(body(), [], SETTINGS, NOW)
+    first = decide_pass(body(), [], SETTINGS, NOW)
     job = copy.deepcopy(by_kind(first.apply, "Job"))
     job["status"] = {"failed": 2, "active": 1}
-    built = condition(decide(body(), [job], SETTINGS, NOW), "EngineBuilt")
+    built = condition(decide_pass(body(), [job], SETTINGS, NOW), "EngineBuilt")
     assert (built["status"], built["reason"]) == ("False", "Building")
     assert built["message"].endswith(
         f"2 attempts failed, retried with the Job's backoff (backoffLimit {job['spec']['backoffLimit']})")
@@ -104,13 +105,15 @@ def failed_build_pod(name: str, finished_at: str, log_tail: str) -> dict:
 
 
 def test_a_failing_build_quotes_what_its_last_failed_pod_said():
-    from llmfleet.reconcile import failing_build, last_build_failure
+    from llmfleet.reconcile import Context
+    from llmfleet.reconcile.due import failing_build
+    from llmfleet.reconcile.pods import last_build_failure
 
-    first = decide(body(), [], SETTINGS, NOW)
+    first = decide_pass(body(), [], SETTINGS, NOW)
     job = copy.deepcopy(by_kind(first.apply, "Job"))
     job["status"] = {"failed": 1, "active": 1}
-    assert failing_build(body(status=first.status), [job]) == first.status["currentRevision"]
-    assert failing_build(body(status=first.status), [by_kind(first.apply, "Job")]) is None  # no failure yet
+    assert failing_build(Context.of(body(status=first.status), [job], SETTINGS, NOW)) == first.status["currentRevision"]
+    assert failing_build(Context.of(body(status=first.status), [by_kind(first.apply, "Job")], SETTINGS, NOW)) is None  # no failure yet
     earlier = failed_build_pod("b-1", "2026-12-03T10:00:00Z", "Traceback (most recent call last):\n  ...\n"
                                "ValueError: an older problem\n")
     latest = failed_build_pod("b-2", "2026-12-03T10:05:00Z", "[TRT-LLM] [I] building engines: 99%\n"
@@ -118,51 +121,66 @@ def test_a_failing_build_quotes_what_its_last_failed_pod_said():
     said = last_build_failure([earlier, latest])
     assert said == ("pod b-2 container engine-build exited with code 1: "
                     "OSError: [Errno 28] No space left on device: '/engine-cache/x/rank0.engine'")
-    retrying = condition(decide(body(status=first.status), [job], SETTINGS, NOW, build_failure=said), "EngineBuilt")
+    retrying = condition(decide_pass(body(status=first.status), [job], SETTINGS, NOW, build_failure=said), "EngineBuilt")
     assert retrying["message"].endswith(f"(backoffLimit {job['spec']['backoffLimit']}); last failure: {said}")
     failed = finished_job(by_kind(first.apply, "Job"), "Failed", "BackoffLimitExceeded")
-    assert condition(decide(body(status=first.status), [failed], SETTINGS, NOW, build_failure=said),
+    assert condition(decide_pass(body(status=first.status), [failed], SETTINGS, NOW, build_failure=said),
                      "EngineBuilt")["message"].endswith(f"; last failure: {said}")
 
 
+def test_a_healthy_build_and_rollout_tell_only_normal_events():
+    """Progress and success are Normal: warnings are for what needs a look."""
+    passes = [decide_pass(body(), [], SETTINGS, NOW)]
+    job = by_kind(passes[0].apply, "Job")
+    passes.append(decide_pass(body(status=passes[-1].status), [job], SETTINGS, NOW))  # Building
+    built = finished_job(job)
+    passes.append(decide_pass(body(status=passes[-1].status), [built], SETTINGS, NOW))
+    serving = ready_deployment(by_kind(passes[-1].apply, "Deployment"), passes[-1].status["replicas"])
+    passes.append(decide_pass(body(status=passes[-1].status), [built, serving], SETTINGS, NOW))  # RolledOut
+    told = {(event.type, event.reason) for outcome in passes for event in outcome.events}
+    assert {"BuildPending", "Building", "EngineReady", "RolledOut", "Serving"} <= {reason for _, reason in told}
+    # A deployment without ready replicas yet says so (the same reasons tell of replicas lost later).
+    assert {reason for kind, reason in told if kind == "Warning"} == {"NoReadyReplicas", "ReplicasNotReady"}
+
+
 def test_ready_replicas_make_it_ready_and_events_report_transitions():
-    first = decide(body(), [], SETTINGS, NOW)
+    first = decide_pass(body(), [], SETTINGS, NOW)
     # A new deployment's build holds several conditions at one reason: each reason is told once.
     reasons = [(e.type, e.reason) for e in first.events]
     building = [c for c in first.status["conditions"] if c["reason"] == "BuildPending"]
     assert len(building) > 1 and len(reasons) == len(set(reasons))
     assert next(e for e in first.events if e.reason == "BuildPending").message == building[0]["message"]
     built = finished_job(by_kind(first.apply, "Job"))
-    second = decide(body(status=first.status), [built], SETTINGS, NOW)
+    second = decide_pass(body(status=first.status), [built], SETTINGS, NOW)
     serving = ready_deployment(by_kind(second.apply, "Deployment"), second.status["replicas"])
     later = NOW + timedelta(seconds=30)
-    third = decide(body(status=second.status), [built, serving], SETTINGS, later)
+    third = decide_pass(body(status=second.status), [built, serving], SETTINGS, later)
     ready = condition(third, "Ready")
     assert ready["status"] == "True" and ready["lastTransitionTime"] == later.strftime("%Y-%m-%dT%H:%M:%SZ")
     assert ("Normal", "Serving") in [(e.type, e.reason) for e in third.events]
     # Nothing changed: no events, transition times kept.
-    fourth = decide(body(status=third.status), [built, serving], SETTINGS, later + timedelta(seconds=5))
+    fourth = decide_pass(body(status=third.status), [built, serving], SETTINGS, later + timedelta(seconds=5))
     assert fourth.events == []
     assert condition(fourth, "Ready")["lastTransitionTime"] == ready["lastTransitionTime"]
 
 
 def test_a_new_revision_that_fails_to_build_leaves_the_stable_one_serving_and_ready():
-    first = decide(body(), [], SETTINGS, NOW)
+    first = decide_pass(body(), [], SETTINGS, NOW)
     built = finished_job(by_kind(first.apply, "Job"))
-    second = decide(body(status=first.status), [built], SETTINGS, NOW)
+    second = decide_pass(body(status=first.status), [built], SETTINGS, NOW)
     serving = ready_deployment(by_kind(second.apply, "Deployment"), second.status["replicas"])
-    stable = decide(body(status=second.status), [built, serving], SETTINGS, NOW)
+    stable = decide_pass(body(status=second.status), [built, serving], SETTINGS, NOW)
     stable_revision = stable.status["stableRevision"]
     assert stable_revision == stable.status["currentRevision"]
     def edited(status: dict) -> dict:
         changed_body = body(tpot_p99_ms=6, status=status)
         changed_body["metadata"]["generation"] += 1  # the edit: re-planned, a new revision
         return changed_body
-    changed = decide(edited(stable.status), [built, serving], SETTINGS, NOW)
+    changed = decide_pass(edited(stable.status), [built, serving], SETTINGS, NOW)
     assert changed.status["currentRevision"] != stable_revision
     assert condition(changed, "Ready")["message"].startswith(f"revision {stable_revision} serves with")
     failed = finished_job(by_kind(changed.apply, "Job"), "Failed", "BackoffLimitExceeded")
-    outcome = decide(edited(changed.status), [serving, failed], SETTINGS, NOW)
+    outcome = decide_pass(edited(changed.status), [serving, failed], SETTINGS, NOW)
     ready = condition(outcome, "Ready")
     assert ready["status"] == "True" and ready["message"].startswith(f"revision {stable_revision} serves with")
     assert ready["message"].endswith(f"while revision {outcome.status['currentRevision']} failed to build")
@@ -171,25 +189,25 @@ def test_a_new_revision_that_fails_to_build_leaves_the_stable_one_serving_and_re
 
 
 def test_old_revision_serves_until_the_new_one_is_ready_then_is_pruned():
-    old = decide(body(tpot_p99_ms=40), [], SETTINGS, NOW)
+    old = decide_pass(body(tpot_p99_ms=40), [], SETTINGS, NOW)
     old_children = [finished_job(by_kind(old.apply, "Job")),
                     ready_deployment(by_kind(old.apply, "Deployment"), 1),
                     by_kind(old.apply, "ConfigMap"), by_kind(old.apply, "PodDisruptionBudget")]
-    new = decide(body(tpot_p99_ms=6), old_children, SETTINGS, NOW)
+    new = decide_pass(body(tpot_p99_ms=6), old_children, SETTINGS, NOW)
     assert new.status["currentRevision"] != old.status["currentRevision"]
     deleted = {m["kind"] for m in new.delete}
     assert deleted == {"Job"}, "the old build Job goes; the old serving objects stay"
     assert condition(new, "WorkloadAvailable")["status"] == "True"
     new_children = old_children + [finished_job(by_kind(new.apply, "Job")),
                                    ready_deployment(by_kind(new.apply, "Deployment"), new.status["replicas"])]
-    rolled = decide(body(tpot_p99_ms=6), new_children, SETTINGS, NOW)
+    rolled = decide_pass(body(tpot_p99_ms=6), new_children, SETTINGS, NOW)
     old_names = {m["metadata"]["name"] for m in old_children}
     assert {m["metadata"]["name"] for m in rolled.delete} == old_names
     assert condition(rolled, "Ready")["status"] == "True"
 
 
 def test_infeasible_spec_creates_nothing_and_says_why():
-    outcome = decide(body(tpot_p99_ms=1), [], SETTINGS, NOW)
+    outcome = decide_pass(body(tpot_p99_ms=1), [], SETTINGS, NOW)
     assert outcome.apply == [] and outcome.delete == []
     planned = condition(outcome, "Planned")
     assert (planned["status"], planned["reason"]) == ("False", "PlanInfeasible")
@@ -200,7 +218,7 @@ def test_infeasible_spec_creates_nothing_and_says_why():
 def test_invalid_stored_object_gets_a_condition_naming_the_field():
     stored = body()
     stored["spec"]["slo"]["ttftP99Ms"] = -5  # written before a CRD upgrade tightened the schema
-    outcome = decide(stored, [], SETTINGS, NOW)
+    outcome = decide_pass(stored, [], SETTINGS, NOW)
     planned = condition(outcome, "Planned")
     assert planned["reason"] == "InvalidSpec" and "spec.slo.ttftP99Ms" in planned["message"]
     assert condition(outcome, "Ready")["reason"] == "InvalidSpec"
@@ -211,7 +229,7 @@ def test_a_spec_render_refuses_becomes_a_condition_not_an_exception():
     refused = body()
     refused["spec"]["engine"] = {"runtime": "engine"}
     refused["spec"]["model"]["tokenizer"] = "s3://tokenizers/llama"  # its build reads tokenizers from the hub
-    outcome = decide(refused, [], SETTINGS, NOW)
+    outcome = decide_pass(refused, [], SETTINGS, NOW)
     ready = condition(outcome, "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "RenderFailed")
     assert "spec.model.tokenizer" in ready["message"]
@@ -221,12 +239,12 @@ def test_a_spec_render_refuses_becomes_a_condition_not_an_exception():
 
 def rolled_out(replicas_ready: int | None = None, manifest=body):
     """A deployment whose revision rolled out: its last status and children."""
-    first = decide(manifest(), [], SETTINGS, NOW)
+    first = decide_pass(manifest(), [], SETTINGS, NOW)
     built = finished_job(by_kind(first.apply, "Job"))
-    second = decide(manifest(status=first.status), [built], SETTINGS, NOW)
+    second = decide_pass(manifest(status=first.status), [built], SETTINGS, NOW)
     desired = second.status["replicas"]
     serving = ready_deployment(by_kind(second.apply, "Deployment"), desired)
-    third = decide(manifest(status=second.status), [built, serving], SETTINGS, NOW)
+    third = decide_pass(manifest(status=second.status), [built, serving], SETTINGS, NOW)
     assert condition(third, "Ready")["status"] == "True"
     return third.status, built, serving
 
@@ -236,7 +254,7 @@ def test_replicas_lost_after_the_rollout_are_degraded_and_still_serving():
     manifest["spec"]["plan"] = {"replicas": 3}
     status, built, serving = rolled_out(manifest=lambda status=None: {**manifest, **({"status": status} if status else {})})
     down = ready_deployment(serving, 1)
-    outcome = decide({**manifest, "status": status}, [built, down], SETTINGS, NOW + timedelta(seconds=30))
+    outcome = decide_pass({**manifest, "status": status}, [built, down], SETTINGS, NOW + timedelta(seconds=30))
     degraded = condition(outcome, "Degraded")
     assert (degraded["status"], degraded["reason"], degraded["message"]) == (
         "True", "BelowDesiredReplicas", "1/3 replicas ready")
@@ -246,25 +264,26 @@ def test_replicas_lost_after_the_rollout_are_degraded_and_still_serving():
 
 
 def test_replicas_that_crash_loop_say_why_in_degraded_and_only_their_pods_are_asked():
-    from llmfleet.reconcile import short_of_ready
+    from llmfleet.reconcile import Children
+    from llmfleet.reconcile.due import short_of_ready
 
     manifest = body()
     manifest["spec"]["plan"] = {"replicas": 3}
     status, built, serving = rolled_out(manifest=lambda status=None: {**manifest, **({"status": status} if status else {})})
-    assert short_of_ready({**manifest, "status": status}, [built, serving]) is None  # all ready: no pod list
+    assert short_of_ready({**manifest, "status": status}, Children.sorted_from([built, serving])) is None  # all ready: no pod list
     down = ready_deployment(serving, 1)
-    assert short_of_ready({**manifest, "status": status}, [built, down]) == status["currentRevision"]
+    assert short_of_ready({**manifest, "status": status}, Children.sorted_from([built, down])) == status["currentRevision"]
     why = "pod x container triton: CrashLoopBackOff (restarted 4 times, last exit code 1): back-off 1m20s"
-    outcome = decide({**manifest, "status": status}, [built, down], SETTINGS, NOW + timedelta(seconds=30),
+    outcome = decide_pass({**manifest, "status": status}, [built, down], SETTINGS, NOW + timedelta(seconds=30),
                      not_ready_reason=why)
     assert condition(outcome, "Degraded")["message"] == f"1/3 replicas ready; {why}"
 
 
 def test_status_is_written_only_when_it_changes():
     status, built, serving = rolled_out()
-    again = decide(body(status=status), [built, serving], SETTINGS, NOW + timedelta(seconds=5))
+    again = decide_pass(body(status=status), [built, serving], SETTINGS, NOW + timedelta(seconds=5))
     assert not again.status_changed and again.events == []
-    fewer = decide(body(status=status), [built, ready_deployment(serving, 0)], SETTINGS, NOW + timedelta(seconds=10))
+    fewer = decide_pass(body(status=status), [built, ready_deployment(serving, 0)], SETTINGS, NOW + timedelta(seconds=10))
     assert fewer.status_changed
 
 
@@ -274,18 +293,18 @@ def test_the_stored_plan_is_kept_until_the_spec_changes_or_a_replan_is_asked_for
     assert status["plan"]["quantization"] == "FP8"
     stored = {**status, "plan": {**status["plan"], "quantization": "BF16", "kvCacheDtype": "BF16",
                                  "summary": "H100x1 BF16"}}
-    kept = decide(body(status=stored), [built, serving], SETTINGS, NOW)
+    kept = decide_pass(body(status=stored), [built, serving], SETTINGS, NOW)
     assert kept.status["plan"]["quantization"] == "BF16"
     assert kept.status["currentRevision"] != status["currentRevision"]  # the stored plan is what renders
     edited = body(status=stored)
     edited["metadata"]["generation"] += 1
-    assert decide(edited, [built, serving], SETTINGS, NOW).status["plan"] == status["plan"]
+    assert decide_pass(edited, [built, serving], SETTINGS, NOW).status["plan"] == status["plan"]
     asked = body(status=stored)
     asked["metadata"]["annotations"] = {"llmfleet.io/replan": "2026-12-02"}
-    replanned = decide(asked, [built, serving], SETTINGS, NOW)
+    replanned = decide_pass(asked, [built, serving], SETTINGS, NOW)
     assert replanned.status["plan"] == status["plan"] and replanned.status["replanRequest"] == "2026-12-02"
     asked["status"] = replanned.status
-    assert decide(asked, [built, serving], SETTINGS, NOW).status["plan"] == status["plan"]
+    assert decide_pass(asked, [built, serving], SETTINGS, NOW).status["plan"] == status["plan"]
 
 
 def autoscaling_body(status: dict | None = None) -> dict:
@@ -297,12 +316,12 @@ def autoscaling_body(status: dict | None = None) -> dict:
 def test_autoscaler_scales_up_on_a_ttft_breach_and_records_why():
     from llmfleet.autoscale import MetricsSnapshot
 
-    first = decide(autoscaling_body(), [], SETTINGS, NOW)
+    first = decide_pass(autoscaling_body(), [], SETTINGS, NOW)
     built = finished_job(by_kind(first.apply, "Job"))
     serving = ready_deployment(by_kind(first.apply, "Deployment"), 1)
     breach = MetricsSnapshot(ttft_p99_ms=3000.0416666667, waiting_requests=0.0, requests_per_second=2.0,
                              kv_cache_utilization=0.5, sample_time=NOW, scrape_interval_seconds=5.0)
-    outcome = decide(autoscaling_body(status=first.status), [built, serving], SETTINGS, NOW, breach)
+    outcome = decide_pass(autoscaling_body(status=first.status), [built, serving], SETTINGS, NOW, breach)
     assert outcome.status["replicas"] > 1
     assert by_kind(outcome.apply, "Deployment")["spec"]["replicas"] == outcome.status["replicas"]
     assert outcome.status["autoscaler"]["lastDecision"] == "ScaleUp"
@@ -318,13 +337,13 @@ def test_a_swamped_replica_beside_an_idle_one_is_a_routing_condition_not_a_scale
 
     status, built, serving = rolled_out(manifest=autoscaling_body)
     status = {**status, "replicas": 2}
-    serving = ready_deployment(by_kind(decide(autoscaling_body(status=status), [built, serving], SETTINGS,
+    serving = ready_deployment(by_kind(decide_pass(autoscaling_body(status=status), [built, serving], SETTINGS,
                                               NOW).apply, "Deployment"), 2)
     skewed = MetricsSnapshot(ttft_p99_ms=300_000.0, ttft_histogram_top_ms=300_000.0, requests_per_second=2.0,
                              sample_time=NOW, scrape_interval_seconds=5.0,
                              replicas=(ReplicaObservation("chat-a", 300_000.0, 2.0),
                                                         ReplicaObservation("chat-b", None, 0.0)))
-    outcome = decide(autoscaling_body(status=status), [built, serving], SETTINGS, NOW, skewed)
+    outcome = decide_pass(autoscaling_body(status=status), [built, serving], SETTINGS, NOW, skewed)
     assert outcome.status["replicas"] == 2 and outcome.status["autoscaler"]["lastDecision"] == "Hold"
     assert outcome.status["ttftP99"] == "over 300000 ms" and outcome.status["ttftP99Ms"] == 300_000.0
     balanced = condition(outcome, "RequestsBalanced")
@@ -339,7 +358,7 @@ def test_one_scale_up_is_one_event_and_the_deployment_stays_ready():
     status, built, serving = rolled_out(manifest=autoscaling_body)
     breach = MetricsSnapshot(ttft_p99_ms=3000.0, waiting_requests=4.0, requests_per_second=2.0,
                              kv_cache_utilization=0.5, sample_time=NOW, scrape_interval_seconds=5.0)
-    up = decide(autoscaling_body(status=status), [built, serving], SETTINGS, NOW, breach)
+    up = decide_pass(autoscaling_body(status=status), [built, serving], SETTINGS, NOW, breach)
     assert up.status["replicas"] > 1
     reasons = [e.reason for e in up.events]
     assert reasons.count("ScaleUp") == 1 and "ScalingUp" in reasons
@@ -350,21 +369,21 @@ def test_one_scale_up_is_one_event_and_the_deployment_stays_ready():
     later = NOW + timedelta(seconds=120)
     hold = MetricsSnapshot(ttft_p99_ms=3000.0, waiting_requests=4.0, requests_per_second=2.0,
                            kv_cache_utilization=0.5, sample_time=later, scrape_interval_seconds=5.0)
-    starting = decide(autoscaling_body(status=up.status), [built, serving], SETTINGS, later, hold)
+    starting = decide_pass(autoscaling_body(status=up.status), [built, serving], SETTINGS, later, hold)
     assert condition(starting, "Progressing")["reason"] == "ScalingUp"
     assert condition(starting, "Degraded")["status"] == "False"
     # Past the grace they count as missing.
     late = NOW + timedelta(seconds=SETTINGS.replica_start_grace_seconds + 60)
-    stuck = decide(autoscaling_body(status=starting.status), [built, serving], SETTINGS, late, None)
+    stuck = decide_pass(autoscaling_body(status=starting.status), [built, serving], SETTINGS, late, None)
     assert condition(stuck, "Degraded")["reason"] == "BelowDesiredReplicas"
 
 
 def test_autoscaler_holds_without_metrics_and_says_so():
-    first = decide(autoscaling_body(), [], SETTINGS, NOW)
+    first = decide_pass(autoscaling_body(), [], SETTINGS, NOW)
     built = finished_job(by_kind(first.apply, "Job"))
     status = {**first.status, "replicas": 3}
     serving = ready_deployment(by_kind(first.apply, "Deployment"), 3)
-    outcome = decide(autoscaling_body(status=status), [built, serving], SETTINGS, NOW, None)
+    outcome = decide_pass(autoscaling_body(status=status), [built, serving], SETTINGS, NOW, None)
     assert outcome.status["replicas"] == 3
     assert outcome.status["autoscaler"]["lastDecision"] == "Hold"
     metrics = condition(outcome, "MetricsAvailable")

@@ -13,7 +13,8 @@ from llmfleet.planner.live import ObservedWorkload, engine_for_plan
 from llmfleet.planner.spec_adapter import plan_from_status, plan_request_from_spec
 from llmfleet.api import LLMDeployment
 from llmfleet.api.status import LearnedSpeed, PlanStatus
-from llmfleet.reconcile import decide, needs_periodic_pass, observation_due
+from llmfleet.reconcile import needs_periodic_pass, observation_due
+from reconcile_builders import decide_pass
 from test_reconcile import NOW, SETTINGS, by_kind, condition, finished_job, ready_deployment
 
 LATER = NOW + timedelta(seconds=SETTINGS.observation_interval_seconds)
@@ -36,11 +37,11 @@ def busy_body(status: dict | None = None, mode: str | None = None) -> dict:
 
 def settled(mode: str | None = None):
     """The status and children of a rolled-out, ready `busy_body`."""
-    first = decide(busy_body(mode=mode), [], SETTINGS, NOW)
+    first = decide_pass(busy_body(mode=mode), [], SETTINGS, NOW)
     built = finished_job(by_kind(first.apply, "Job"))
-    second = decide(busy_body(first.status, mode), [built], SETTINGS, NOW)
+    second = decide_pass(busy_body(first.status, mode), [built], SETTINGS, NOW)
     serving = ready_deployment(by_kind(second.apply, "Deployment"), second.status["replicas"])
-    third = decide(busy_body(second.status, mode), [built, serving], SETTINGS, NOW)
+    third = decide_pass(busy_body(second.status, mode), [built, serving], SETTINGS, NOW)
     assert condition(third, "Ready")["status"] == "True"
     return third.status, [built, serving]
 
@@ -74,7 +75,7 @@ def test_a_settled_serving_revision_is_observed_once_per_interval_unless_replann
 
 def test_a_slow_engine_is_learned_and_a_plan_with_more_gpus_recommended_once():
     status, children = settled()
-    outcome = decide(busy_body(status), children, SETTINGS, LATER, observed=observed_at_speed(status, 0.5))
+    outcome = decide_pass(busy_body(status), children, SETTINGS, LATER, observed=observed_at_speed(status, 0.5))
     observation = outcome.status["observation"]
     assert observation["speedFactor"] == pytest.approx(0.5, rel=0.01)
     assert observation["revision"] == status["currentRevision"] and observation["requests"] == 30_000
@@ -88,7 +89,7 @@ def test_a_slow_engine_is_learned_and_a_plan_with_more_gpus_recommended_once():
     assert outcome.status["currentRevision"] == status["currentRevision"]
     assert [e.reason for e in outcome.events] == ["SloAtRisk"]
     # The same finding again is no news.
-    again = decide(busy_body(outcome.status), children, SETTINGS, LATER + timedelta(seconds=300),
+    again = decide_pass(busy_body(outcome.status), children, SETTINGS, LATER + timedelta(seconds=300),
                    observed=observed_at_speed(status, 0.5))
     assert again.status["recommendation"]["time"] == recommendation["time"]
     assert [e.reason for e in again.events] == []
@@ -96,9 +97,9 @@ def test_a_slow_engine_is_learned_and_a_plan_with_more_gpus_recommended_once():
 
 def test_an_engine_as_fast_as_modelled_recommends_nothing_and_too_few_requests_learn_nothing():
     status, children = settled()
-    exact = decide(busy_body(status), children, SETTINGS, LATER, observed=observed_at_speed(status, 1.0))
+    exact = decide_pass(busy_body(status), children, SETTINGS, LATER, observed=observed_at_speed(status, 1.0))
     assert exact.status["recommendation"] is None and exact.events == []
-    quiet = decide(busy_body(status), children, SETTINGS, LATER, observed=observed_at_speed(status, 0.5, requests=50))
+    quiet = decide_pass(busy_body(status), children, SETTINGS, LATER, observed=observed_at_speed(status, 0.5, requests=50))
     assert "speedFactor" not in quiet.status["observation"]
     assert "fewer than the 200" in quiet.status["observation"]["message"]
     assert quiet.status["learnedSpeeds"] is None
@@ -106,7 +107,7 @@ def test_an_engine_as_fast_as_modelled_recommends_nothing_and_too_few_requests_l
 
 def test_an_unanswered_observation_is_said_and_changes_nothing_else():
     status, children = settled()
-    failed = decide(busy_body(status), children, SETTINGS, LATER,
+    failed = decide_pass(busy_body(status), children, SETTINGS, LATER,
                     observed=ObservedWorkload(300, 0, 0.0, 0, None, error="ConnectionError: refused"))
     assert failed.status["observation"]["message"] == "Prometheus: ConnectionError: refused"
     assert "recommendation" not in failed.status and "learnedSpeeds" not in failed.status
@@ -114,18 +115,18 @@ def test_an_unanswered_observation_is_said_and_changes_nothing_else():
 
 def test_automatic_replanning_serves_the_recommended_plan_as_a_new_revision():
     status, children = settled(mode="Automatic")
-    learned = decide(busy_body(status, "Automatic"), children, SETTINGS, LATER,
+    learned = decide_pass(busy_body(status, "Automatic"), children, SETTINGS, LATER,
                      observed=observed_at_speed(status, 0.5))
     recommended = learned.status["recommendation"]["plan"]
-    adopted = decide(busy_body(learned.status, "Automatic"), children, SETTINGS, LATER)
+    adopted = decide_pass(busy_body(learned.status, "Automatic"), children, SETTINGS, LATER)
     assert adopted.status["plan"] == recommended
     assert adopted.status["recommendation"] is None
     assert [e.reason for e in adopted.events if e.reason == "Replanned"] == ["Replanned"]
     assert adopted.status["replicas"] == recommended["replicas"] > status["replicas"]
     # Recommend (the default) only recommends.
     status, children = settled()
-    learned = decide(busy_body(status), children, SETTINGS, LATER, observed=observed_at_speed(status, 0.5))
-    kept = decide(busy_body(learned.status), children, SETTINGS, LATER)
+    learned = decide_pass(busy_body(status), children, SETTINGS, LATER, observed=observed_at_speed(status, 0.5))
+    kept = decide_pass(busy_body(learned.status), children, SETTINGS, LATER)
     assert kept.status["plan"] == status["plan"] and "recommendation" not in kept.status  # left as stored
     # Only an automatic one is passed on the next tick, to be served.
     assert not needs_periodic_pass(busy_body(learned.status), children)
@@ -135,42 +136,42 @@ def test_automatic_replanning_serves_the_recommended_plan_as_a_new_revision():
 def test_a_plan_adopted_for_traffic_above_the_declared_peak_is_not_planned_away_by_a_quiet_window():
     status, children = settled(mode="Automatic")
     busier = observed_at_speed(status, 1.0, rate=300.0)
-    learned = decide(busy_body(status, "Automatic"), children, SETTINGS, LATER, observed=busier)
+    learned = decide_pass(busy_body(status, "Automatic"), children, SETTINGS, LATER, observed=busier)
     assert learned.status["recommendation"]["reason"] == "WorkloadDrift"
-    adopted = decide(busy_body(learned.status, "Automatic"), children, SETTINGS, LATER)
+    adopted = decide_pass(busy_body(learned.status, "Automatic"), children, SETTINGS, LATER)
     assert adopted.status["plan"]["peakRequestsPerSecond"] == 300.0
     assert adopted.status["plan"]["gpusTotal"] > status["plan"]["gpusTotal"]
     # The new revision's first window saw hardly any traffic (its pods had just started), then a
     # lull: neither takes the deployment back to the plan for the declared 150 req/s.
     for quiet in (ObservedWorkload(60, 0, 0.0, 1, None), replace(busier, requests_per_second=120.0)):
-        looked = decide(busy_body(adopted.status, "Automatic"), children, SETTINGS, LATER + timedelta(seconds=300),
+        looked = decide_pass(busy_body(adopted.status, "Automatic"), children, SETTINGS, LATER + timedelta(seconds=300),
                         observed=quiet)
         assert looked.status["recommendation"] is None, looked.status["recommendation"]
     # Traffic beyond the adopted peak is drift again, measured from it.
-    busiest = decide(busy_body(adopted.status, "Automatic"), children, SETTINGS, LATER + timedelta(seconds=300),
+    busiest = decide_pass(busy_body(adopted.status, "Automatic"), children, SETTINGS, LATER + timedelta(seconds=300),
                      observed=replace(busier, requests_per_second=400.0))
     assert "above the 300 req/s the served plan was made for" in busiest.status["recommendation"]["message"]
 
 
 def test_a_new_plan_uses_the_speeds_the_fleet_learned_for_its_model():
-    fresh = decide(busy_body(), [], SETTINGS, NOW)
+    fresh = decide_pass(busy_body(), [], SETTINGS, NOW)
     plan = fresh.status["plan"]
     slow = LearnedSpeed(model="llama-3.1-8b", gpu_type=plan["gpuType"], quantization=plan["quantization"],
                         speed_factor=0.5, requests=20_000)
     other_model = slow.model_copy(update={"model": "llama-3.1-70b", "speed_factor": 8.0})
-    informed = decide(busy_body(), [], SETTINGS, NOW, fleet_speeds=lambda: [slow, other_model])
+    informed = decide_pass(busy_body(), [], SETTINGS, NOW, fleet_speeds=lambda: [slow, other_model])
     assert informed.status["plan"]["gpusTotal"] > plan["gpusTotal"]
     assert any("ran at 0.50x the modelled speed" in line for line in informed.status["plan"]["rationale"])
 
 
 def test_an_adopted_configuration_change_is_a_new_revision_rolled_out_beside_the_stable_one():
     status, children = settled(mode="Automatic")
-    learned = decide(busy_body(status, "Automatic"), children, SETTINGS, LATER,
+    learned = decide_pass(busy_body(status, "Automatic"), children, SETTINGS, LATER,
                      observed=observed_at_speed(status, 0.3, rate=20.0))
     assert learned.status["observation"]["speedFactor"] == pytest.approx(0.3, rel=0.01)
     recommended = learned.status["recommendation"]["plan"]
     assert recommended["tensorParallelSize"] > status["plan"]["tensorParallelSize"]
-    adopted = decide(busy_body(learned.status, "Automatic"), children, SETTINGS, LATER)
+    adopted = decide_pass(busy_body(learned.status, "Automatic"), children, SETTINGS, LATER)
     new = adopted.status["currentRevision"]
     assert new != status["currentRevision"] and adopted.status["stableRevision"] == status["currentRevision"]
     assert [m["kind"] for m in adopted.apply if m["metadata"]["labels"].get("llmfleet.io/revision") == new
@@ -182,11 +183,11 @@ def test_an_adopted_configuration_change_is_a_new_revision_rolled_out_beside_the
 def test_an_idle_deployments_empty_windows_are_written_once():
     status, children = settled()
     idle = ObservedWorkload(300, 0, 0.0, 4, None)
-    first = decide(busy_body(status), children, SETTINGS, LATER, observed=idle)
+    first = decide_pass(busy_body(status), children, SETTINGS, LATER, observed=idle)
     assert first.status["observation"]["message"] == "no first tokens in the window"
-    again = decide(busy_body(first.status), children, SETTINGS, LATER + timedelta(seconds=300), observed=idle)
+    again = decide_pass(busy_body(first.status), children, SETTINGS, LATER + timedelta(seconds=300), observed=idle)
     assert "observation" not in again.status and not again.status_changed
-    busy = decide(busy_body(first.status), children, SETTINGS, LATER + timedelta(seconds=600),
+    busy = decide_pass(busy_body(first.status), children, SETTINGS, LATER + timedelta(seconds=600),
                   observed=observed_at_speed(status, 1.0))
     assert busy.status["observation"]["speedFactor"] == pytest.approx(1.0, rel=0.01)
 
@@ -198,7 +199,7 @@ def test_drift_the_served_plan_still_meets_is_said_in_the_observation_without_a_
     observed = observed_at_speed(status, 1.35, rate=50.0)
     longer = ObservedWorkload(observed.window_seconds, observed.requests, observed.requests_per_second,
                               observed.replicas, observed.ttft_p99_ms, input_tokens_mean=1400)
-    outcome = decide(busy_body(status), children, SETTINGS, LATER, observed=longer)
+    outcome = decide_pass(busy_body(status), children, SETTINGS, LATER, observed=longer)
     message = outcome.status["observation"]["message"]
     assert "mean 1400 tokens observed against spec.workload.inputTokensMean 1000: the served plan meets it" in message
     assert outcome.status["recommendation"] is None
@@ -208,8 +209,8 @@ def test_a_window_widened_for_a_long_scrape_interval_is_said_in_the_observation(
     status, children = settled()
     # Asked for 300 s; at a 120 s scrape the metrics layer read 480 s (four scrapes).
     widened = replace(observed_at_speed(status, 1.0), window_seconds=480)
-    observation = decide(busy_body(status), children, SETTINGS, LATER, observed=widened).status["observation"]
+    observation = decide_pass(busy_body(status), children, SETTINGS, LATER, observed=widened).status["observation"]
     assert observation["windowSeconds"] == 480
     assert observation["message"].startswith("the 300 s window holds fewer than 4 scrapes: widened to 480 s; ")
-    as_asked = decide(busy_body(status), children, SETTINGS, LATER, observed=observed_at_speed(status, 1.0))
+    as_asked = decide_pass(busy_body(status), children, SETTINGS, LATER, observed=observed_at_speed(status, 1.0))
     assert "widened" not in (as_asked.status["observation"].get("message") or "")

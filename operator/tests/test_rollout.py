@@ -9,7 +9,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from llmfleet.api import CanaryPhase, RolloutStep
-from llmfleet.reconcile import OperatorSettings, decide, merge_patched, quality_query
+from llmfleet.reconcile import Context, OperatorSettings
+from llmfleet.reconcile.due import quality_query
+from llmfleet.reconcile.status import merge_patched
+from reconcile_builders import decide_pass
 from llmfleet.render import RenderSettings
 from llmfleet.rollout import Command, Observed, advance, canary_replicas_for
 
@@ -142,24 +145,24 @@ def condition(outcome, name: str) -> dict:
 
 def test_a_spec_change_becomes_a_canary_beside_the_untouched_stable_revision():
     # Revision A rolls out directly (no stable revision yet), then becomes stable.
-    first = decide(manifest("v1", 1), [], SETTINGS, NOW)
+    first = decide_pass(manifest("v1", 1), [], SETTINGS, NOW)
     job_a = with_status(kind(first, "Job"), conditions=[{"type": "Complete", "status": "True"}])
-    second = decide(manifest("v1", 1, first.status), [job_a], SETTINGS, NOW)
+    second = decide_pass(manifest("v1", 1, first.status), [job_a], SETTINGS, NOW)
     serving_a = with_status(kind(second, "Deployment"), readyReplicas=2)
     children = [job_a, serving_a, kind(second, "ConfigMap"), kind(second, "Service")]
-    stable = decide(manifest("v1", 1, second.status), children, SETTINGS, NOW)
+    stable = decide_pass(manifest("v1", 1, second.status), children, SETTINGS, NOW)
     revision_a = stable.status["stableRevision"]
     assert revision_a == stable.status["currentRevision"] and stable.status.get("canary") is None
 
     # A spec change: revision B is prepared, then warms 2 replicas beside A's 2 (50%).
-    changed = decide(manifest("v2", 2, stable.status), children, SETTINGS, NOW)
+    changed = decide_pass(manifest("v2", 2, stable.status), children, SETTINGS, NOW)
     revision_b = changed.status["currentRevision"]
     assert revision_b != revision_a and changed.status["stableRevision"] == revision_a
     assert changed.status["canary"]["phase"] == "Preparing"
     assert kind(changed, "Deployment", revision_b)["spec"]["replicas"] == 0
     assert [m["kind"] for m in changed.delete] == ["Job"], "only A's finished build Job goes; stable A stays"
     job_b = with_status(kind(changed, "Job"), conditions=[{"type": "Complete", "status": "True"}])
-    warming = decide(manifest("v2", 2, changed.status), children + [job_b], SETTINGS, NOW)
+    warming = decide_pass(manifest("v2", 2, changed.status), children + [job_b], SETTINGS, NOW)
     assert warming.status["canary"]["phase"] == "Warming"
     assert kind(warming, "Deployment", revision_b)["spec"]["replicas"] == 2
     assert warming.status["canary"]["weightPercent"] == 50
@@ -170,11 +173,11 @@ def test_a_spec_change_becomes_a_canary_beside_the_untouched_stable_revision():
     # Ready canary: the pause without duration holds it; an abort rolls it back.
     serving_b = with_status(kind(warming, "Deployment", revision_b), readyReplicas=2)
     canary_children = children + [job_b, serving_b]
-    held = decide(manifest("v2", 2, warming.status), canary_children, SETTINGS, NOW + timedelta(seconds=30))
+    held = decide_pass(manifest("v2", 2, warming.status), canary_children, SETTINGS, NOW + timedelta(seconds=30))
     assert held.status["canary"]["phase"] == "Paused"
     aborted_body = manifest("v2", 2, held.status)
     aborted_body["metadata"]["annotations"] = {"llmfleet.io/rollout-command": "abort/1"}
-    aborted = decide(aborted_body, canary_children, SETTINGS, NOW + timedelta(seconds=40))
+    aborted = decide_pass(aborted_body, canary_children, SETTINGS, NOW + timedelta(seconds=40))
     assert aborted.status["canary"]["phase"] == "RolledBack"
     assert kind(aborted, "Deployment", revision_b)["spec"]["replicas"] == 0
     assert condition(aborted, "Degraded")["reason"] == "CanaryRolledBack"
@@ -184,7 +187,7 @@ def test_a_spec_change_becomes_a_canary_beside_the_untouched_stable_revision():
                    for m in aborted.delete)
 
     # Reverting the spec to A ends the rollout; A is untouched, B's objects go.
-    reverted = decide(manifest("v1", 3, aborted.status), canary_children, SETTINGS, NOW + timedelta(seconds=50))
+    reverted = decide_pass(manifest("v1", 3, aborted.status), canary_children, SETTINGS, NOW + timedelta(seconds=50))
     assert reverted.status["currentRevision"] == revision_a
     assert {m["metadata"]["labels"].get("llmfleet.io/revision") for m in reverted.delete} == {revision_b}
 
@@ -192,14 +195,14 @@ def test_a_spec_change_becomes_a_canary_beside_the_untouched_stable_revision():
 def canary_started(body=manifest):
     """Revision v1 rolled out and stable, then v2 built and warming with its replicas ready:
     (v1's last outcome, v2's warming outcome, the children)."""
-    first = decide(body("v1", 1), [], SETTINGS, NOW)
+    first = decide_pass(body("v1", 1), [], SETTINGS, NOW)
     job_a = with_status(kind(first, "Job"), conditions=[{"type": "Complete", "status": "True"}])
-    second = decide(body("v1", 1, first.status), [job_a], SETTINGS, NOW)
+    second = decide_pass(body("v1", 1, first.status), [job_a], SETTINGS, NOW)
     serving_a = with_status(kind(second, "Deployment"), readyReplicas=2)
-    stable = decide(body("v1", 1, second.status), [job_a, serving_a], SETTINGS, NOW)
-    changed = decide(body("v2", 2, stable.status), [job_a, serving_a], SETTINGS, NOW)
+    stable = decide_pass(body("v1", 1, second.status), [job_a, serving_a], SETTINGS, NOW)
+    changed = decide_pass(body("v2", 2, stable.status), [job_a, serving_a], SETTINGS, NOW)
     job_b = with_status(kind(changed, "Job"), conditions=[{"type": "Complete", "status": "True"}])
-    warming = decide(body("v2", 2, changed.status), [job_a, serving_a, job_b], SETTINGS, NOW)
+    warming = decide_pass(body("v2", 2, changed.status), [job_a, serving_a, job_b], SETTINGS, NOW)
     serving_b = with_status(kind(warming, "Deployment", warming.status["currentRevision"]), readyReplicas=2)
     return stable, warming, [job_a, serving_a, job_b, serving_b]
 
@@ -210,7 +213,7 @@ def test_a_promotion_makes_the_canary_stable_and_removes_the_old_revision():
     serving_a = children[1]
     body = manifest("v2", 2, warming.status)
     body["metadata"]["annotations"] = {"llmfleet.io/rollout-command": "promote/1"}
-    promoted = decide(body, children, SETTINGS, NOW + timedelta(seconds=10))
+    promoted = decide_pass(body, children, SETTINGS, NOW + timedelta(seconds=10))
     assert promoted.status["canary"]["phase"] == "Promoted"
     assert promoted.status["stableRevision"] == revision_b
     assert serving_a in promoted.delete and condition(promoted, "Ready")["status"] == "True"
@@ -317,21 +320,22 @@ def analysed(revision: str, generation: int, status: dict | None = None) -> dict
 
 
 def test_the_reconcile_pass_asks_for_samples_when_due_and_records_the_verdict():
-    from llmfleet.reconcile import analysis_query
+    from llmfleet.reconcile.due import AnalysisQuery, analysis_query
 
     stable, warming, children = canary_started(analysed)
-    analysing_now = decide(analysed("v2", 2, warming.status), children, SETTINGS, NOW + timedelta(seconds=5))
+    analysing_now = decide_pass(analysed("v2", 2, warming.status), children, SETTINGS, NOW + timedelta(seconds=5))
     assert analysing_now.status["canary"]["stepIndex"] == 1
 
     body = analysed("v2", 2, analysing_now.status)
     later = NOW + timedelta(seconds=45)
-    assert analysis_query(body, later) == (stable.status["stableRevision"], warming.status["currentRevision"], 40)
+    assert analysis_query(Context.of(body, [], SETTINGS, later)) == AnalysisQuery(
+        stable.status["stableRevision"], warming.status["currentRevision"], 40)
     slow = Samples(RevisionSample(100.0, 0.0, 200.0), RevisionSample(100.0, 0.0, 500.0), 40)
-    judged = decide(body, children, SETTINGS, later, samples=slow)
+    judged = decide_pass(body, children, SETTINGS, later, samples=slow)
     canary = judged.status["canary"]
     assert (canary["phase"], canary["analysisVerdict"]) == ("RolledBack", "Failed")
     assert "500 ms vs stable 200 ms" in canary["analysisMessage"]
-    assert analysis_query(analysed("v2", 2, judged.status), later + timedelta(seconds=30)) is None
+    assert analysis_query(Context.of(analysed("v2", 2, judged.status), [], SETTINGS, later + timedelta(seconds=30))) is None
 
 
 # --- the quality gate ---------------------------------------------------------------------------
@@ -423,16 +427,16 @@ def test_the_reconcile_pass_asks_the_golden_prompts_while_warming_and_records_th
     _, warming, children = canary_started(checked)
     assert warming.status["canary"]["phase"] == "Warming"
     body = checked("v2", 2, warming.status)
-    query = quality_query(body)
+    query = quality_query(Context.of(body, [], SETTINGS, NOW))
     assert (query.canary_revision, query.canary_replicas) == (warming.status["currentRevision"], 2)
-    held = decide(body, children, SETTINGS, NOW + timedelta(seconds=5))
+    held = decide_pass(body, children, SETTINGS, NOW + timedelta(seconds=5))
     assert held.status["canary"]["phase"] == "Warming", "no answers yet: the canary waits"
     drifted = golden(("x", "y", "z", "w"), REFERENCE.answers)
-    judged = decide(body, children, SETTINGS, NOW + timedelta(seconds=5), golden=drifted)
+    judged = decide_pass(body, children, SETTINGS, NOW + timedelta(seconds=5), golden=drifted)
     canary = judged.status["canary"]
     assert (canary["phase"], canary["qualityVerdict"]) == ("RolledBack", "Failed")
     assert "exact match 50%" in canary["qualityMessage"]
-    assert quality_query(checked("v2", 2, judged.status)) is None
+    assert quality_query(Context.of(checked("v2", 2, judged.status), [], SETTINGS, NOW)) is None
 
 
 # --- status as the apiserver keeps it --------------------------------------------------------------
@@ -446,7 +450,7 @@ def test_a_verdict_cleared_as_its_step_passes_is_gone_from_the_stored_status():
     few = Samples(RevisionSample(50.0, 0.0, 200.0), RevisionSample(5.0, 0.0, 200.0), 30)
     enough = Samples(RevisionSample(100.0, 0.0, 200.0), RevisionSample(40.0, 0.0, 200.0), 60)
     for seconds, samples in ((5, None), (30, few), (65, enough)):
-        outcome = decide(analysed("v2", 2, stored), children, SETTINGS, NOW + timedelta(seconds=seconds),
+        outcome = decide_pass(analysed("v2", 2, stored), children, SETTINGS, NOW + timedelta(seconds=seconds),
                          samples=samples)
         stored = merge_patched(stored, outcome.status)
         if seconds == 30:
@@ -460,23 +464,23 @@ def test_every_canary_owes_its_own_golden_prompts():
     _, warming, children = canary_started(checked)
     job_a, serving_a, job_b, serving_b = children
     answers = GoldenAnswers(tuple(GATE.prompts), REFERENCE, (PodAnswers("canary-0", REFERENCE.answers),))
-    passed = decide(checked("v2", 2, warming.status), children, SETTINGS, NOW + timedelta(seconds=5), golden=answers)
+    passed = decide_pass(checked("v2", 2, warming.status), children, SETTINGS, NOW + timedelta(seconds=5), golden=answers)
     stored = merge_patched(warming.status, passed.status)
     assert (stored["canary"]["phase"], stored["canary"]["qualityVerdict"]) == ("Paused", "Successful")
     promote = checked("v2", 2, stored)
     promote["metadata"]["annotations"] = {"llmfleet.io/rollout-command": "promote/1"}
-    promoted = decide(promote, children, SETTINGS, NOW + timedelta(seconds=10))
+    promoted = decide_pass(promote, children, SETTINGS, NOW + timedelta(seconds=10))
     stored = merge_patched(stored, promoted.status)
     assert stored["canary"]["phase"] == "Promoted"
 
     kept = [job_b, serving_b]
-    changed = decide(checked("v3", 3, stored), kept, SETTINGS, NOW + timedelta(seconds=20))
+    changed = decide_pass(checked("v3", 3, stored), kept, SETTINGS, NOW + timedelta(seconds=20))
     stored = merge_patched(stored, changed.status)
     job_c = with_status(kind(changed, "Job"), conditions=[{"type": "Complete", "status": "True"}])
-    warming_c = decide(checked("v3", 3, stored), [*kept, job_c], SETTINGS, NOW + timedelta(seconds=25))
+    warming_c = decide_pass(checked("v3", 3, stored), [*kept, job_c], SETTINGS, NOW + timedelta(seconds=25))
     stored = merge_patched(stored, warming_c.status)
     assert stored["canary"]["phase"] == "Warming" and "qualityVerdict" not in stored["canary"], stored["canary"]
-    query = quality_query(checked("v3", 3, stored))
+    query = quality_query(Context.of(checked("v3", 3, stored), [], SETTINGS, NOW))
     assert query is not None and query.canary_revision == stored["currentRevision"]
 
 
@@ -512,7 +516,7 @@ def pod(name: str, **status) -> dict:
 
 
 def test_the_pods_say_why_they_are_not_ready():
-    from llmfleet.reconcile import not_ready_reason
+    from llmfleet.reconcile.pods import not_ready_reason
 
     unschedulable = pod("a", phase="Pending", conditions=[
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
@@ -551,16 +555,16 @@ def test_the_pods_say_why_they_are_not_ready():
 
 
 def test_the_reconcile_pass_looks_at_the_pods_only_when_the_canary_is_overdue():
-    from llmfleet.reconcile import overdue_canary
+    from llmfleet.reconcile.due import overdue_canary
 
     _, warming, children = canary_started()
     body = manifest("v2", 2, warming.status)
     deadline = RolloutGates().canary_ready_deadline_seconds
-    assert overdue_canary(body, NOW + timedelta(seconds=deadline - 1)) is None
-    assert overdue_canary(body, NOW + timedelta(seconds=deadline)) == warming.status["currentRevision"]
+    assert overdue_canary(Context.of(body, [], SETTINGS, NOW + timedelta(seconds=deadline - 1))) is None
+    assert overdue_canary(Context.of(body, [], SETTINGS, NOW + timedelta(seconds=deadline))) == warming.status["currentRevision"]
     not_ready = [child if child["kind"] != "Deployment" or child["metadata"]["labels"]["llmfleet.io/revision"]
                  != warming.status["currentRevision"] else with_status(child, readyReplicas=0) for child in children]
-    outcome = decide(body, not_ready, SETTINGS, NOW + timedelta(seconds=deadline),
+    outcome = decide_pass(body, not_ready, SETTINGS, NOW + timedelta(seconds=deadline),
                      not_ready_reason="pod x is Pending: Unschedulable: no GPUs")
     assert outcome.status["canary"]["phase"] == "RolledBack"
     assert "Unschedulable: no GPUs" in outcome.status["canary"]["message"]
@@ -595,7 +599,7 @@ def test_the_http_route_sends_all_to_stable_then_the_canarys_share_then_all_to_t
     assert route_backends(warming) == {f"chat-{revision_a}": 50, f"chat-{revision_b}": 50}
     body = routed("v2", 2, warming.status)
     body["metadata"]["annotations"] = {"llmfleet.io/rollout-command": "promote/1"}
-    promoted = decide(body, children, SETTINGS, NOW + timedelta(seconds=10))
+    promoted = decide_pass(body, children, SETTINGS, NOW + timedelta(seconds=10))
     assert promoted.status["canary"]["phase"] == "Promoted"
     assert route_backends(promoted) == {f"chat-{revision_b}": 100}
 
@@ -610,8 +614,8 @@ def test_the_stable_revisions_own_service_serves_the_canary_and_goes_when_routin
     revision_a = stable.status["stableRevision"]
     service_a = next(m for m in stable.apply if m["kind"] == "Service" and m["metadata"]["name"] == f"chat-{revision_a}")
     children = [*children, service_a]
-    running = decide(routed("v2", 2, warming.status), children, SETTINGS, NOW + timedelta(seconds=10))
+    running = decide_pass(routed("v2", 2, warming.status), children, SETTINGS, NOW + timedelta(seconds=10))
     assert service_a not in running.delete, "the route still sends the stable revision its share"
-    unrouted = decide(manifest("v2", 3, running.status), children, SETTINGS, NOW + timedelta(seconds=20))
+    unrouted = decide_pass(manifest("v2", 3, running.status), children, SETTINGS, NOW + timedelta(seconds=20))
     assert service_a in unrouted.delete
     assert children[1] not in unrouted.delete, "the stable revision's Deployment still serves"

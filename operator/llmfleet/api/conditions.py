@@ -80,6 +80,12 @@ class Reason:
     REPLANNED = "Replanned"
 
 
+# Reasons of work under way or done, whatever the status of the condition they sit on
+# (EngineBuilt False while Building, Progressing False once RolledOut): their events are Normal.
+PROGRESS_REASONS = frozenset({Reason.BUILD_PENDING, Reason.BUILDING, Reason.ENGINE_READY, Reason.ROLLING_OUT,
+                              Reason.SCALING_UP, Reason.ROLLED_OUT, Reason.AS_PLANNED, Reason.REPLANNED})
+
+
 class Condition(ApiModel):
     """The metav1.Condition shape."""
 

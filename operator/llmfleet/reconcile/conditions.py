@@ -1,0 +1,131 @@
+"""The conditions a pass reports, from its steps' facts and the reason constants."""
+
+from __future__ import annotations
+
+from llmfleet.api import ConditionStatus, ConditionType, Reason, find_condition
+from llmfleet.api.conditions import Condition
+from llmfleet.api.status import CanaryPhase
+from llmfleet.reconcile.build import BuildState
+from llmfleet.reconcile.canary import CanaryStep
+from llmfleet.reconcile.context import REPLAN_ANNOTATION, Context
+from llmfleet.reconcile.rollout import Rollout
+from llmfleet.reconcile.scale import Scaling
+
+TRUE, FALSE, UNKNOWN = ConditionStatus.TRUE, ConditionStatus.FALSE, ConditionStatus.UNKNOWN
+
+
+def _scaling_up(ctx: Context, rollout: Rollout, scaling: Scaling) -> bool:
+    """Replicas were added (this pass, or within the start grace of an earlier ScalingUp) and
+    are not all ready yet."""
+    if not rollout.rolled_out or rollout.ready >= scaling.desired_replicas:
+        return False
+    if scaling.desired_replicas > scaling.previous_replicas:
+        return True
+    previous = find_condition(ctx.conditions_before, ConditionType.PROGRESSING)
+    return (previous is not None and previous.status == TRUE and previous.reason == Reason.SCALING_UP
+            and (ctx.now - previous.last_transition_time).total_seconds() < ctx.settings.replica_start_grace_seconds)
+
+
+def _canary_conditions(ctx: Context, rollout: Rollout, canary: CanaryStep) -> tuple[tuple, tuple, tuple]:
+    """Progressing, Degraded and Ready while a canary runs or was rolled back: the stable
+    revision serves throughout."""
+    state, stable = canary.state, rollout.stable_revision
+    stable_ready = ctx.children.ready(stable)
+    where = (f"canary {state.canary_revision} {state.phase.value}, {canary.split.weight_percent}% of replicas: "
+             f"{state.message}")
+    if state.phase == CanaryPhase.ROLLED_BACK:
+        progressing = (FALSE, Reason.CANARY_ROLLED_BACK, state.message)
+        degraded = (TRUE, Reason.CANARY_ROLLED_BACK, state.message)
+    else:
+        progressing = (TRUE, Reason.ROLLING_OUT, where)
+        degraded = (FALSE, Reason.AS_PLANNED, where)
+    ready = ((TRUE, Reason.SERVING, f"stable revision {stable} serves with {stable_ready} replica(s) ready; {where}")
+             if stable_ready else (FALSE, Reason.REPLICAS_NOT_READY, f"stable revision {stable}: no replica ready"))
+    return progressing, degraded, ready
+
+
+def serving_conditions(ctx: Context, plan_status: dict, build: BuildState, rollout: Rollout, scaling: Scaling,
+                canary: CanaryStep, pods_say: str | None) -> list[Condition]:
+    """Every condition of a plannable spec, from the pass's facts and the reason constants.
+    `pods_say` is why the revision's pods are not ready, when they say."""
+    desired, ready = scaling.desired_replicas, rollout.ready
+    counts = f"{ready}/{desired} replicas ready"
+    short = f"{counts}; {pods_say}" if pods_say and ready < desired else counts
+    scaling_up = _scaling_up(ctx, rollout, scaling)
+    if plan_status.get("capacityShortfall"):
+        planned = (FALSE, Reason.CAPACITY_SHORTFALL, f"{plan_status['capacityShortfall']}; serving "
+                   f"{plan_status.get('summary', '')} x{plan_status.get('replicas')} meanwhile (to plan again once "
+                   f"GPUs are free, set the annotation {REPLAN_ANNOTATION})")
+    else:
+        planned = (TRUE, Reason.PLAN_FOUND,
+                   f"{plan_status.get('summary', '')} x{desired}: " + (plan_status.get("rationale") or [""])[0])
+    after = ctx.condition(ctx.conditions_before, ConditionType.PLANNED, *planned)
+    after = ctx.condition(after, ConditionType.ENGINE_BUILT, TRUE if build.finished else FALSE, build.reason,
+                          build.message)
+    after = ctx.condition(after, ConditionType.WORKLOAD_AVAILABLE, TRUE if rollout.ready_anywhere else FALSE,
+                          Reason.REPLICAS_READY if rollout.ready_anywhere else Reason.NO_READY_REPLICAS,
+                          f"{rollout.ready_anywhere} replica(s) ready to serve")
+    revision = f"revision {rollout.revision}: "
+    if build.failed:
+        progressing = (FALSE, Reason.BUILD_FAILED, revision + build.message)
+    elif not build.finished:
+        progressing = (TRUE, Reason.BUILDING, revision + build.message)
+    elif not rollout.rolled_out:
+        progressing = (TRUE, Reason.ROLLING_OUT, revision + counts)
+    elif scaling_up:
+        progressing = (TRUE, Reason.SCALING_UP, revision + counts)
+    else:
+        progressing = (FALSE, Reason.ROLLED_OUT, revision + counts)
+    if canary.split is not None and not rollout.rolled_out:
+        progressing, degraded, ready_condition = _canary_conditions(ctx, rollout, canary)
+        after = ctx.condition(after, ConditionType.PROGRESSING, *progressing)
+        after = ctx.condition(after, ConditionType.DEGRADED, *degraded)
+        after = ctx.condition(after, ConditionType.READY, *ready_condition)
+        return _autoscaling_conditions(ctx, after, scaling)
+    after = ctx.condition(after, ConditionType.PROGRESSING, *progressing)
+    if build.failed:
+        degraded = (TRUE, Reason.BUILD_FAILED, build.message)
+    elif rollout.rolled_out and ready < desired and not scaling_up:
+        degraded = (TRUE, Reason.BELOW_DESIRED_REPLICAS, short)
+    else:
+        degraded = (FALSE, Reason.AS_PLANNED, counts)
+    after = ctx.condition(after, ConditionType.DEGRADED, *degraded)
+    if rollout.rolled_out and ready >= min(desired, 1):
+        ready_condition = (TRUE, Reason.SERVING, f"revision {rollout.revision} serves with {counts}")
+    elif rollout.stable_revision is not None and rollout.ready_anywhere:
+        # A new revision that builds, rolls out or failed does not take away what serves.
+        new = "failed to build" if build.failed else "builds" if not build.finished else "rolls out"
+        ready_condition = (TRUE, Reason.SERVING, f"revision {rollout.stable_revision} serves with "
+                           f"{rollout.ready_anywhere} replica(s) ready while revision {rollout.revision} {new}")
+    elif not build.finished:
+        ready_condition = (FALSE, build.reason, build.message)
+    else:
+        ready_condition = (FALSE, Reason.REPLICAS_NOT_READY, short)
+    after = ctx.condition(after, ConditionType.READY, *ready_condition)
+    return _autoscaling_conditions(ctx, after, scaling)
+
+
+def _autoscaling_conditions(ctx: Context, after: list[Condition], scaling: Scaling) -> list[Condition]:
+    if scaling.decision is None:
+        return after
+    decision = scaling.decision
+    after = ctx.condition(after, ConditionType.AUTOSCALING_ACTIVE, TRUE, Reason.AUTOSCALER_DECIDING,
+                          decision.reason)
+    after = ctx.condition(after, ConditionType.METRICS_AVAILABLE, TRUE if decision.metrics_available else FALSE,
+                          decision.metrics_reason, decision.metrics_message)
+    if not decision.metrics_available:
+        balance = (UNKNOWN, decision.metrics_reason, decision.metrics_message)
+    elif decision.imbalance is not None:
+        balance = (FALSE, Reason.REPLICA_IMBALANCE,
+                   f"{decision.imbalance}. A Service spreads connections, not requests: clients that "
+                   "keep one connection stay on one replica (docs/autoscaling.md, uneven load)")
+    else:
+        balance = (TRUE, Reason.NO_REPLICA_SWAMPED, "no replica breaches the target while another is idle "
+                   "or far under it")
+    return ctx.condition(after, ConditionType.REQUESTS_BALANCED, *balance)
+
+
+def blocked_conditions(ctx: Context, reason: str, message: str) -> list[Condition]:
+    """Planned and Ready False for a spec the operator cannot act on; what serves stays."""
+    after = ctx.condition(ctx.conditions_before, ConditionType.PLANNED, FALSE, reason, message)
+    return ctx.condition(after, ConditionType.READY, FALSE, reason, message)

@@ -1,0 +1,67 @@
+"""One pass: observe, decide, then write through the k8s gateway, status only on change."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from llmfleet.api import ConditionStatus, ConditionType, Reason, set_condition
+from llmfleet.api.conditions import Condition
+from llmfleet.k8s import WriteRefused
+from llmfleet.reconcile.context import Context
+from llmfleet.reconcile.decide import decide
+from llmfleet.reconcile.events import WARNING
+from llmfleet.reconcile.observations import Fleet
+from llmfleet.reconcile.observe import observe
+from llmfleet.reconcile.status import Outcome, dump_conditions
+from llmfleet.settings import OperatorSettings
+
+log = logging.getLogger(__name__)
+# Room in a condition message for the apiserver's words about a refused write.
+MAX_REFUSAL_CHARS = 900
+
+
+def refused_write_status(status: dict, message: str, now: datetime) -> dict:
+    """The status a pass decided, with Degraded saying which write the apiserver refused."""
+    conditions = [Condition.model_validate(c) for c in status.get("conditions") or []]
+    degraded = set_condition(conditions, ConditionType.DEGRADED, ConditionStatus.TRUE, Reason.CHILD_WRITE_REFUSED,
+                             f"the apiserver refused {message[:MAX_REFUSAL_CHARS]}; retrying", now,
+                             status.get("observedGeneration"))
+    return {**status, "conditions": dump_conditions(degraded)}
+
+
+def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metrics=None,
+              children: list[dict] = (), fleet: Fleet | None = None, may_observe: bool = True) -> Outcome:
+    """Bring the cluster to the state `decide` wants for this LLMDeployment. `children` are the
+    objects it owns and `fleet` what the operator's indexes know of the others; `metrics` a
+    PrometheusMetrics or None; `may_observe` the caller's pacing of traffic observations."""
+    ctx = Context.of(body, children, settings, now)
+    observations = observe(ctx, kube, metrics, fleet or Fleet(), may_observe)
+    result = decide(ctx, observations)
+    result.observed = observations.workload is not None
+    live = {(child["kind"], child["metadata"]["name"]): child for child in ctx.children.all}
+    try:
+        for manifest in result.ensure:
+            kube.ensure(manifest)
+        for manifest in result.apply:
+            kube.apply(manifest, live.get((manifest["kind"], manifest["metadata"]["name"])))
+    except WriteRefused as refused:
+        # Kopf retries the pass; until then only status can tell the user why nothing changes.
+        kube.patch_status(ctx.namespace, ctx.name, refused_write_status(result.status, str(refused), now),
+                          ctx.metadata.get("resourceVersion"))
+        kube.emit_event(body, WARNING, Reason.CHILD_WRITE_REFUSED, str(refused))
+        raise
+    for child in result.delete:
+        kube.delete(child)
+    # Only from the version this pass read: a pass that started from a stale copy (one handler
+    # ran just before with news) must not write its decisions over the newer ones, nor tell
+    # them again in events.
+    if result.status_changed and not kube.patch_status(ctx.namespace, ctx.name, result.status,
+                                                       ctx.metadata.get("resourceVersion")):
+        log.debug("%s/%s changed while it was reconciled; the next pass starts from the new version",
+                  ctx.namespace, ctx.name)
+        result.superseded = True
+        return result
+    for event in result.events:
+        kube.emit_event(body, event.type, event.reason, event.message)
+    return result
