@@ -1,13 +1,11 @@
 import csv
 import dataclasses
 import re
-from pathlib import Path
 
 import pytest
 
 from llmfleet.catalog import KV_CACHE_DTYPES, QUANTIZATIONS, load_catalog, model_from_numbers
 
-REFERENCE = Path("/work/shared/reference/model_arch.csv")
 CSV_NAMES = {
     "Llama-3.1-8B": "llama-3.1-8b", "Llama-3.1-70B": "llama-3.1-70b", "Llama-3.1-405B": "llama-3.1-405b",
     "Mistral-7B-v0.1": "mistral-7b", "Mixtral-8x7B-v0.1": "mixtral-8x7b", "Qwen2.5-72B(-Instruct)": "qwen2.5-72b",
@@ -48,21 +46,22 @@ def test_gpu_limits_match_reference_numbers():
     assert "NVFP4" in load_catalog().gpu("B200-180GB").supported_quantizations
 
 
-@pytest.mark.skipif(not REFERENCE.exists(), reason="shared reference table not present")
-def test_models_match_reference_table_and_its_parameter_counts():
+def test_models_match_reference_table_and_its_parameter_counts(shared_reference):
     catalog = load_catalog()
-    with REFERENCE.open() as handle:
-        for row in csv.DictReader(handle):
-            model = catalog.model(CSV_NAMES[row["model"]])
-            assert model.num_layers == int(row["num_hidden_layers"])
-            assert model.hidden_size == int(row["hidden_size"])
-            assert model.num_attention_heads == int(row["num_attention_heads"])
-            assert model.num_kv_heads == int(row["num_key_value_heads"])
-            assert model.head_dim == int(row["head_dim"])
-            assert model.vocab_size == int(row["vocab_size"])
-            # The table's parameter counts were derived independently: agree to its 2 decimals.
-            assert model.total_params / 1e9 == pytest.approx(float(row["derived_total_params_B"]), abs=0.01)
-            assert model.active_params / 1e9 == pytest.approx(float(row["derived_active_params_B"]), abs=0.01)
+    with (shared_reference / "model_arch.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted(row["model"] for row in rows) == sorted(CSV_NAMES)
+    for row in rows:
+        model = catalog.model(CSV_NAMES[row["model"]])
+        assert model.num_layers == int(row["num_hidden_layers"])
+        assert model.hidden_size == int(row["hidden_size"])
+        assert model.num_attention_heads == int(row["num_attention_heads"])
+        assert model.num_kv_heads == int(row["num_key_value_heads"])
+        assert model.head_dim == int(row["head_dim"])
+        assert model.vocab_size == int(row["vocab_size"])
+        # The table's parameter counts were derived independently: agree to its 2 decimals.
+        assert model.total_params / 1e9 == pytest.approx(float(row["derived_total_params_B"]), abs=0.01)
+        assert model.active_params / 1e9 == pytest.approx(float(row["derived_active_params_B"]), abs=0.01)
 
 
 def test_inline_model_defaults_head_dim_and_validates():

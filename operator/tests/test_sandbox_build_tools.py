@@ -304,14 +304,25 @@ def build_args(checkpoint_dir: Path, output_dir: Path, *extra: str) -> Namespace
 
 
 @pytest.fixture
-def checkpoint(llama_8b: Path, tmp_path: Path) -> Path:
+def build_dir(tmp_path: Path, monkeypatch) -> Path:
+    """The working directory of an in-process trtllm-build, which writes its timing cache there
+    by default, as the real one does (never into the directory the tests were started from)."""
+    work_dir = tmp_path / "work"
+    work_dir.mkdir()
+    monkeypatch.chdir(work_dir)
+    return work_dir
+
+
+@pytest.fixture
+def checkpoint(llama_8b: Path, tmp_path: Path, build_dir: Path) -> Path:
     build_tools.quantize(llama_8b, tmp_path / "ckpt", qformat="fp8", kv_cache_dtype="int8")
     return tmp_path / "ckpt"
 
 
-def test_build_settles_values_as_the_real_build(checkpoint, tmp_path, capsys):
+def test_build_settles_values_as_the_real_build(checkpoint, build_dir, tmp_path, capsys):
     config = build_tools.trtllm_build(build_args(checkpoint, tmp_path / "engine", "--max_input_len", "200000",
                                                  "--max_num_tokens", "16", "--use_paged_context_fmha", "enable"), 0)
+    assert (build_dir / "model.cache").is_file()  # the timing cache, in the working directory
     build = config["build_config"]
     assert build["max_seq_len"] == 131072  # deduced from max_position_embeddings
     assert build["max_input_len"] == 131072  # clipped to max_seq_len
