@@ -48,6 +48,8 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"
 
 
 class NodeAgent:
+    """The sandbox's nodes and their pods; each PodWorker reaches it as its `NodeServices`."""
+
     def __init__(self, config: SandboxConfig, kubernetes_version: str):
         self.config = config
         self.kubernetes_version = kubernetes_version

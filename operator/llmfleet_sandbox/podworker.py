@@ -4,7 +4,9 @@ Each container runs in the pod's network namespace and a mount namespace of its 
 shows the host, the image's files and the pod's volumes at their paths (see `rootfs`).
 
 A PodWorker thread owns everything local about one pod. It reports status to
-the apiserver the way the kubelet does: honestly, from the processes it runs.
+the apiserver the way the kubelet does: honestly, from the processes it runs. It reaches its node
+agent only through `NodeServices`, as the kubelet's pod workers reach the kubelet through a narrow
+interface, so this module never imports the agent.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import urllib3
+from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from llmfleet_sandbox import faults, images, network, rootfs
+from llmfleet_sandbox.config import SandboxConfig
 from llmfleet_sandbox.probes import ProbeState, new_probe, run_lifecycle_hook, run_probe
 from llmfleet_sandbox.volumes import (
     Volume,
@@ -34,9 +38,6 @@ from llmfleet_sandbox.volumes import (
     container_mounts,
     field_ref_value,
 )
-
-if TYPE_CHECKING:
-    from llmfleet_sandbox.agent import NodeAgent
 
 LOOP_SECONDS = 0.25
 BACKOFF_INITIAL_SECONDS = 10.0
@@ -115,8 +116,39 @@ class ContainerRun:
         return status
 
 
+class NodeServices(Protocol):
+    """What a pod worker asks of the node agent that runs it (the agent implements it)."""
+
+    config: SandboxConfig
+    core: CoreV1Api
+    host_ip: str
+
+    def log(self, message: str) -> None: ...
+
+    def event(self, pod: dict, kind: str, reason: str, message: str) -> None: ...
+
+    def read_config_map(self, namespace: str, name: str) -> dict[str, str]: ...
+
+    def read_secret(self, namespace: str, name: str) -> dict[str, str]: ...
+
+    def node_manifest(self, node_name: str) -> dict: ...
+
+    def allocate_pod_ip(self, node_name: str, uid: str) -> str: ...
+
+    def allocate_gpus(self, node_name: str, uid: str, count: int) -> list[int]: ...
+
+    def release(self, node_name: str, uid: str) -> None:
+        """Free the pod's IP and GPUs."""
+
+    def delete_pod_object(self, namespace: str, name: str, uid: str) -> None:
+        """Finish the pod's graceful deletion on the apiserver."""
+
+    def pod_worker_finished(self, worker: PodWorker) -> None:
+        """The worker's thread ends: the agent forgets it."""
+
+
 class PodWorker(threading.Thread):
-    def __init__(self, agent: NodeAgent, pod: dict):
+    def __init__(self, agent: NodeServices, pod: dict):
         super().__init__(name=f"pod-{pod['metadata']['namespace']}/{pod['metadata']['name']}",
                          daemon=True)
         self.agent = agent

@@ -1,5 +1,6 @@
 """Layering rules, checked on the source: pure layers do no I/O, only k8s/ talks
-to the Kubernetes API from the operator, only metrics/ to Prometheus."""
+to the Kubernetes API from the operator, only metrics/ to Prometheus; the product imports
+neither the sandbox nor the development package, and the sandbox's modules import no cycle."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "llmfleet"
+SANDBOX = PACKAGE.parent / "llmfleet_sandbox"
+# What the operator image must not need: it ships the product package alone.
+NOT_SHIPPED = {"llmfleet_sandbox", "llmfleet_dev"}
 PURE_PACKAGES = ("api", "catalog", "planner", "render", "autoscale", "rollout")
 IO_MODULES = {"kopf", "kubernetes", "prometheus_api_client", "requests", "urllib", "http",
               "socket", "subprocess", "tritonclient", "aiohttp", "asyncio", "threading"}
@@ -76,8 +80,80 @@ def test_client_libraries_only_where_allowed():
     assert offences == []
 
 
+def test_the_product_imports_neither_the_sandbox_nor_the_development_package():
+    offences = [f"{path.relative_to(PACKAGE)}:{line} imports {module}"
+                for path in sorted(PACKAGE.rglob("*.py")) for module, line in _modules(path)
+                if module in NOT_SHIPPED]
+    assert offences == []
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported_modules(path: Path, name: str, known: set[str]):
+    """The modules of `known` that the module `name` at path imports, anywhere in its body
+    (TYPE_CHECKING blocks too: a cycle there is a cycle in the design)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            source = ".".join(part for part in (base, node.module) if part)
+            # `from package import module` imports the module; `from module import name` the module.
+            targets = [f"{source}.{alias.name}" if f"{source}.{alias.name}" in known else source
+                       for alias in node.names]
+        else:
+            continue
+        yield from (target for target in targets if target in known and target != name)
+
+
+def _import_graph(root: Path) -> dict[str, set[str]]:
+    paths = {_module_name(path, root): path for path in sorted(root.rglob("*.py"))}
+    return {name: set(_imported_modules(path, name, set(paths))) for name, path in paths.items()}
+
+
+def _a_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (its modules, the first repeated at the end), or None."""
+    finished: set[str] = set()
+
+    def visit(name: str, trail: list[str]) -> list[str] | None:
+        if name in trail:
+            return trail[trail.index(name):] + [name]
+        if name in finished:
+            return None
+        for imported in sorted(graph[name]):
+            if (cycle := visit(imported, trail + [name])) is not None:
+                return cycle
+        finished.add(name)
+        return None
+
+    return next((cycle for name in sorted(graph) if (cycle := visit(name, [])) is not None), None)
+
+
+def test_the_sandbox_modules_import_no_cycle():
+    cycle = _a_cycle(_import_graph(SANDBOX))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
 def test_the_checker_sees_a_violation(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("import kubernetes\nfrom datetime import datetime\nx = datetime.now()\n")
     assert ("kubernetes", 1) in list(_modules(bad))
     assert list(_clock_calls(bad)) == [("datetime.now()", 3)]
+
+
+def test_the_cycle_search_sees_a_cycle(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "inner").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "inner" / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg import inner\n")
+    (package / "inner" / "b.py").write_text("def f():\n    from ..a import x\n")
+    (package / "inner" / "c.py").write_text("from pkg.inner import b\n")
+    (package / "inner" / "__init__.py").write_text("from . import c\n")
+    assert _a_cycle(_import_graph(package)) == ["pkg.a", "pkg.inner", "pkg.inner.c", "pkg.inner.b", "pkg.a"]
+    (package / "inner" / "b.py").write_text("")
+    assert _a_cycle(_import_graph(package)) is None
