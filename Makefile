@@ -57,7 +57,9 @@ down: python-env
 
 test: setup unit e2e
 
-# pytest exits 5 when it collects nothing; that is not a failure here.
+# Test tiers are pytest markers (pyproject.toml): `unit` and `integration` (a real Triton or
+# Prometheus process, no cluster) run here, `e2e` (the sandbox) below; PYTEST_OPTS='-m unit'
+# picks the quick tier alone. pytest exits 5 when it collects nothing; that is not a failure here.
 unit: python-env
 	$(BIN)/ruff check operator e2e benchmarks
 	@$(BIN)/pytest operator/tests -q $(PYTEST_OPTS) || [ $$? -eq 5 ]

@@ -46,6 +46,11 @@ def pytest_deselected(items):
 
 
 def pytest_collection_modifyitems(config, items):
+    e2e_dir = Path(__file__).parent
+    for item in items:
+        if e2e_dir in item.path.parents:
+            item.add_marker(pytest.mark.e2e)
+
     def phase(item) -> int:
         return (2 if item.get_closest_marker("sandbox_teardown") else
                 1 if item.get_closest_marker("after_other_e2e") else 0)

@@ -17,7 +17,6 @@ import pytest
 from conftest import StatusSample, StatusWatcher, service_target, stop_load, wait_for
 from operator_fixtures import small_batch_70b
 
-pytestmark = pytest.mark.e2e
 NAMESPACE = "autoscaling"
 SLO_TTFT_MS = 500
 MAX_REPLICAS = 3

@@ -14,7 +14,6 @@ import yaml
 from conftest import L40S_NODE, LLMFLEET, condition, wait_for, wait_until_ready
 from llmfleet_sandbox.manager import DEMO_MANIFEST
 
-pytestmark = pytest.mark.e2e
 NAMESPACE = "inventory"
 H200, L40S = "H200-SXM-141GB", "L40S-48GB"
 

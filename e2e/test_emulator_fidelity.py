@@ -20,7 +20,6 @@ from conftest import service_target, wait_until_ready
 from llmfleet_sandbox.emulator.profile import engine_profile
 from llmfleet_sandbox.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
 
-pytestmark = pytest.mark.e2e
 NAMESPACE = "fidelity"
 NAME = "engine"
 MAX_BATCH_SIZE = 16

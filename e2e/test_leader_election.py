@@ -14,7 +14,7 @@ from llmfleet.render.identity import kubectl_kinds
 from operator_fixtures import OperatorProcess, small_batch_70b
 
 # It kills the session's leader and runs a second replica beside it.
-pytestmark = [pytest.mark.e2e, pytest.mark.disrupts_operator]
+pytestmark = pytest.mark.disrupts_operator
 NAMESPACE = "leader-election"
 TAKEOVER_LIMIT_S = 30
 

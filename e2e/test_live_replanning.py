@@ -14,7 +14,6 @@ import pytest
 from conftest import LLMFLEET, service_target, stop_load, wait_for, wait_until_ready
 from operator_fixtures import small_batch_70b
 
-pytestmark = pytest.mark.e2e
 NAMESPACE = "live-replanning"
 DECLARED_PEAK_RPS = 0.5
 SENT_RPS = 3

@@ -19,7 +19,6 @@ from llmfleet.catalog.client_record import load_client_record
 from llmfleet_sandbox import hub, objectstore
 from llmfleet_sandbox.manager import configured
 
-pytestmark = pytest.mark.e2e
 NAMESPACE = "llmapi"
 NAME = "chat"
 MANIFEST = {

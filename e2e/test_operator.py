@@ -18,7 +18,6 @@ from conftest import condition, service_target, wait_for
 from llmfleet.render.identity import kubectl_kinds
 from operator_fixtures import REPO_ROOT
 
-pytestmark = pytest.mark.e2e
 NAMESPACE = "serving"
 CHILD_KINDS = kubectl_kinds()
 

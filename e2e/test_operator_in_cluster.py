@@ -20,7 +20,6 @@ from llmfleet_sandbox import prometheus
 from llmfleet_sandbox.manager import configured, operator_chart_values, operator_prerequisites
 from operator_fixtures import IN_CLUSTER_NAMESPACE, REPO_ROOT, small_batch_70b
 
-pytestmark = pytest.mark.e2e
 RELEASE = "llmfleet-ic"
 RELEASE_NAMESPACE = "llmfleet-system-ic"
 WATCHED_NAMESPACE = IN_CLUSTER_NAMESPACE

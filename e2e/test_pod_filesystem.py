@@ -12,7 +12,6 @@ import pytest
 from conftest import wait_for
 from triton_fixtures import GPU_TOLERATION, TRITON_IMAGE
 
-pytestmark = pytest.mark.e2e
 NAMESPACE = "pod-filesystem"
 MARKER = "/tmp/llmfleet-pod-filesystem-marker"
 

@@ -22,7 +22,7 @@ from operator_fixtures import OPERATOR_NAMESPACE, REPO_ROOT, SERVICE_ACCOUNT, ch
 from test_operator_in_cluster import RELEASE as IN_CLUSTER_RELEASE
 from test_operator_in_cluster import RELEASE_NAMESPACE as IN_CLUSTER_NAMESPACE
 
-pytestmark = [pytest.mark.e2e, pytest.mark.after_other_e2e]
+pytestmark = pytest.mark.after_other_e2e
 OPERATOR_USERS = {f"system:serviceaccount:{OPERATOR_NAMESPACE}:{SERVICE_ACCOUNT}",
                   f"system:serviceaccount:{IN_CLUSTER_NAMESPACE}:{IN_CLUSTER_RELEASE}-operator"}
 

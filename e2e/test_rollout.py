@@ -14,7 +14,6 @@ import pytest
 
 from conftest import L40S_NODE, LLMFLEET, service_target, stop_load, wait_for, wait_until_ready
 
-pytestmark = pytest.mark.e2e
 NAMESPACE = "rollout"
 
 

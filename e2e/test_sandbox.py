@@ -23,7 +23,6 @@ from triton_fixtures import (
     triton_deployment,
 )
 
-pytestmark = pytest.mark.e2e
 DEPLOYMENT = "triton-smoke"
 GPUS_PER_NODE = 8
 

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import LLMFLEET
 
-pytestmark = [pytest.mark.e2e, pytest.mark.sandbox_teardown]
+pytestmark = pytest.mark.sandbox_teardown
 
 
 def _recorded_pids(state_dir: Path) -> dict[str, int]:

@@ -9,7 +9,6 @@ import pytest
 from conftest import wait_for
 from triton_fixtures import GPU_TOLERATION
 
-pytestmark = pytest.mark.e2e
 NAMESPACE = "storage-e2e"
 CLAIM = "llmfleet-engine-cache"
 

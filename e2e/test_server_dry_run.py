@@ -20,7 +20,6 @@ from llmfleet.render import RenderSettings, render, revision_hash
 from llmfleet.render.pod import engine_cache_claim
 from operator_fixtures import REPO_ROOT
 
-pytestmark = pytest.mark.e2e
 NAMESPACE = "dry-run"
 TENSOR_PARALLEL_SIZES = (1, 2, 8)
 RUNTIMES = ("engine", "llmapi")

@@ -17,12 +17,13 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from llmfleet.api import QualityGate
-from llmfleet.catalog.release_record import RUNTIME_RELEASES, check_metric, load_release_record
+from llmfleet.catalog.release_record import RUNTIME_RELEASES, load_release_record
 from llmfleet.inference.golden import Replica, ask_golden_prompts
 from llmfleet.render.layout import REQUEST_MODEL
 from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION
 from llmfleet.rollout import Outcome
 from llmfleet.rollout.quality import judge_quality
+from llmfleet_dev.release_checks import check_metric
 from llmfleet_sandbox.emulator.engine import STATS_PERIOD_S
 from llmfleet_sandbox.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
 from triton_process import ENGINE_MODEL, MODEL, deployment_spec, metric_value, start_triton
@@ -301,6 +302,7 @@ def test_metrics_have_the_tensorrt_llm_names(triton):
         assert exported[family] == {(label, value) for value in values}
 
 
+@pytest.mark.integration
 def test_tensor_parallel_pod_serves_through_mpirun(tmp_path):
     spec = deployment_spec(tensor_parallel_size=2)
     with start_triton(tmp_path, spec) as server:
@@ -311,6 +313,7 @@ def test_tensor_parallel_pod_serves_through_mpirun(tmp_path):
         assert "mpirun (sandbox): world size 2; rank 0 runs here" in server.log_path.read_text()
 
 
+@pytest.mark.integration
 def test_missing_gpu_product_fails_the_model_load_naming_the_variable(tmp_path):
     with pytest.raises(RuntimeError, match="exited with 1"):
         with start_triton(tmp_path, SPEC, gpu_product_label=None):
@@ -318,6 +321,7 @@ def test_missing_gpu_product_fails_the_model_load_naming_the_variable(tmp_path):
     assert "LLMFLEET_SANDBOX_GPU_PRODUCT is not set" in (tmp_path / "triton.log").read_text()
 
 
+@pytest.mark.integration
 def test_unbuilt_engine_fails_the_model_load_naming_the_directory(tmp_path):
     with pytest.raises(RuntimeError, match="exited with 1"):
         with start_triton(tmp_path, SPEC, with_engine=False):

@@ -26,6 +26,7 @@ from llmfleet_sandbox.emulator.checkpoint import engine_config_from_checkpoint
 from llmfleet_sandbox.emulator.profile import profile_for_engine
 from triton_process import copy_model_code, serve_repository
 
+pytestmark = pytest.mark.integration  # each test serves the model on a real Triton
 GPU_TYPE = "A100-SXM-80GB"
 
 
