@@ -123,6 +123,36 @@ class Sandbox:
         return self.env["LLMFLEET_PROMETHEUS_URL"]
 
 
+# The catalog models the e2e tests deploy, and the Hugging Face repositories they come from.
+MODEL_SOURCES = {"llama-3.1-8b": "hf://meta-llama/Llama-3.1-8B-Instruct",
+                 "llama-3.1-70b": "hf://meta-llama/Llama-3.1-70B-Instruct"}
+
+
+def llm_deployment(name: str, namespace: str, model: str, **spec) -> dict:
+    """An LLMDeployment of a catalog model; `spec` holds the other spec fields (slo, workload, ...)."""
+    return {
+        "apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"model": {"name": model, "source": MODEL_SOURCES[model]}, **spec},
+    }
+
+
+def small_batch_70b(name: str, namespace: str, slo_ttft_p99_ms: int, **spec) -> dict:
+    """Llama 3.1 70B on one H100 with a 4-sequence batch: in the emulator one replica serves
+    about 3.5 requests/s of 128-token prompts and 32-token answers, so a few requests per
+    second (cheap for this machine) need several replicas. `spec` adds top-level spec fields
+    such as autoscaling or plan."""
+    return llm_deployment(
+        name, namespace, "llama-3.1-70b",
+        # The engine runtime: the autoscaling tests read its queue, KV and batch gauges.
+        engine={"runtime": "engine", "maxBatchSize": 4, "maxInputLen": 1024, "maxSeqLen": 2048, "maxNumTokens": 2048},
+        slo={"ttftP99Ms": slo_ttft_p99_ms, "tpotP99Ms": 50, "quality": {"allowedQuantizations": ["BF16", "FP8"]}},
+        workload={"inputTokensMean": 128, "inputTokensP99": 256, "outputTokensMean": 32, "outputTokensP99": 64,
+                  "peakRequestsPerSecond": 0.5},
+        resources={"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 8},
+        **spec)
+
+
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.25):
     """Poll predicate until it returns something truthy; fail naming `what`."""
     deadline = time.monotonic() + timeout

@@ -19,34 +19,14 @@ OPERATOR_NAMESPACE = "llmfleet-system"
 RELEASE = "llmfleet"
 SERVICE_ACCOUNT = f"{RELEASE}-operator"
 IN_CLUSTER_NAMESPACE = "in-cluster"
+# The operator that test_operator_in_cluster.py installs with helm, and its namespace.
+IN_CLUSTER_RELEASE = "llmfleet-ic"
+IN_CLUSTER_RELEASE_NAMESPACE = "llmfleet-system-ic"
 # Live re-planning observes every 15 s over a minute, fitting from 100 requests: the defaults
 # (5 minutes, 200) would make its test wait minutes; the mechanism is the same.
 OBSERVATION_WINDOW_S = 60
 LIVE_REPLANNING_FLAGS = ("--observation-interval-seconds", "15", "--observation-window-seconds",
                          str(OBSERVATION_WINDOW_S), "--observation-min-requests", "100")
-
-
-def small_batch_70b(name: str, namespace: str, slo_ttft_p99_ms: int, **spec: dict) -> dict:
-    """Llama 3.1 70B on one H100 with a 4-sequence batch: in the emulator one replica serves
-    about 3.5 requests/s of 128-token prompts and 32-token answers, so a few requests per
-    second (cheap for this machine) need several replicas. `spec` adds top-level spec fields
-    such as autoscaling or plan."""
-    return {
-        "apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "model": {"name": "llama-3.1-70b", "source": "hf://meta-llama/Llama-3.1-70B-Instruct"},
-            # The engine runtime: the autoscaling tests read its queue, KV and batch gauges.
-            "engine": {"runtime": "engine", "maxBatchSize": 4, "maxInputLen": 1024, "maxSeqLen": 2048,
-                       "maxNumTokens": 2048},
-            "slo": {"ttftP99Ms": slo_ttft_p99_ms, "tpotP99Ms": 50,
-                    "quality": {"allowedQuantizations": ["BF16", "FP8"]}},
-            "workload": {"inputTokensMean": 128, "inputTokensP99": 256, "outputTokensMean": 32,
-                         "outputTokensP99": 64, "peakRequestsPerSecond": 0.5},
-            "resources": {"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 8},
-            **spec,
-        },
-    }
 
 
 def chart_rbac_manifests(sandbox) -> str:

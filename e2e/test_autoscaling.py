@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import StatusSample, StatusWatcher, service_target, stop_load, wait_for
-from operator_fixtures import small_batch_70b
+from conftest import StatusSample, StatusWatcher, service_target, small_batch_70b, stop_load, wait_for
 
 NAMESPACE = "autoscaling"
 SLO_TTFT_MS = 500

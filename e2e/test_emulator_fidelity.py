@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import service_target, wait_until_ready
+from conftest import llm_deployment, service_target, wait_until_ready
 from llmfleet_sandbox.emulator.profile import engine_profile
 from llmfleet_sandbox.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
 
@@ -26,20 +26,15 @@ MAX_BATCH_SIZE = 16
 PROBE_PROMPT_TOKENS = 8
 # Llama 3.1 70B in FP8 with a BF16 KV cache on one H100: about 28.5k cached tokens, so a
 # dozen 3000-token prompts fill the cache long before the 16 batch slots run out.
-MANIFEST = {
-    "apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
-    "metadata": {"name": NAME, "namespace": NAMESPACE},
-    "spec": {
-        "model": {"name": "llama-3.1-70b", "source": "hf://meta-llama/Llama-3.1-70B-Instruct"},
-        "engine": {"runtime": "engine", "maxBatchSize": MAX_BATCH_SIZE, "maxInputLen": 4096, "maxSeqLen": 4160,
-                   "maxNumTokens": 4096},
-        "slo": {"ttftP99Ms": 3000, "tpotP99Ms": 80, "quality": {"allowedQuantizations": ["BF16", "FP8"]}},
-        "workload": {"inputTokensMean": 1024, "inputTokensP99": 3500, "outputTokensMean": 32,
-                     "outputTokensP99": 64, "peakRequestsPerSecond": 0.5},
-        "resources": {"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 8},
-        "plan": {"tensorParallelSize": 1, "quantization": "FP8", "kvCacheDtype": "BF16", "replicas": 1},
-    },
-}
+MANIFEST = llm_deployment(
+    NAME, NAMESPACE, "llama-3.1-70b",
+    engine={"runtime": "engine", "maxBatchSize": MAX_BATCH_SIZE, "maxInputLen": 4096, "maxSeqLen": 4160,
+            "maxNumTokens": 4096},
+    slo={"ttftP99Ms": 3000, "tpotP99Ms": 80, "quality": {"allowedQuantizations": ["BF16", "FP8"]}},
+    workload={"inputTokensMean": 1024, "inputTokensP99": 3500, "outputTokensMean": 32, "outputTokensP99": 64,
+              "peakRequestsPerSecond": 0.5},
+    resources={"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 8},
+    plan={"tensorParallelSize": 1, "quantization": "FP8", "kvCacheDtype": "BF16", "replicas": 1})
 
 
 def _string_parameter(config: str, key: str) -> str:

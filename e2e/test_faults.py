@@ -28,8 +28,7 @@ import sys
 
 import pytest
 
-from conftest import LLMFLEET, service_target, stop_load, wait_for, wait_until_ready
-from operator_fixtures import small_batch_70b
+from conftest import LLMFLEET, service_target, small_batch_70b, stop_load, wait_for, wait_until_ready
 
 NAMESPACE = "faults"
 

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from conftest import wait_for
+from conftest import small_batch_70b, wait_for
 from llmfleet.render.identity import kubectl_kinds
-from operator_fixtures import OperatorProcess, small_batch_70b
+from operator_fixtures import OperatorProcess
 
 # It kills the session's leader and runs a second replica beside it.
 pytestmark = pytest.mark.disrupts_operator

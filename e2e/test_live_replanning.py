@@ -11,8 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import LLMFLEET, service_target, stop_load, wait_for, wait_until_ready
-from operator_fixtures import small_batch_70b
+from conftest import LLMFLEET, service_target, small_batch_70b, stop_load, wait_for, wait_until_ready
 
 NAMESPACE = "live-replanning"
 DECLARED_PEAK_RPS = 0.5

@@ -13,7 +13,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import service_target, wait_for, wait_until_ready
+from conftest import llm_deployment, service_target, wait_for, wait_until_ready
 from llmfleet.render.identity import kubectl_kinds
 from llmfleet.catalog.client_record import load_client_record
 from llmfleet_sandbox import hub, objectstore
@@ -21,18 +21,12 @@ from llmfleet_sandbox.manager import configured
 
 NAMESPACE = "llmapi"
 NAME = "chat"
-MANIFEST = {
-    "apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
-    "metadata": {"name": NAME, "namespace": NAMESPACE},
-    "spec": {
-        "model": {"name": "llama-3.1-8b", "source": "hf://meta-llama/Llama-3.1-8B-Instruct"},
-        "engine": {"runtime": "llmapi", "maxBatchSize": 16, "maxNumTokens": 1024},
-        "slo": {"ttftP99Ms": 2000, "tpotP99Ms": 100, "quality": {"allowedQuantizations": ["FP8"]}},
-        "workload": {"inputTokensMean": 256, "inputTokensP99": 512, "outputTokensMean": 32,
-                     "outputTokensP99": 64, "peakRequestsPerSecond": 1},
-        "resources": {"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 2},
-    },
-}
+MANIFEST = llm_deployment(
+    NAME, NAMESPACE, "llama-3.1-8b", engine={"runtime": "llmapi", "maxBatchSize": 16, "maxNumTokens": 1024},
+    slo={"ttftP99Ms": 2000, "tpotP99Ms": 100, "quality": {"allowedQuantizations": ["FP8"]}},
+    workload={"inputTokensMean": 256, "inputTokensP99": 512, "outputTokensMean": 32, "outputTokensP99": 64,
+              "peakRequestsPerSecond": 1},
+    resources={"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 2})
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from conftest import condition, service_target, wait_for
+from conftest import condition, llm_deployment, service_target, wait_for
 from llmfleet.render.identity import kubectl_kinds
 from operator_fixtures import REPO_ROOT
 
@@ -22,25 +22,18 @@ NAMESPACE = "serving"
 CHILD_KINDS = kubectl_kinds()
 
 
-def llm_deployment(name: str, tpot_p99_ms: int) -> dict:
-    return {
-        "apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "model": {"name": "llama-3.1-8b", "source": "hf://meta-llama/Llama-3.1-8B-Instruct"},
-            # The engine runtime: these tests stream through its ensemble and read its build Job.
-            "engine": {"runtime": "engine"},
-            "slo": {"ttftP99Ms": 1000, "tpotP99Ms": tpot_p99_ms,
-                    "quality": {"allowedQuantizations": ["BF16", "FP8"]}},
-            "workload": {"inputTokensMean": 256, "inputTokensP99": 512, "outputTokensMean": 64,
-                         "outputTokensP99": 128, "peakRequestsPerSecond": 2},
-            "resources": {"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 8,
-                          "allowedKvCacheDtypes": ["BF16", "FP8"]},
-            # These tests count the operator's writes; live re-planning writes what it observes
-            # of their requests (test_live_replanning.py).
-            "plan": {"liveReplanning": "Off"},
-        },
-    }
+def chat_deployment(name: str, tpot_p99_ms: int) -> dict:
+    return llm_deployment(
+        name, NAMESPACE, "llama-3.1-8b",
+        # The engine runtime: these tests stream through its ensemble and read its build Job.
+        engine={"runtime": "engine"},
+        slo={"ttftP99Ms": 1000, "tpotP99Ms": tpot_p99_ms, "quality": {"allowedQuantizations": ["BF16", "FP8"]}},
+        workload={"inputTokensMean": 256, "inputTokensP99": 512, "outputTokensMean": 64, "outputTokensP99": 128,
+                  "peakRequestsPerSecond": 2},
+        resources={"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 8, "allowedKvCacheDtypes": ["BF16", "FP8"]},
+        # These tests count the operator's writes; live re-planning writes what it observes
+        # of their requests (test_live_replanning.py).
+        plan={"liveReplanning": "Off"})
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -101,7 +94,7 @@ def test_invalid_manifests_are_rejected_by_the_apiserver(sandbox, operator):
 
 
 def test_apply_plans_creates_children_and_serves(sandbox, operator):
-    sandbox.apply([llm_deployment("chat", tpot_p99_ms=40)], namespace=NAMESPACE)
+    sandbox.apply([chat_deployment("chat", tpot_p99_ms=40)], namespace=NAMESPACE)
 
     def planned():
         found = condition(_get(sandbox, "chat"), "Planned")
@@ -228,7 +221,7 @@ def test_a_200_character_name_is_served(sandbox, operator):
     """Valid for a custom resource, too long for a label value or a Service: children get cut
     names with a digest, and selection goes through the same identity labels."""
     name = ("a-very-long-deployment-name-" * 8)[:199] + "x"
-    sandbox.apply([llm_deployment(name, tpot_p99_ms=40)], namespace=NAMESPACE)
+    sandbox.apply([chat_deployment(name, tpot_p99_ms=40)], namespace=NAMESPACE)
     ready = wait_for(lambda: (condition(_get(sandbox, name), "Ready") or {}).get("status") == "True"
                      and _get(sandbox, name), 180, f"Ready=True\n{operator.log_tail()}")
     assert ready["status"]["readyReplicas"] == 1
@@ -244,7 +237,7 @@ def test_a_200_character_name_is_served(sandbox, operator):
 
 
 def test_infeasible_spec_reports_and_creates_nothing_while_others_serve(sandbox, operator):
-    impossible = llm_deployment("impossible", tpot_p99_ms=1)
+    impossible = chat_deployment("impossible", tpot_p99_ms=1)
     sandbox.apply([impossible], namespace=NAMESPACE)
 
     def not_planned():
@@ -269,7 +262,7 @@ def test_a_namespace_with_llm_deployments_is_deleted_promptly(sandbox, operator)
     """The operator keeps no finalizer (no per-object timers), so nothing holds the namespace
     Terminating, even under the namespace pattern this operator watches with."""
     sandbox.kubectl("create", "namespace", "short-lived")
-    body = llm_deployment("doomed", tpot_p99_ms=40)
+    body = chat_deployment("doomed", tpot_p99_ms=40)
     body["metadata"]["namespace"] = "short-lived"
     sandbox.apply([body], namespace="short-lived")
     planned = wait_for(lambda: (condition(stored := sandbox.kubectl_json("get", "llmdeployment", "doomed", "-n",

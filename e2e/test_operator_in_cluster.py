@@ -13,19 +13,17 @@ import time
 
 import pytest
 
-from conftest import condition, service_target, wait_for
+from conftest import condition, service_target, small_batch_70b, wait_for
 from llmfleet.render import monitoring
 from llmfleet.render.identity import kubectl_kinds
 from llmfleet_sandbox import prometheus
 from llmfleet_sandbox.manager import configured, operator_chart_values, operator_prerequisites
-from operator_fixtures import IN_CLUSTER_NAMESPACE, REPO_ROOT, small_batch_70b
+from operator_fixtures import IN_CLUSTER_NAMESPACE, IN_CLUSTER_RELEASE, IN_CLUSTER_RELEASE_NAMESPACE, REPO_ROOT
 
-RELEASE = "llmfleet-ic"
-RELEASE_NAMESPACE = "llmfleet-system-ic"
 WATCHED_NAMESPACE = IN_CLUSTER_NAMESPACE
 NAME = "small"
 CHILD_KINDS = kubectl_kinds()
-OPERATOR_SELECTOR = f"app.kubernetes.io/instance={RELEASE}"
+OPERATOR_SELECTOR = f"app.kubernetes.io/instance={IN_CLUSTER_RELEASE}"
 # 6 requests/s is about twice what one replica of small_batch_70b serves within its SLO.
 LOAD_SECONDS = 120
 
@@ -36,7 +34,7 @@ def _helm(sandbox, helm_home, *args: str) -> subprocess.CompletedProcess:
 
 
 def _operator_pods(sandbox) -> list[dict]:
-    return sandbox.kubectl_json("get", "pods", "-n", RELEASE_NAMESPACE, "-l", OPERATOR_SELECTOR)["items"]
+    return sandbox.kubectl_json("get", "pods", "-n", IN_CLUSTER_RELEASE_NAMESPACE, "-l", OPERATOR_SELECTOR)["items"]
 
 
 def _operator_log(sandbox) -> str:
@@ -71,28 +69,28 @@ def release(sandbox, tmp_path):
     """The chart installed with --wait; uninstalled (and its namespaces removed) afterwards."""
     sandbox.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": WATCHED_NAMESPACE}}])
     # The Prometheus password Secret and CA ConfigMap the chart values name.
-    sandbox.apply(operator_prerequisites(configured(sandbox.state_dir), RELEASE_NAMESPACE), namespace=RELEASE_NAMESPACE)
-    installed = _helm(sandbox, tmp_path, "upgrade", "--install", RELEASE, str(REPO_ROOT / "charts" / "llmfleet"),
-                      "--namespace", RELEASE_NAMESPACE, "--create-namespace",
+    sandbox.apply(operator_prerequisites(configured(sandbox.state_dir), IN_CLUSTER_RELEASE_NAMESPACE), namespace=IN_CLUSTER_RELEASE_NAMESPACE)
+    installed = _helm(sandbox, tmp_path, "upgrade", "--install", IN_CLUSTER_RELEASE, str(REPO_ROOT / "charts" / "llmfleet"),
+                      "--namespace", IN_CLUSTER_RELEASE_NAMESPACE, "--create-namespace",
                       *operator_chart_values(configured(sandbox.state_dir)),
                       "--set", f"watchNamespaces={{{WATCHED_NAMESPACE}}}", "--wait", "--timeout", "180s")
     try:
         assert installed.returncode == 0, (
             f"helm install failed: {installed.stderr}\npods: "
-            f"{sandbox.kubectl('get', 'pods', '-n', RELEASE_NAMESPACE, '-o', 'wide', check=False)}\n"
+            f"{sandbox.kubectl('get', 'pods', '-n', IN_CLUSTER_RELEASE_NAMESPACE, '-o', 'wide', check=False)}\n"
             f"operator log:\n{_operator_log(sandbox)[-3000:]}")
-        yield lambda: _helm(sandbox, tmp_path, "uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait")
+        yield lambda: _helm(sandbox, tmp_path, "uninstall", IN_CLUSTER_RELEASE, "--namespace", IN_CLUSTER_RELEASE_NAMESPACE, "--wait")
     finally:
         # Serving pods drain for up to their grace period: no waiting for the namespace.
         sandbox.kubectl("delete", "namespace", WATCHED_NAMESPACE, "--wait=false", check=False)
-        _helm(sandbox, tmp_path, "uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait",
+        _helm(sandbox, tmp_path, "uninstall", IN_CLUSTER_RELEASE, "--namespace", IN_CLUSTER_RELEASE_NAMESPACE, "--wait",
               "--ignore-not-found")
-        sandbox.kubectl("delete", "namespace", RELEASE_NAMESPACE, "--wait=false", check=False)
+        sandbox.kubectl("delete", "namespace", IN_CLUSTER_RELEASE_NAMESPACE, "--wait=false", check=False)
 
 
 def test_helm_installed_operator_reconciles_and_autoscales(sandbox, release, tmp_path):
     pod, = _operator_pods(sandbox)
-    assert pod["spec"]["serviceAccountName"] == f"{RELEASE}-operator"
+    assert pod["spec"]["serviceAccountName"] == f"{IN_CLUSTER_RELEASE}-operator"
     assert pod["spec"]["containers"][0]["image"].startswith("llmfleet/operator:")
     assert {c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"] == "True"
 

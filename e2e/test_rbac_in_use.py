@@ -18,13 +18,18 @@ import yaml
 
 from conftest import DESELECTED
 from llmfleet.render import RenderSettings
-from operator_fixtures import OPERATOR_NAMESPACE, REPO_ROOT, SERVICE_ACCOUNT, chart_rbac_manifests
-from test_operator_in_cluster import RELEASE as IN_CLUSTER_RELEASE
-from test_operator_in_cluster import RELEASE_NAMESPACE as IN_CLUSTER_NAMESPACE
+from operator_fixtures import (
+    IN_CLUSTER_RELEASE,
+    IN_CLUSTER_RELEASE_NAMESPACE,
+    OPERATOR_NAMESPACE,
+    REPO_ROOT,
+    SERVICE_ACCOUNT,
+    chart_rbac_manifests,
+)
 
 pytestmark = pytest.mark.after_other_e2e
 OPERATOR_USERS = {f"system:serviceaccount:{OPERATOR_NAMESPACE}:{SERVICE_ACCOUNT}",
-                  f"system:serviceaccount:{IN_CLUSTER_NAMESPACE}:{IN_CLUSTER_RELEASE}-operator"}
+                  f"system:serviceaccount:{IN_CLUSTER_RELEASE_NAMESPACE}:{IN_CLUSTER_RELEASE}-operator"}
 
 Grant = tuple[str, str, str]  # (API group, resource[/subresource], verb)
 RBAC_GROUP = "rbac.authorization.k8s.io"
@@ -102,7 +107,7 @@ def test_the_operator_uses_every_verb_the_chart_grants_and_is_refused_none(sandb
     starts = apiserver_starts(sandbox.state_dir / "logs" / "kube-apiserver.log", received(events[0]).year)
     refused = [f"{event['verb']} {event['requestURI']}" for event in events
                if event.get("annotations", {}).get("authorization.k8s.io/decision") == "forbid"
-               and not (event["user"]["username"].startswith(f"system:serviceaccount:{IN_CLUSTER_NAMESPACE}:")
+               and not (event["user"]["username"].startswith(f"system:serviceaccount:{IN_CLUSTER_RELEASE_NAMESPACE}:")
                         and event["objectRef"]["resource"] == "leases")
                and not any(0 <= (received(event) - start).total_seconds() < UNSYNCED_AFTER_START_S
                            for start in starts)]

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import L40S_NODE, LLMFLEET, service_target, stop_load, wait_for, wait_until_ready
+from conftest import L40S_NODE, LLMFLEET, llm_deployment, service_target, stop_load, wait_for, wait_until_ready
 
 NAMESPACE = "rollout"
 
@@ -21,20 +21,13 @@ GOLDEN_PROMPTS = ["Name a colour.", "What is two plus two?", "Say hello in Frenc
 
 
 def manifest(name: str, engine_revision: str, steps: list[dict], quality: dict | None = None) -> dict:
-    return {
-        "apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "model": {"name": "llama-3.1-8b", "source": "hf://meta-llama/Llama-3.1-8B-Instruct"},
-            "engine": {"revision": engine_revision},
-            "slo": {"ttftP99Ms": 2000, "tpotP99Ms": 100},
-            "workload": {"inputTokensMean": 128, "inputTokensP99": 256, "outputTokensMean": 16,
-                         "outputTokensP99": 32, "peakRequestsPerSecond": 1},
-            "resources": {"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 4},
-            "plan": {"replicas": 1},
-            "rollout": {"steps": steps, **({"quality": quality} if quality else {})},
-        },
-    }
+    return llm_deployment(
+        name, NAMESPACE, "llama-3.1-8b", engine={"revision": engine_revision},
+        slo={"ttftP99Ms": 2000, "tpotP99Ms": 100},
+        workload={"inputTokensMean": 128, "inputTokensP99": 256, "outputTokensMean": 16, "outputTokensP99": 32,
+                  "peakRequestsPerSecond": 1},
+        resources={"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 4}, plan={"replicas": 1},
+        rollout={"steps": steps, **({"quality": quality} if quality else {})})
 
 
 @pytest.fixture(scope="module", autouse=True)
