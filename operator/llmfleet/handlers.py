@@ -6,7 +6,9 @@ deployment in a queue (`workqueue.PassQueue`) that half the executor's workers d
 marks every `timer_interval_seconds` the deployments whose decisions depend on time
 (`needs_periodic_pass`: autoscaling, a running canary, replicas short of ready;
 `observation_due`: live traffic to learn from) and every deployment once per `resync_seconds`
-(spread per object over its last quarter). There are no
+(spread per object over its last quarter). What they keep about each deployment between passes
+is one `PassBook` in Kopf's memo; a canary's slow reads (golden prompts, analysis queries) run
+on `memo.probes`, off the pass (reconcile/probes.py). There are no
 per-object timers: they cost a wake-up per object per tick at any scale, and Kopf guards them
 with a finalizer, which it cannot remove once it stops watching a namespace being deleted.
 """
@@ -18,9 +20,7 @@ import copy
 import datetime
 import hashlib
 import logging
-import threading
 import time
-from collections import defaultdict
 
 import kopf
 
@@ -32,33 +32,17 @@ from llmfleet.metrics import PrometheusMetrics
 from llmfleet.planner.cluster import GPU_POD_FIELD_SELECTOR, cluster_gpus, gpu_node, gpu_pod
 from llmfleet.api.status import LearnedSpeed
 from llmfleet.catalog import load_catalog
-from llmfleet.reconcile import Fleet, OperatorSettings, needs_periodic_pass, observation_due, reconcile
+from llmfleet.passbook import PassBook
+from llmfleet.reconcile import AskNow, Fleet, OperatorSettings, Probes, needs_periodic_pass, observation_due, reconcile
 from llmfleet.render.identity import DEPLOYMENT_LABEL, MANAGED_BY_LABEL, selector_labels
 from llmfleet.state_metrics import EXPOSITION_CONTENT_TYPE, exposition
 from llmfleet.workqueue import PassQueue
 
 RESOURCE = (GROUP, VERSION, PLURAL)
+# Threads for the slow reads of canaries (golden prompts, analysis queries): a few hung ones
+# delay other canaries' gates, never a pass.
+PROBE_WORKERS = 4
 log = logging.getLogger(__name__)
-# Change handlers and the queue's workers run in different threads; one object reconciles at a
-# time.
-_object_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
-# When each object's last pass ended (monotonic seconds), for the resync.
-_last_pass: dict[str, float] = {}
-# Deployments found gone, or in a namespace being deleted: the ticker marks them no more.
-_gone: set[str] = set()
-# When each object's traffic was last read (monotonic seconds): an observation that told nothing
-# new is not written to status, so status alone cannot pace them.
-_observed_at: dict[str, float] = {}
-# Deployments whose last pass lost its status write to a newer version: the ticker passes them
-# again. Nothing else would: the newer version is often the pass's own status, which triggers
-# no handler, and its children may have nothing more to say (seen in e2e test_faults: a pass
-# that saw both replicas ready lost to one that had not, and Ready stayed False for minutes).
-_superseded: set[str] = set()
-# Set by the first change handler: by then Kopf has filled the indexes (it runs resource
-# handlers only after), so the ticker never reads a half-listed cluster.
-_indexes_ready = threading.Event()
-
-
 def utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
 
@@ -85,6 +69,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     settings.execution.max_workers = 8
     filter_watches(settings)
     memo.setdefault("operator_settings", OperatorSettings())
+    memo.book = PassBook()
     load_catalog()  # read once here, not by every handler thread that finds the cache cold
     memo.gateway = KubeGateway(load_api_client(memo.get("kubeconfig")))
     prometheus = memo.get("prometheus")
@@ -229,34 +214,35 @@ def _run(body, memo, indexes) -> None:
         # Going: the garbage collector removes the children; applying them again would fail
         # in a terminating namespace.
         return
-    uid = body["metadata"]["uid"]
-    with _object_locks[uid]:
+    uid, book = body["metadata"]["uid"], memo.book
+    with book.locks[uid]:
         try:
             started_s = time.monotonic()
             outcome = reconcile(dict(body), memo.gateway, memo.operator_settings, utc_now(), memo.metrics,
                                 children=_children(uid, indexes),
                                 fleet=Fleet(_cluster_gpus(body, indexes), _fleet_speeds(indexes)),
-                                may_observe=_may_observe(uid, memo.operator_settings, started_s))
+                                may_observe=book.may_observe(uid, memo.operator_settings, started_s),
+                                probes=memo.get("probes") or AskNow())
             if outcome.observed:
-                _observed_at[uid] = started_s
-            (_superseded.add if outcome.superseded else _superseded.discard)(uid)
+                book.observed_at_s[uid] = started_s
+            (book.superseded.add if outcome.superseded else book.superseded.discard)(uid)
         except NamespaceTerminating as going:
             # The object goes with its namespace (deletion reaches it after its children).
             log.debug("namespace %s is being deleted or gone; not reconciling %s", going, body["metadata"]["name"])
-            _gone.add(uid)
+            book.gone.add(uid)
         except ObjectGone as gone:
             log.debug("%s is gone; not reconciling it", gone)
             if uid in indexes["llm_deployments"]:  # else its deletion was seen: nothing to skip
-                _gone.add(uid)
+                book.gone.add(uid)
         finally:
-            _last_pass[uid] = time.monotonic()
+            book.last_pass_s[uid] = time.monotonic()
 
 
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE)
 @kopf.on.resume(*RESOURCE)
 def on_change(body, memo, **kwargs) -> None:
-    _indexes_ready.set()
+    memo.book.indexes_ready.set()
     _run(body, memo, kwargs)
 
 
@@ -267,21 +253,17 @@ def resync_after_seconds(uid: str, settings: OperatorSettings) -> float:
     return settings.resync_seconds * (0.75 + 0.25 * share)
 
 
-def _may_observe(uid: str, settings: OperatorSettings, now_s: float) -> bool:
-    return uid not in _observed_at or now_s - _observed_at[uid] >= settings.observation_interval_seconds
-
-
-def _due(indexes, settings: OperatorSettings, now_s: float, now: datetime.datetime) -> list[dict]:
+def _due(book: PassBook, indexes, settings: OperatorSettings, now_s: float, now: datetime.datetime) -> list[dict]:
     """The deployments the ticker passes now."""
     due = []
     for store in list(indexes["llm_deployments"].values()):
         for body in list(store):
             uid = body["metadata"]["uid"]
-            if uid in _gone or body["metadata"]["namespace"] not in indexes["namespaces"]:
+            if uid in book.gone or body["metadata"]["namespace"] not in indexes["namespaces"]:
                 continue
-            stale = now_s - _last_pass.get(uid, 0.0) >= resync_after_seconds(uid, settings)
-            if (stale or uid in _superseded or needs_periodic_pass(body, _children(uid, indexes))
-                    or (_may_observe(uid, settings, now_s) and observation_due(body, now, settings))):
+            stale = now_s - book.last_pass_s.get(uid, 0.0) >= resync_after_seconds(uid, settings)
+            if (stale or uid in book.superseded or needs_periodic_pass(body, _children(uid, indexes))
+                    or (book.may_observe(uid, settings, now_s) and observation_due(body, now, settings))):
                 due.append(body)
     return due
 
@@ -293,6 +275,8 @@ async def start_passes(memo: kopf.Memo, settings: kopf.OperatorSettings, **index
     waits behind a tick's passes."""
     loop = asyncio.get_running_loop()
     memo.passes = PassQueue()
+    # A finished probe marks its deployment for the pass that reads the answer.
+    memo.probes = Probes(PROBE_WORKERS, lambda uid: loop.call_soon_threadsafe(memo.passes.add, uid))
 
     async def pass_forever() -> None:
         while True:
@@ -308,17 +292,17 @@ async def start_passes(memo: kopf.Memo, settings: kopf.OperatorSettings, **index
 
     async def tick_forever() -> None:
         interval = memo.operator_settings.timer_interval_seconds
-        while not _indexes_ready.is_set():
+        while not memo.book.indexes_ready.is_set():
             await asyncio.sleep(0.5)
         trimmed_s = time.monotonic()
         while True:
             await asyncio.sleep(interval)
             now_s = time.monotonic()
             if now_s - trimmed_s >= memo.operator_settings.heap_release_interval_seconds:
-                forget_unindexed(indexes)
+                forget_unindexed(memo, indexes)
                 await loop.run_in_executor(None, release_free_heap)
                 trimmed_s = now_s
-            for body in _due(indexes, memo.operator_settings, now_s, utc_now()):
+            for body in _due(memo.book, indexes, memo.operator_settings, now_s, utc_now()):
                 memo.passes.add(body["metadata"]["uid"])
 
     memo.background = [asyncio.create_task(tick_forever()),
@@ -350,6 +334,8 @@ async def serve_state_metrics(memo: kopf.Memo, **indexes) -> None:
 async def stop_passes(memo: kopf.Memo, **_) -> None:
     for task in memo.get("background") or ():
         task.cancel()
+    if memo.get("probes") is not None:
+        memo.probes.stop()
     if memo.get("metrics_server") is not None:
         await memo.metrics_server.cleanup()
 
@@ -368,26 +354,23 @@ for _child in CHILD_KINDS:
                   labels={MANAGED_BY_LABEL: "llmfleet"})(on_child_event)
 
 
-def _forget(uid: str) -> None:
+def _forget(memo, uid: str) -> None:
     """Drop what the handlers keep about one deployment."""
-    _object_locks.pop(uid, None)
-    _last_pass.pop(uid, None)
-    _observed_at.pop(uid, None)
-    _gone.discard(uid)
-    _superseded.discard(uid)
+    memo.book.forget(uid)
+    if memo.get("probes") is not None:
+        memo.probes.forget(uid)
 
 
-def forget_unindexed(indexes) -> None:
+def forget_unindexed(memo, indexes) -> None:
     """Forget the deployments the index no longer holds. One that goes with its namespace can
     vanish without `on_delete` being called (an optional handler has no finalizer to wait on),
     and what is kept about it would stay until a restart."""
     indexed = indexes["llm_deployments"]
-    for uid in {*_object_locks, *_last_pass, *_observed_at, *_gone, *_superseded}:
-        if uid not in indexed:
-            _forget(uid)
+    for uid in memo.book.known() - set(indexed):
+        _forget(memo, uid)
 
 
 @kopf.on.delete(*RESOURCE, optional=True)
-def on_delete(body, **_) -> None:
+def on_delete(body, memo, **_) -> None:
     # Children carry ownerReferences: the garbage collector removes them.
-    _forget(body["metadata"]["uid"])
+    _forget(memo, body["metadata"]["uid"])

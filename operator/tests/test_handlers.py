@@ -16,6 +16,7 @@ import yaml
 from llmfleet import handlers
 from llmfleet.handlers import filter_watches, indexed, login, on_child_event, resync_after_seconds
 from llmfleet.k8s import CHILD_KINDS, ObjectGone
+from llmfleet.passbook import PassBook
 from llmfleet.planner.cluster import GPU_POD_FIELD_SELECTOR, gpu_node, gpu_pod
 from llmfleet.render.identity import DEPLOYMENT_LABEL, MANAGED_BY_LABEL
 from llmfleet.reconcile import OperatorSettings
@@ -186,16 +187,13 @@ def test_the_ticker_passes_no_deployment_found_gone_or_whose_namespace_went():
                   "metadata": {"name": "chat", "namespace": "serving", "uid": "chat-uid"}, "spec": {}}
     indexes = {"llm_deployments": {"chat-uid": [deployment]}, "namespaces": {"serving": [True]},
                **{f"children_{kind.plural}": {} for kind in CHILD_KINDS}}
-    settings = OperatorSettings()
+    settings, book = OperatorSettings(), PassBook()
     now = datetime.datetime(2026, 12, 5, tzinfo=datetime.timezone.utc)
     never_passed_s = settings.resync_seconds * 10  # its resync is due
-    assert handlers._due(indexes, settings, never_passed_s, now) == [deployment]
-    assert handlers._due({**indexes, "namespaces": {}}, settings, never_passed_s, now) == []
-    handlers._gone.add("chat-uid")
-    try:
-        assert handlers._due(indexes, settings, never_passed_s, now) == []
-    finally:
-        handlers._gone.discard("chat-uid")
+    assert handlers._due(book, indexes, settings, never_passed_s, now) == [deployment]
+    assert handlers._due(book, {**indexes, "namespaces": {}}, settings, never_passed_s, now) == []
+    book.gone.add("chat-uid")
+    assert handlers._due(book, indexes, settings, never_passed_s, now) == []
 
 
 def test_a_pass_whose_status_write_lost_to_a_newer_version_is_passed_again_at_the_next_tick(monkeypatch):
@@ -206,53 +204,47 @@ def test_a_pass_whose_status_write_lost_to_a_newer_version_is_passed_again_at_th
     indexes = {"llm_deployments": {"lost-uid": [deployment]}, "namespaces": {"serving": [True]},
                **{f"children_{kind.plural}": {} for kind in CHILD_KINDS}}
     settings = OperatorSettings()
-    memo = kopf.Memo(gateway=None, operator_settings=settings, metrics=None)
+    memo = kopf.Memo(gateway=None, operator_settings=settings, metrics=None, book=PassBook())
     now = datetime.datetime(2026, 12, 5, tzinfo=datetime.timezone.utc)
     outcomes = iter([Outcome(superseded=True), Outcome()])
     monkeypatch.setattr(handlers, "reconcile", lambda *args, **kwargs: next(outcomes))
-    try:
-        handlers._run(deployment, memo, indexes)  # lost its write: due although just passed
-        assert handlers._due(indexes, settings, time.monotonic(), now) == [deployment]
-        handlers._run(deployment, memo, indexes)  # written: due no more
-        assert handlers._due(indexes, settings, time.monotonic(), now) == []
-    finally:
-        handlers._forget("lost-uid")
+    handlers._run(deployment, memo, indexes)  # lost its write: due although just passed
+    assert handlers._due(memo.book, indexes, settings, time.monotonic(), now) == [deployment]
+    handlers._run(deployment, memo, indexes)  # written: due no more
+    assert handlers._due(memo.book, indexes, settings, time.monotonic(), now) == []
 
 
 def test_a_pass_that_finds_its_deployment_gone_stops_the_ticker_marking_it(monkeypatch):
     deployment = {"apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
                   "metadata": {"name": "chat", "namespace": "gone", "uid": "gone-uid"}, "spec": {}}
     indexes = {"llm_deployments": {"gone-uid": [deployment]}, **{f"children_{kind.plural}": {} for kind in CHILD_KINDS}}
-    memo = kopf.Memo(gateway=None, operator_settings=OperatorSettings(), metrics=None)
+    memo = kopf.Memo(gateway=None, operator_settings=OperatorSettings(), metrics=None, book=PassBook())
 
     def status_patch_refused(*_, **__):
         raise ObjectGone("gone/chat")  # as the gateway says a 404 on the status patch
 
     monkeypatch.setattr(handlers, "reconcile", status_patch_refused)
-    try:
-        handlers._run(deployment, memo, indexes)
-        assert "gone-uid" in handlers._gone
-        handlers._gone.discard("gone-uid")
-        # Its deletion already seen (no longer indexed): nothing is kept about it.
-        handlers._run(deployment, memo, {**indexes, "llm_deployments": {}})
-        assert "gone-uid" not in handlers._gone
-    finally:
-        handlers._gone.discard("gone-uid")
+    handlers._run(deployment, memo, indexes)
+    assert "gone-uid" in memo.book.gone
+    memo.book.gone.discard("gone-uid")
+    # Its deletion already seen (no longer indexed): nothing is kept about it.
+    handlers._run(deployment, memo, {**indexes, "llm_deployments": {}})
+    assert "gone-uid" not in memo.book.gone
 
 
 def test_what_is_kept_about_a_deployment_goes_when_the_index_no_longer_holds_it():
     kept = {"metadata": {"name": "chat", "namespace": "serving", "uid": "kept-uid"}}
     indexes = {"llm_deployments": {"kept-uid": [kept]}}
-    try:
-        for uid in ("kept-uid", "went-uid"):
-            handlers._last_pass[uid] = handlers._observed_at[uid] = 1.0
-            handlers._gone.add(uid)
-            assert handlers._object_locks[uid]
-        handlers.forget_unindexed(indexes)
-        for kept_about_one in (handlers._last_pass, handlers._observed_at, handlers._gone, handlers._object_locks):
-            assert "went-uid" not in kept_about_one and "kept-uid" in kept_about_one
-    finally:
-        handlers.forget_unindexed({"llm_deployments": {}})
+    memo = kopf.Memo(book=PassBook())
+    book = memo.book
+    for uid in ("kept-uid", "went-uid"):
+        book.last_pass_s[uid] = book.observed_at_s[uid] = 1.0
+        book.gone.add(uid)
+        book.superseded.add(uid)
+        assert book.locks[uid]
+    handlers.forget_unindexed(memo, indexes)
+    for kept_about_one in (book.last_pass_s, book.observed_at_s, book.gone, book.superseded, book.locks):
+        assert "went-uid" not in kept_about_one and "kept-uid" in kept_about_one
 
 
 def test_pods_in_a_namespace_that_went_hold_no_gpus_for_a_plan():

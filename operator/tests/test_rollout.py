@@ -4,6 +4,8 @@ revision, pruning, conditions, status that is all a restarted operator needs).""
 from __future__ import annotations
 
 import copy
+import threading
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -320,7 +322,7 @@ def analysed(revision: str, generation: int, status: dict | None = None) -> dict
 
 
 def test_the_reconcile_pass_asks_for_samples_when_due_and_records_the_verdict():
-    from llmfleet.reconcile.due import AnalysisQuery, analysis_query
+    from llmfleet.reconcile.due import analysis_query
 
     stable, warming, children = canary_started(analysed)
     analysing_now = decide_pass(analysed("v2", 2, warming.status), children, SETTINGS, NOW + timedelta(seconds=5))
@@ -328,7 +330,8 @@ def test_the_reconcile_pass_asks_for_samples_when_due_and_records_the_verdict():
 
     body = analysed("v2", 2, analysing_now.status)
     later = NOW + timedelta(seconds=45)
-    assert analysis_query(Context.of(body, [], SETTINGS, later)) == AnalysisQuery(
+    query = analysis_query(Context.of(body, [], SETTINGS, later))
+    assert (query.stable_revision, query.canary_revision, query.step_elapsed_seconds) == (
         stable.status["stableRevision"], warming.status["currentRevision"], 40)
     slow = Samples(RevisionSample(100.0, 0.0, 200.0), RevisionSample(100.0, 0.0, 500.0), 40)
     judged = decide_pass(body, children, SETTINGS, later, samples=slow)
@@ -619,3 +622,53 @@ def test_the_stable_revisions_own_service_serves_the_canary_and_goes_when_routin
     unrouted = decide_pass(manifest("v2", 3, running.status), children, SETTINGS, NOW + timedelta(seconds=20))
     assert service_a in unrouted.delete
     assert children[1] not in unrouted.delete, "the stable revision's Deployment still serves"
+
+
+class HungGoldenGateway:
+    """Writes go nowhere; listing the canary's pods for the golden prompts hangs until released."""
+
+    def __init__(self):
+        self.released = threading.Event()
+        self.listing = threading.Event()
+
+    def ensure(self, manifest):
+        pass
+
+    def apply(self, manifest, live=None):
+        pass
+
+    def delete(self, child):
+        pass
+
+    def patch_status(self, namespace, name, status, resource_version=None):
+        return True
+
+    def emit_event(self, obj, event_type, reason, message):
+        pass
+
+    def list_pods(self, namespace, selector):
+        self.listing.set()
+        self.released.wait(60)
+        return []
+
+
+def test_a_hung_golden_prompt_gate_holds_neither_its_pass_nor_another_deployments():
+    from llmfleet.reconcile import Probes, reconcile
+
+    _, warming, children = canary_started(checked)
+    body = checked("v2", 2, warming.status)
+    finished = threading.Event()
+    probes, kube = Probes(1, lambda uid: finished.set()), HungGoldenGateway()
+    try:
+        started_s = time.monotonic()
+        held = reconcile(copy.deepcopy(body), kube, SETTINGS, NOW + timedelta(seconds=5), children=children,
+                         probes=probes)
+        assert kube.listing.wait(10), "the golden prompts were never asked"
+        other = reconcile(manifest("v1", 1), kube, SETTINGS, NOW, probes=probes)
+        assert time.monotonic() - started_s < 10
+        assert held.status["canary"]["phase"] == "Warming" and other.status["currentRevision"]
+        assert not finished.is_set()
+    finally:
+        kube.released.set()
+        probes.stop()
+    assert finished.wait(10), "the probe's end marks the deployment for the pass that reads its answer"

@@ -91,6 +91,13 @@ class AnalysisQuery:
     stable_revision: str
     canary_revision: str
     step_elapsed_seconds: int
+    step_started: datetime | None = None
+    last_evaluated: datetime | None = None
+
+    @property
+    def evaluation(self) -> tuple:
+        """Which evaluation this is, whatever the second it is asked in."""
+        return self.stable_revision, self.canary_revision, self.step_started, self.last_evaluated
 
 
 def analysis_query(ctx: Context) -> AnalysisQuery | None:
@@ -102,7 +109,7 @@ def analysis_query(ctx: Context) -> AnalysisQuery | None:
     if state.step_index >= len(steps) or not analysis_due(state, steps[state.step_index], ctx.now):
         return None
     elapsed = int((ctx.now - state.step_started).total_seconds()) if state.step_started else 0
-    return AnalysisQuery(state.stable_revision, state.canary_revision, elapsed)
+    return AnalysisQuery(state.stable_revision, state.canary_revision, elapsed, state.step_started, state.evaluated)
 
 
 @dataclass(frozen=True)

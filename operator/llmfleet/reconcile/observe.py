@@ -5,57 +5,63 @@ from __future__ import annotations
 from llmfleet.inference import ask_golden_prompts
 from llmfleet.inference.golden import Replica
 from llmfleet.metrics import metrics_windows
+from llmfleet.metrics.cadence import MetricsWindows
 from llmfleet.planner.spec_adapter import serving_release
 from llmfleet.reconcile import due
 from llmfleet.reconcile.context import BUILD_COMPONENT, SERVER_COMPONENT, Context
 from llmfleet.reconcile.observations import Fleet, Observations
 from llmfleet.reconcile.pods import last_build_failure, not_ready_reason
+from llmfleet.reconcile.probes import AskNow, Asks
 from llmfleet.render.identity import COMPONENT_LABEL, REVISION_LABEL, selector_labels
 from llmfleet.render.layout import GRPC_PORT, REQUEST_MODEL
 from llmfleet.rollout import Samples
 from llmfleet.rollout.quality import GoldenAnswers, parse_prompts
 
 
-def observe(ctx: Context, kube, metrics, fleet: Fleet, may_observe: bool = True) -> Observations:
+def observe(ctx: Context, kube, metrics, fleet: Fleet, may_observe: bool = True, probes: Asks = AskNow()
+            ) -> Observations:
     """Read what the pass will use, and nothing else. `metrics` (a PrometheusMetrics, or None) is
     read only when the deployment autoscales, a canary analysis is due, or its traffic is to be
-    observed (`due.observation_due`, and `may_observe`: the caller's pacing)."""
+    observed (`due.observation_due`, and `may_observe`: the caller's pacing). The canary's
+    analysis and golden prompts are asked of `probes`: their answers may come in a later pass."""
     deployment = ctx.deployment
     release = serving_release(deployment.spec) if deployment is not None else None
     if release is None:  # an invalid spec: decide says why, nothing to read
         return Observations(fleet=fleet)
-    namespace, name = ctx.namespace, ctx.name
-    autoscaled = deployment.spec.autoscaling.enabled
-    analysis = due.analysis_query(ctx)
+    namespace, name, uid = ctx.namespace, ctx.name, ctx.metadata.get("uid", ctx.name)
+    request_model = REQUEST_MODEL[release.runtime]
+
+    def windows() -> MetricsWindows:
+        # Every window follows from how often Prometheus scrapes these pods.
+        cadence = metrics.scrape_cadence(namespace, name, ctx.now, ctx.settings.scrape_interval_seconds)
+        return metrics_windows(cadence, ctx.settings.observation_window_seconds)
+
     observe_revision = (due.observation_due(ctx.body, ctx.now, ctx.settings)
                         if may_observe and metrics is not None else None)
-    windows = None
-    if metrics is not None and (autoscaled or analysis is not None or observe_revision):
-        # Every window of this pass follows from how often Prometheus scrapes these pods.
-        windows = metrics_windows(metrics.scrape_cadence(namespace, name, ctx.now, ctx.settings.scrape_interval_seconds),
-                                  ctx.settings.observation_window_seconds)
-    snapshot = None
-    if autoscaled and windows is not None:
-        snapshot = metrics.snapshot(namespace, name, windows.rate.seconds, ctx.now, release.metrics,
-                                    windows.cadence.interval_seconds)
+    autoscaled = deployment.spec.autoscaling.enabled and metrics is not None
+    read_now = windows() if autoscaled or observe_revision else None
+    analysis = due.analysis_query(ctx)
     samples = None
-    if analysis is not None:
-        samples = (metrics.revision_samples(namespace, name, analysis.stable_revision, analysis.canary_revision,
-                                            windows.analysis_seconds(analysis.step_elapsed_seconds), ctx.now,
-                                            REQUEST_MODEL[release.runtime])
-                   if windows is not None else Samples(error="no Prometheus URL configured"))
+    if analysis is not None and metrics is None:
+        samples = Samples(error="no Prometheus URL configured")
+    elif analysis is not None:
+        samples = probes.answer(uid, "analysis", analysis.evaluation, lambda: metrics.revision_samples(
+            namespace, name, analysis.stable_revision, analysis.canary_revision,
+            windows().analysis_seconds(analysis.step_elapsed_seconds), ctx.now, request_model))
     quality = due.quality_query(ctx)
     # The canary's pods are listed (and asked) only once its Deployment reports them ready.
-    golden = (golden_answers(kube, ctx, quality, REQUEST_MODEL[release.runtime])
+    golden = (probes.answer(uid, "golden", quality, lambda: golden_answers(kube, ctx, quality, request_model))
               if quality is not None and ctx.children.ready(quality.canary_revision) >= quality.canary_replicas
               else None)
     asked = due.overdue_canary(ctx) or due.short_of_ready(ctx.body, ctx.children)
     failing = due.failing_build(ctx)
     return Observations(
-        snapshot=snapshot, samples=samples, golden=golden,
+        snapshot=(metrics.snapshot(namespace, name, read_now.rate.seconds, ctx.now, release.metrics,
+                                   read_now.cadence.interval_seconds) if autoscaled else None),
+        samples=samples, golden=golden,
         not_ready_reason=not_ready_reason(_pods_of(kube, ctx, asked)) if asked else None,
         build_failure=last_build_failure(_pods_of(kube, ctx, failing, BUILD_COMPONENT)) if failing else None,
-        workload=(metrics.observed_workload(namespace, name, observe_revision, windows.observation.seconds, ctx.now,
+        workload=(metrics.observed_workload(namespace, name, observe_revision, read_now.observation.seconds, ctx.now,
                                             release.metrics) if observe_revision else None),
         fleet=fleet)
 

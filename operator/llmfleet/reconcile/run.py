@@ -13,6 +13,7 @@ from llmfleet.reconcile.decide import decide
 from llmfleet.reconcile.events import WARNING
 from llmfleet.reconcile.observations import Fleet
 from llmfleet.reconcile.observe import observe
+from llmfleet.reconcile.probes import AskNow, Asks
 from llmfleet.reconcile.status import Outcome, dump_conditions
 from llmfleet.settings import OperatorSettings
 
@@ -31,12 +32,14 @@ def refused_write_status(status: dict, message: str, now: datetime) -> dict:
 
 
 def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metrics=None,
-              children: list[dict] = (), fleet: Fleet | None = None, may_observe: bool = True) -> Outcome:
+              children: list[dict] = (), fleet: Fleet | None = None, may_observe: bool = True,
+              probes: Asks = AskNow()) -> Outcome:
     """Bring the cluster to the state `decide` wants for this LLMDeployment. `children` are the
     objects it owns and `fleet` what the operator's indexes know of the others; `metrics` a
-    PrometheusMetrics or None; `may_observe` the caller's pacing of traffic observations."""
+    PrometheusMetrics or None; `may_observe` the caller's pacing of traffic observations;
+    `probes` who answers the slow questions (the operator's run off the pass)."""
     ctx = Context.of(body, children, settings, now)
-    observations = observe(ctx, kube, metrics, fleet or Fleet(), may_observe)
+    observations = observe(ctx, kube, metrics, fleet or Fleet(), may_observe, probes)
     result = decide(ctx, observations)
     result.observed = observations.workload is not None
     live = {(child["kind"], child["metadata"]["name"]): child for child in ctx.children.all}
