@@ -6,7 +6,7 @@ row), writes it to docs/benchmarks/calibration.md and appends that error to
 docs/benchmarks/calibration-log.md. The holdout rows are no longer held out (read after every
 change of the model; docs/planner.md, Calibration): their error guards against regressions only. With --write it also writes the
 fitted factor values and the '# fitted:' line into operator/llmfleet/catalog/calibration.yaml,
-leaving the rest of that file as it is. The fitting itself is llmfleet.planner.calibration_fit.
+leaving the rest of that file as it is. The fitting itself is llmfleet_dev.calibration_fit.
 Run: .venv/bin/python benchmarks/fit_calibration.py [--write]
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import llmfleet.catalog
 from bench_sandbox import commit
 from llmfleet.catalog import load_catalog
-from llmfleet.planner import calibration_fit as cf
+from llmfleet_dev import calibration_fit as cf
 
 REPO = Path(__file__).resolve().parent.parent
 REPORT = REPO / "docs" / "benchmarks" / "calibration.md"
@@ -282,7 +282,7 @@ def report(command: str, catalog, rows, fitted, free, folds, yaml_values) -> str
         "# Calibration fit", "",
         f"Written by `{command}`; rerun with `{COMMAND} [--write]` (`--write` also writes the fitted "
         "factors into `operator/llmfleet/catalog/calibration.yaml`). Functions: "
-        "`operator/llmfleet/planner/calibration_fit.py`; method in its docstring and in "
+        "`operator/llmfleet_dev/calibration_fit.py`; method in its docstring and in "
         "`docs/planner.md` (section Calibration).", "",
         f"Rows: the {len(rows)} measurements declared in `calibration.yaml`, by page and GPU/format (each "
         "row's `source` there names its table, row and column):", "",

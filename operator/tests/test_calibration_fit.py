@@ -1,4 +1,4 @@
-"""The calibration fit (llmfleet.planner.calibration_fit) on the rows declared in calibration.yaml, and
+"""The calibration fit (llmfleet_dev.calibration_fit) on the rows declared in calibration.yaml, and
 its error on the held-out rows of calibration_holdout.yaml."""
 
 import dataclasses
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from llmfleet.catalog import load_catalog
-from llmfleet.planner import calibration_fit as cf
+from llmfleet_dev import calibration_fit as cf
 from llmfleet.planner import estimate
 
 CATALOG = load_catalog()

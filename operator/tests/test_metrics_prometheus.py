@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from llmfleet.catalog.release_record import RUNTIME_RELEASES, check_metric, load_release_record
+from llmfleet.catalog.release_record import RUNTIME_RELEASES, load_release_record
 from llmfleet.autoscale import MetricsFailure
 from llmfleet.metrics import PrometheusMetrics
 from llmfleet.metrics.cadence import CadenceSource
@@ -28,6 +28,7 @@ from llmfleet.metrics.connection import PrometheusConnection
 from llmfleet.metrics.prometheus import deployment_queries
 from llmfleet.render.identity import DEPLOYMENT_LABEL, REVISION_LABEL, fit_name
 from llmfleet.render.layout import TTFT_HISTOGRAM_BUCKETS_MS
+from llmfleet_dev.release_checks import check_metric
 from llmfleet_sandbox import certs
 from llmfleet_sandbox import prometheus as sandbox_prometheus
 from llmfleet_sandbox.config import PROMETHEUS_USERNAME, Ports, SandboxConfig

@@ -14,9 +14,10 @@ import pytest
 import yaml
 
 from llmfleet.api import crdgen
-from llmfleet.catalog.release_record import RUNTIME_RELEASES, check_metric, load_release_record
+from llmfleet.catalog.release_record import RUNTIME_RELEASES, load_release_record
 from llmfleet.render import monitoring
 from llmfleet.state_metrics import GAUGES, exposition, slo_bucket_bound_ms
+from llmfleet_dev.release_checks import check_metric
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RULES = REPO_ROOT / monitoring.RULES_PATH

@@ -1,4 +1,4 @@
-"""The release-record checker (llmfleet.catalog.release_record) on small synthetic records and configs.
+"""The release-record checks (llmfleet_dev.release_checks) on small synthetic records and configs.
 
 Each test removes or breaks one thing a check exists for, so deleting that check fails a test. The checker
 is deliberately not run on today's render output here (it reports known defects fixed in a later change).
@@ -8,13 +8,11 @@ import re
 
 import pytest
 
-from llmfleet.catalog.release_record import (
-    RUNTIME_RELEASES,
-    ReleaseError,
-    release_for,
-    check_build_command, check_image_paths, check_metric, check_model_repository,
-    check_quantize_command, check_tritonserver_command, load_release_record, parse_record, read_pbtxt)
+from llmfleet.catalog.release_record import RUNTIME_RELEASES, ReleaseError, load_release_record, parse_record, release_for
 from llmfleet.render.pbtxt import Symbol, string_parameters, to_pbtxt
+from llmfleet_dev.release_checks import (
+    check_build_command, check_image_paths, check_metric, check_model_repository,
+    check_quantize_command, check_tritonserver_command, read_pbtxt)
 
 INT32, STRING = Symbol("TYPE_INT32"), Symbol("TYPE_STRING")
 

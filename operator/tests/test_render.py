@@ -18,7 +18,11 @@ import yaml
 from llmfleet.api import LLMDeployment
 from llmfleet.planner import plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec
-from llmfleet.catalog.release_record import (
+from llmfleet.catalog.release_record import load_release_record
+from llmfleet.render import RenderError, RenderSettings, engine_cache_key, render, revision_hash
+from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION, model_repository_files
+from llmfleet.render.pod import engine_cache_claim
+from llmfleet_dev.release_checks import (
     check_build_command,
     check_image_paths,
     check_model_code_paths,
@@ -26,11 +30,7 @@ from llmfleet.catalog.release_record import (
     check_mpirun_command,
     check_quantize_command,
     check_tritonserver_command,
-    load_release_record,
 )
-from llmfleet.render import RenderError, RenderSettings, engine_cache_key, render, revision_hash
-from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION, model_repository_files
-from llmfleet.render.pod import engine_cache_claim
 
 GOLDEN_DIR = Path(__file__).parent / "golden" / "render"
 RENDER_PACKAGE = Path(__file__).parents[1] / "llmfleet" / "render"

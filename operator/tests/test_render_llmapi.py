@@ -7,18 +7,17 @@ import pytest
 import yaml
 
 from llmfleet.api import LLMDeployment
-from llmfleet.catalog.release_record import (
-    check_model_code_paths,
-    check_model_repository,
-    check_model_yaml,
-    check_mpirun_command,
-    check_tritonserver_command,
-    load_release_record,
-)
+from llmfleet.catalog.release_record import check_model_yaml, load_release_record
 from llmfleet.planner import plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec
 from llmfleet.render import RenderSettings, engine_cache_key, render, revision_hash
 from llmfleet.render.layout import checkpoint_dir
+from llmfleet_dev.release_checks import (
+    check_model_code_paths,
+    check_model_repository,
+    check_mpirun_command,
+    check_tritonserver_command,
+)
 
 RECORD = load_release_record("llmapi-25.05")
 

@@ -2,8 +2,8 @@
 
 Pure (no I/O, no clock): `benchmarks/fit_calibration.py` is the command line over these
 functions and `operator/tests/test_calibration_fit.py` checks the repository's calibration with
-them. The module sits in the planner, not in the catalog, because it evaluates the planner's
-`estimate()`; the catalog stays data only.
+them. It evaluates the planner's `estimate()` but lives in the development package, out of the
+operator image, because only that command and that test run it; the catalog stays data only.
 
 What is fitted, in two stages:
 1. the shared factors (`SHARED_GRIDS`) to the base rows (`base_rows`: dense models on Hopper, at
