@@ -9,11 +9,12 @@ import subprocess
 
 import pytest
 from llmfleet.api import InvalidSpecError, LLMDeployment
-from llmfleet.catalog.client_record import check_download_container, load_client_record
+from llmfleet.catalog.client_record import load_client_record
 from llmfleet.planner import plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec
 from llmfleet.render import RenderSettings, render, revision_hash
 from llmfleet.render.layout import BUILD_COMPLETE_MARKER
+from llmfleet_dev.client_checks import check_download_container
 from llmfleet_sandbox.images import resolve
 
 RECORD = load_client_record()

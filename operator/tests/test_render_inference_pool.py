@@ -8,11 +8,12 @@ import pytest
 import yaml
 
 from llmfleet.api import LLMDeployment
-from llmfleet.catalog.router_record import check_endpoint_picker, check_inference_pool, load_router_record
+from llmfleet.catalog.router_record import load_router_record
 from llmfleet.planner import plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec
 from llmfleet.render import RenderSettings, namespace_prerequisites, render, revision_hash
 from llmfleet.render.inference_pool import PICKER_SERVICE_ACCOUNT
+from llmfleet_dev.router_checks import check_endpoint_picker, check_inference_pool
 from test_render import manifest
 
 RECORD = load_router_record()

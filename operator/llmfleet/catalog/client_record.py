@@ -1,14 +1,13 @@
-"""The upstream record of the object-store download client (``clients/<name>.yaml``), and a pure
-check of a rendered download container against it: image, shell, the flags of its `aws s3 sync`
-line and the environment variables the client reads. Facts carry their upstream source."""
+"""The upstream record of the object-store download client (``clients/<name>.yaml``): image, shell,
+the flags of `aws s3 sync` and the environment variables the client reads. Facts carry their
+upstream source; the tests check rendered download containers against it with
+``llmfleet_dev.client_checks``."""
 
 from __future__ import annotations
 
 import functools
-import shlex
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Iterable, Mapping
 
 import yaml
 
@@ -37,34 +36,3 @@ def load_client_record(name: str = OBJECT_STORE_CLIENT) -> ClientRecord:
         global_flags=frozenset(entry["name"] for entry in raw["global_flags"]),
         s3_sync_flags=frozenset(entry["name"] for entry in raw["s3_sync_flags"]),
         environment=frozenset(entry["name"] for entry in raw["environment"]))
-
-
-def _sync_flags(script: str) -> list[list[str]]:
-    """The flags of each `aws s3 sync` line of a shell script (a `${VAR:+--flag ...}` counts)."""
-    lines = []
-    for line in script.replace("\\\n", " ").splitlines():
-        words = shlex.split(line.replace("${", " ").replace(":+", " ").replace("}", " "))
-        if words[:3] == ["aws", "s3", "sync"]:
-            lines.append([word for word in words[3:] if word.startswith("--")])
-    return lines
-
-
-def check_download_container(record: ClientRecord, container: Mapping[str, Any]) -> list[str]:
-    """Mismatches between a rendered download container and the client's record."""
-    problems = []
-    if container.get("image") != record.image:
-        problems.append(f"image {container.get('image')!r} is not the recorded {record.image!r}")
-    command: Iterable[str] = container.get("command") or ()
-    command = list(command)
-    if command[:1] != [record.shell]:
-        problems.append(f"command runs {command[:1]}, not the image's shell {record.shell}")
-    syncs = _sync_flags(command[-1] if command else "")
-    if not syncs:
-        problems.append("no `aws s3 sync` line in the command")
-    known = record.global_flags | record.s3_sync_flags
-    problems += [f"aws s3 sync: flag {flag} not in the record" for flags in syncs for flag in flags
-                 if flag not in known]
-    problems += [f"environment: {item['name']} is not a variable the client reads"
-                 for item in container.get("env") or () if item["name"].startswith("AWS_")
-                 and item["name"] not in record.environment]
-    return problems
