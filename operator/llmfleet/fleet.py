@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from llmfleet.gpu_discovery import GPU_PRODUCT_LABEL
 from llmfleet.planner.cluster import GpuUse, gpu_node, gpu_pod, gpu_use
 from llmfleet.render.identity import DEPLOYMENT_LABEL
 
@@ -63,7 +64,7 @@ def fleet_status(gpus: list[GpuUse], deployments: list[dict],
         ("TYPE", "NODES", "GPUS", "USED", "FREE"),
         [(g.gpu_type, str(g.nodes), str(g.allocatable), str(g.held), str(g.allocatable - g.held)) for g in gpus])]
     if not gpus:
-        lines.append("  no GPU node (none with the nvidia.com/gpu.product label is Ready and schedulable)")
+        lines.append(f"  no GPU node (none with the {GPU_PRODUCT_LABEL} label is Ready and schedulable)")
     where = (f"share of first tokens within the TTFT target over the last {window_seconds} s"
              if window_seconds is not None else "no Prometheus URL given")
     lines += ["", f"LLMDeployments (attainment: {where})"]

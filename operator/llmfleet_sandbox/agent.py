@@ -21,8 +21,9 @@ import urllib3
 from kubernetes import client, config as kube_config, watch
 from kubernetes.client.exceptions import ApiException
 
+from llmfleet.gpu_discovery import GPU_RESOURCE
 from llmfleet_sandbox import faults, gpus, network
-from llmfleet_sandbox.config import SandboxConfig
+from llmfleet_sandbox.config import SANDBOX_LABEL, SandboxConfig
 from llmfleet_sandbox.podworker import PodWorker, rfc3339
 
 LEASE_NAMESPACE = "kube-node-lease"
@@ -44,7 +45,7 @@ FINAL_DELETE_RETRY_SECONDS = 300
 # wait for the server to close it. The read timeout catches a stream the server went silent on.
 POD_WATCH_SECONDS = 60
 POD_WATCH_READ_TIMEOUT_SECONDS = 90
-GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 
 
 class NodeAgent:
@@ -175,7 +176,7 @@ class NodeAgent:
                     "kubernetes.io/hostname": node_name,
                     "kubernetes.io/os": "linux",
                     "kubernetes.io/arch": "amd64",
-                    "llmfleet.io/sandbox": "true",
+                    SANDBOX_LABEL: "true",
                     **gpu,
                 },
             },
@@ -188,7 +189,7 @@ class NodeAgent:
         now = rfc3339()
         capacity = {"cpu": NODE_CPU, "memory": NODE_MEMORY, "pods": NODE_MAX_PODS, "ephemeral-storage": "1Ti"}
         if self._is_gpu_node(node_name):
-            capacity["nvidia.com/gpu"] = str(self.config.gpus_per_node)
+            capacity[GPU_RESOURCE] = str(self.config.gpus_per_node)
         healthy = [("MemoryPressure", "False", "KubeletHasSufficientMemory"),
                    ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
                    ("PIDPressure", "False", "KubeletHasSufficientPID"),

@@ -13,6 +13,8 @@ from pathlib import Path
 DEFAULT_GPU_TYPE = "H100-SXM-80GB"
 
 CLUSTER_DOMAIN = "cluster.local"
+# On the objects the sandbox makes for itself (its nodes, its storage class), not the product's.
+SANDBOX_LABEL = "llmfleet.io/sandbox"
 # Sandboxes side by side on one machine: instance N has its own bridge, subnets and ports.
 MAX_INSTANCE = 9
 # Between two instances' ports, so that no default port of one is another's.

@@ -14,11 +14,11 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from llmfleet.render.identity import DEPLOYMENT_LABEL, REVISION_LABEL
+
 FAULTS_FILE = "faults.json"
 POWERED_OFF_FILE = "nodes-powered-off.json"
 UNSCRAPED_FILE = "pods-unscraped.json"
-DEPLOYMENT_LABEL = "llmfleet.io/deployment"
-REVISION_LABEL = "llmfleet.io/revision"
 # Every prefill and decode cost of the emulated engine is multiplied by this.
 SLOWDOWN_VARIABLE = "LLMFLEET_SANDBOX_SLOWDOWN"
 # Added to the chance that an output position leaves the model's reference answer.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from llmfleet.catalog import load_catalog
+from llmfleet.gpu_discovery import GPU_COUNT_LABEL, GPU_MEMORY_LABEL, GPU_PRESENT_LABEL, GPU_PRODUCT_LABEL
 
 
 def gfd_labels(gpu_type: str, gpu_count: int) -> dict[str, str]:
@@ -12,8 +13,8 @@ def gfd_labels(gpu_type: str, gpu_count: int) -> dict[str, str]:
         raise ValueError(f'unknown GPU type "{gpu_type}"; choose one of: {", ".join(known)}')
     gpu = catalog.gpu(gpu_type)
     return {
-        "nvidia.com/gpu.present": "true",
-        "nvidia.com/gpu.product": gpu.gfd_product,
-        "nvidia.com/gpu.memory": str(gpu.memory_mib),
-        "nvidia.com/gpu.count": str(gpu_count),
+        GPU_PRESENT_LABEL: "true",
+        GPU_PRODUCT_LABEL: gpu.gfd_product,
+        GPU_MEMORY_LABEL: str(gpu.memory_mib),
+        GPU_COUNT_LABEL: str(gpu_count),
     }

@@ -28,6 +28,7 @@ import urllib3
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
+from llmfleet.gpu_discovery import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from llmfleet_sandbox import faults, images, network, rootfs
 from llmfleet_sandbox.config import SandboxConfig
 from llmfleet_sandbox.probes import ProbeState, new_probe, run_lifecycle_hook, run_probe
@@ -49,7 +50,6 @@ EXIT_CODE_SIGNAL_OFFSET = 128
 TERMINATION_MESSAGE_MAX_BYTES = 2048
 TERMINATION_MESSAGE_MAX_LINES = 80
 NSENTER = shutil.which("nsenter") or "nsenter"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 # The kubelet's reason for a pod it cannot admit (e.g. its device manager has too few GPUs left).
 ADMISSION_ERROR_REASON = "UnexpectedAdmissionError"
 
@@ -223,7 +223,7 @@ class PodWorker(threading.Thread):
         requested = self._gpu_request()
         self.gpu_indices = self.agent.allocate_gpus(self.node_name, self.uid, requested)
         if len(self.gpu_indices) < requested:
-            return (f"Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. "
+            return (f"Allocate failed due to requested number of devices unavailable for {GPU_RESOURCE}. "
                     f"Requested: {requested}, Available: {len(self.gpu_indices)}, which is unexpected")
         return None
 
@@ -248,7 +248,7 @@ class PodWorker(threading.Thread):
         for container in self.pod["spec"]["containers"]:
             resources = container.get("resources") or {}
             limits = resources.get("limits") or resources.get("requests") or {}
-            total += int(limits.get("nvidia.com/gpu", 0))
+            total += int(limits.get(GPU_RESOURCE, 0))
         return total
 
     def _ensure_volumes(self) -> bool:

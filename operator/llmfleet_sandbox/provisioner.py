@@ -31,7 +31,7 @@ from pathlib import Path
 from kubernetes import client, config as kube_config, watch
 from kubernetes.client.exceptions import ApiException
 
-from llmfleet_sandbox.config import SandboxConfig
+from llmfleet_sandbox.config import SANDBOX_LABEL, SandboxConfig
 
 PROVISIONER_NAME = "sandbox.llmfleet.io/local"
 STORAGE_CLASS_NAME = "sandbox-local"
@@ -50,7 +50,7 @@ def storage_class_manifest() -> dict:
         "kind": "StorageClass",
         "metadata": {"name": STORAGE_CLASS_NAME,
                      "annotations": {DEFAULT_CLASS_ANNOTATION: "true"},
-                     "labels": {"llmfleet.io/sandbox": "true"}},
+                     "labels": {SANDBOX_LABEL: "true"}},
         "provisioner": PROVISIONER_NAME,
         "reclaimPolicy": "Delete",
         "volumeBindingMode": "Immediate",

@@ -14,12 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llmfleet.catalog import Catalog, load_catalog
+from llmfleet.gpu_discovery import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from llmfleet.planner.types import ClusterGpus, GpuCapacity
 
-# GPU Feature Discovery's product label and the device plugin's resource: the planner counts
-# them here, render places pods by them (render/pod.py).
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-GPU_RESOURCE = "nvidia.com/gpu"
 FINISHED_PHASES = ("Succeeded", "Failed")
 
 

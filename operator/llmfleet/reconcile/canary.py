@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 from llmfleet.api import LLMDeploymentSpec, Reason
 from llmfleet.api.status import CanaryPhase, CanaryStatus
+from llmfleet.gpu_discovery import GPU_RESOURCE
 from llmfleet.planner.types import Plan
 from llmfleet.reconcile.build import BuildState
 from llmfleet.reconcile.context import Context
 from llmfleet.reconcile.events import Event
 from llmfleet.reconcile.observations import Observations
 from llmfleet.reconcile.plan import dump
-from llmfleet.render.pod import GPU_RESOURCE
 from llmfleet.rollout import CanaryState, Command, Observed, Split, advance, judge, supersede
 from llmfleet.rollout import Outcome as AnalysisOutcome
 from llmfleet.rollout.quality import judge_quality

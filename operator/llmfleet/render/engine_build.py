@@ -15,6 +15,7 @@ from llmfleet.api.spec import HUGGING_FACE_SCHEME, SOURCE_REQUIRED_MESSAGE
 from llmfleet.catalog import load_catalog
 from llmfleet.catalog.client_record import load_client_record
 from llmfleet.catalog.release_record import ReleaseRecord, UpstreamFile
+from llmfleet.gpu_discovery import GPU_RESOURCE
 from llmfleet.planner.types import Plan
 from llmfleet.render import layout, llmapi, pod
 from llmfleet.render.identity import serving_image
@@ -304,13 +305,13 @@ def engine_build_job(deployment: LLMDeployment, plan: Plan, key: str, metadata: 
     init_containers = ([_upstream_code(release, settings)] if builds else []) + (
         [_download_container(deployment, key, settings)] if downloads else [])
     requests = ({"cpu": str(CPU_PER_GPU * gpus), "memory": f"{MEMORY_PER_GPU_GIB * gpus}Gi",
-                 pod.GPU_RESOURCE: str(gpus)} if builds else
+                 GPU_RESOURCE: str(gpus)} if builds else
                 {"cpu": str(PREPARE_CPU), "memory": f"{PREPARE_MEMORY_GIB}Gi"})
     job_container = {
         "name": CONTAINER if builds else PREPARE_CONTAINER,
         "image": serving_image(deployment.spec),
         **(_build_container(deployment, plan, key) if builds else _prepare_container(deployment, plan, key, release)),
-        "resources": {"requests": requests, **({"limits": {pod.GPU_RESOURCE: str(gpus)}} if builds else {})},
+        "resources": {"requests": requests, **({"limits": {GPU_RESOURCE: str(gpus)}} if builds else {})},
         "volumeMounts": [pod.engine_cache_mount(read_only=False), pod.tmp_mount(),
                          *([] if downloads else token_mounts), *source_mounts,
                          *([{"name": UPSTREAM_CODE_VOLUME, "mountPath": UPSTREAM_CODE_PATH, "readOnly": True}]

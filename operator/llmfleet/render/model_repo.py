@@ -55,7 +55,7 @@ def cpu_instances(count: int) -> list[dict[str, Any]]:
 
 def ttft_histogram() -> dict[str, Any]:
     return {"metric_control": [{
-        "metric_identifier": {"family": "nv_inference_first_response_histogram_ms"},
+        "metric_identifier": {"family": layout.TTFT_HISTOGRAM},
         "histogram_options": {"buckets": [float(b) for b in layout.TTFT_HISTOGRAM_BUCKETS_MS]},
     }]}
 

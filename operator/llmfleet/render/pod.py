@@ -6,13 +6,12 @@ from typing import Any
 
 from llmfleet.api import ResourcesSpec
 from llmfleet.catalog import load_catalog
-from llmfleet.planner.cluster import GPU_PRODUCT_LABEL, GPU_RESOURCE
+from llmfleet.gpu_discovery import GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, GPU_RESOURCE
 from llmfleet.planner.types import Plan
 from llmfleet.render import layout
 from llmfleet.render.identity import MANAGED_BY_LABEL, PROJECT
 from llmfleet.render.settings import RenderSettings
 
-GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 NON_ROOT_UID = 1000
 ENGINE_CACHE_VOLUME = "engine-cache"
 TMP_VOLUME = "tmp"

@@ -6,6 +6,7 @@ from typing import Any
 
 from llmfleet.api import LLMDeployment
 from llmfleet.catalog.release_record import ReleaseRecord
+from llmfleet.gpu_discovery import GPU_RESOURCE
 from llmfleet.planner.types import Plan
 from llmfleet.render import layout, pod
 from llmfleet.render.identity import COMPONENT_LABEL, DEPLOYMENT_LABEL, REVISION_LABEL, serving_image
@@ -139,8 +140,8 @@ def serving_deployment(deployment: LLMDeployment, plan: Plan, metadata: dict[str
         "ports": [{"name": name, "containerPort": port, "protocol": "TCP"} for name, port in PORTS],
         "resources": {
             "requests": {"cpu": str(CPU_PER_GPU * gpus), "memory": f"{MEMORY_PER_GPU_GIB * gpus}Gi",
-                         pod.GPU_RESOURCE: str(gpus)},
-            "limits": {pod.GPU_RESOURCE: str(gpus)},
+                         GPU_RESOURCE: str(gpus)},
+            "limits": {GPU_RESOURCE: str(gpus)},
         },
         "startupProbe": _probe("/v2/health/ready", period_seconds=STARTUP_PROBE_PERIOD_SECONDS,
                                failure_threshold=STARTUP_PROBE_FAILURES, timeout_seconds=5),

@@ -16,7 +16,14 @@ from typing import Mapping
 import triton_python_backend_utils as pb_utils
 
 from llmfleet.catalog.release_record import RUNTIME_RELEASES, MetricFamily, load_release_record
-from llmfleet.render.layout import TTFT_HISTOGRAM_BUCKETS_MS
+from llmfleet.render.layout import (
+    INPUT_LENGTH_HISTOGRAM,
+    KV_CACHE_GAUGE,
+    OUTPUT_LENGTH_HISTOGRAM,
+    REQUEST_GAUGE,
+    TTFT_HISTOGRAM,
+    TTFT_HISTOGRAM_BUCKETS_MS,
+)
 from llmfleet_sandbox.emulator.engine import OverheadStats
 from llmfleet_sandbox.emulator.scheduler import SchedulerStats
 from llmfleet_sandbox.trtllm_image import RELEASE_VARIABLE
@@ -26,14 +33,13 @@ EMULATOR_METRIC_PREFIX = "llmfleet_emulator_"
 
 # key -> (name, help, histogram?)
 METRIC_FAMILIES = {
-    "request": ("nv_trt_llm_request_metrics", "TRT LLM request metrics", False),
-    "kv": ("nv_trt_llm_kv_cache_block_metrics", "TRT LLM KV cache block metrics", False),
+    "request": (REQUEST_GAUGE, "TRT LLM request metrics", False),
+    "kv": (KV_CACHE_GAUGE, "TRT LLM KV cache block metrics", False),
     "batcher": ("nv_trt_llm_inflight_batcher_metrics", "TRT LLM inflight_batcher-specific metrics", False),
     "general": ("nv_trt_llm_general_metrics", "General TRT LLM metrics", False),
-    "input": ("nv_llm_input_token_len", "TRT LLM response metrics", True),
-    "output": ("nv_llm_output_token_len", "TRT LLM response metrics", True),
-    "ttft": ("nv_inference_first_response_histogram_ms", "Duration from request to first response in milliseconds",
-             True),
+    "input": (INPUT_LENGTH_HISTOGRAM, "TRT LLM response metrics", True),
+    "output": (OUTPUT_LENGTH_HISTOGRAM, "TRT LLM response metrics", True),
+    "ttft": (TTFT_HISTOGRAM, "Duration from request to first response in milliseconds", True),
     "overhead": ("llmfleet_emulator_step_overhead_ms",
                  "Emulator lateness of token delivery against the modelled step end (mean, max since start), "
                  "and host work per step (mean)", False),
