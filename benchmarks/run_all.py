@@ -26,6 +26,7 @@ BENCHMARKS = (
     ("bench_planner_vs_emulator.py", "planner-vs-emulator.md"),
     ("bench_emulator.py", "emulator.md"),
     ("bench_reconcile.py", "reconcile.md"),
+    ("bench_pass.py", "pass.md"),
     ("bench_autoscaling.py", "autoscaling.md"),
     ("bench_scrape_intervals.py", "scrape-intervals.md"),
     ("bench_routing.py", "routing.md"),
