@@ -15,13 +15,14 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from llmfleet.api.status import ScalingDecision
 from llmfleet.render.identity import DEPLOYMENT_LABEL, fit_name
 from llmfleet.render.layout import TTFT_HISTOGRAM_BUCKETS_MS
 
 EXPOSITION_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DEPLOYMENT_SERIES_LABEL = DEPLOYMENT_LABEL.replace(".", "_").replace("/", "_")
 # The last decision, canary phase and Ready condition are one series per value seen, set to 1.
-SCALING_DECISIONS = ("ScaleUp", "ScaleDown", "Hold")
+SCALING_DECISIONS = tuple(decision.value for decision in ScalingDecision)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,9 @@ class ConditionType(str, Enum):
 
 
 class Reason:
-    """Every condition reason the operator writes, in one place (CamelCase, for machines)."""
+    """Every condition and event reason the operator writes, in one place (CamelCase, for
+    machines). Enums whose values are reasons (ScalingDecision, MetricsFailure) take them from
+    here."""
 
     # Planned
     PLAN_FOUND = "PlanFound"
@@ -60,6 +62,16 @@ class Reason:
     ROLLED_OUT = "RolledOut"
     # Progressing (False) and Degraded (True) after a canary was rolled back
     CANARY_ROLLED_BACK = "CanaryRolledBack"
+    # Events of the canary rollout's steps (rollout/machine.py)
+    CANARY_STARTED = "CanaryStarted"
+    CANARY_WARMING = "CanaryWarming"
+    CANARY_QUALITY_PASSED = "CanaryQualityPassed"
+    CANARY_ANALYSIS_SUCCESSFUL = "CanaryAnalysisSuccessful"
+    CANARY_PAUSED = "CanaryPaused"
+    CANARY_RESUMED = "CanaryResumed"
+    CANARY_PROMOTING = "CanaryPromoting"
+    CANARY_PROMOTED = "CanaryPromoted"
+    CANARY_SUPERSEDED = "CanarySuperseded"
     # Degraded
     AS_PLANNED = "AsPlanned"
     BELOW_DESIRED_REPLICAS = "BelowDesiredReplicas"
@@ -70,6 +82,21 @@ class Reason:
     REPLICAS_NOT_READY = "ReplicasNotReady"
     # AutoscalingActive
     AUTOSCALER_DECIDING = "AutoscalerDeciding"
+    # The autoscaler's decisions (status.autoscaler.lastDecision), each an event when replicas change
+    SCALE_UP = "ScaleUp"
+    SCALE_DOWN = "ScaleDown"
+    HOLD = "Hold"
+    # MetricsAvailable (and RequestsBalanced while it is not True)
+    METRICS_FRESH = "MetricsFresh"
+    NO_DATA = "NoData"
+    NO_TTFT_DATA = "NoTtftData"
+    STALE_DATA = "StaleData"
+    PARTIAL_DATA = "PartialData"
+    PROMETHEUS_UNAUTHORIZED = "PrometheusUnauthorized"
+    PROMETHEUS_FORBIDDEN = "PrometheusForbidden"
+    PROMETHEUS_TLS_ERROR = "PrometheusTlsError"
+    PROMETHEUS_UNREACHABLE = "PrometheusUnreachable"
+    PROMETHEUS_ERROR = "PrometheusError"
     # RequestsBalanced (Unknown without metrics: MetricsAvailable's reason)
     NO_REPLICA_SWAMPED = "NoReplicaSwamped"
     REPLICA_IMBALANCE = "ReplicaImbalance"

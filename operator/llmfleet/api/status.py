@@ -6,7 +6,7 @@ from typing import Annotated
 from pydantic import Field, field_validator
 
 from llmfleet.api.base import ApiModel, KubeTime
-from llmfleet.api.conditions import Condition
+from llmfleet.api.conditions import Condition, Reason
 from llmfleet.api.enums import GpuType, KvCacheDtype, Quantization
 from llmfleet.api.spec import TensorParallelSize
 
@@ -138,9 +138,9 @@ class RevisionStatus(ApiModel):
 class ScalingDecision(str, Enum):
     """What the autoscaler decided last."""
 
-    SCALE_UP = "ScaleUp"
-    SCALE_DOWN = "ScaleDown"
-    HOLD = "Hold"
+    SCALE_UP = Reason.SCALE_UP
+    SCALE_DOWN = Reason.SCALE_DOWN
+    HOLD = Reason.HOLD
 
 
 class AutoscalerInputs(ApiModel):

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from llmfleet.api import AutoscalingSpec
+from llmfleet.api import AutoscalingSpec, Reason
 from llmfleet.api.status import AutoscalerInputs, ScalingDecision
 from llmfleet.autoscale.snapshot import MetricsSnapshot, ReplicaObservation
 from llmfleet.autoscale.state import AutoscalerState, Recommendation, in_force, record
@@ -99,8 +99,8 @@ def decide(spec: AutoscalingSpec, slo_ttft_p99_ms: int, snapshot: MetricsSnapsho
     if metrics_problem is None and bounded == current_replicas:
         recommended = _recommend(spec, target_ms, snapshot, current_replicas, tuning)
         if recommended is None:
-            metrics_problem = ("NoTtftData", "no request got a first token in the window, "
-                               "and the queue is below the backlog threshold")
+            metrics_problem = (Reason.NO_TTFT_DATA, "no request got a first token in the window, "
+                                                    "and the queue is below the backlog threshold")
         elif recommended.replicas < current_replicas \
                 and (partial := _partial_data(snapshot, ready_replicas)) is not None:
             # The sums miss replicas, so they understate the load: evidence enough for more
@@ -135,7 +135,7 @@ def decide(spec: AutoscalingSpec, slo_ttft_p99_ms: int, snapshot: MetricsSnapsho
                   ScalingDecision.HOLD),
         reason=reason,
         metrics_available=metrics_problem is None,
-        metrics_reason=metrics_problem[0] if metrics_problem else "MetricsFresh",
+        metrics_reason=metrics_problem[0] if metrics_problem else Reason.METRICS_FRESH,
         metrics_message=metrics_problem[1] if metrics_problem else _fresh_message(snapshot, now),
         inputs=_inputs(snapshot, target_ms, current_replicas, ready_replicas),
         imbalance=recommended.imbalance if recommended is not None else None,
@@ -153,14 +153,14 @@ def _metrics_problem(snapshot: MetricsSnapshot, now: datetime,
     if snapshot.error is not None:
         return snapshot.error_reason.value, f"Prometheus query failed: {snapshot.error}"
     if snapshot.sample_time is None:
-        return "NoData", "Prometheus has no samples from the serving pods"
+        return Reason.NO_DATA, "Prometheus has no samples from the serving pods"
     interval = snapshot.scrape_interval_seconds
     if interval is None:
-        return "NoData", "the scrape interval is unknown, so the samples' freshness cannot be judged"
+        return Reason.NO_DATA, "the scrape interval is unknown, so the samples' freshness cannot be judged"
     age, limit = _age_seconds(snapshot, now), stale_after_seconds(interval, tuning)
     if age > limit:
-        return "StaleData", (f"the newest sample is {age:.0f} s old (limit {limit:g} s, "
-                             f"{tuning.stale_after_scrapes} scrape intervals of {interval:g} s)")
+        return Reason.STALE_DATA, (f"the newest sample is {age:.0f} s old (limit {limit:g} s, "
+                                   f"{tuning.stale_after_scrapes} scrape intervals of {interval:g} s)")
     return None
 
 
@@ -180,8 +180,8 @@ def _partial_data(snapshot: MetricsSnapshot, ready_replicas: int) -> tuple[str, 
     reporting = snapshot.reporting_pods
     if reporting is None or reporting >= ready_replicas:
         return None
-    return "PartialData", (f"only {reporting} of {ready_replicas} ready replicas report metrics to "
-                           "Prometheus; scaling down waits until all do")
+    return Reason.PARTIAL_DATA, (f"only {reporting} of {ready_replicas} ready replicas report metrics to "
+                                 "Prometheus; scaling down waits until all do")
 
 
 def _age_seconds(snapshot: MetricsSnapshot, now: datetime) -> float:

@@ -6,15 +6,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 
+from llmfleet.api.conditions import Reason
+
 
 class MetricsFailure(str, Enum):
     """Why Prometheus gave no answer: the MetricsAvailable condition's reason."""
 
-    UNAUTHORIZED = "PrometheusUnauthorized"  # 401: a missing or wrong credential
-    FORBIDDEN = "PrometheusForbidden"  # 403: a credential without read access
-    TLS = "PrometheusTlsError"  # the server's certificate is not trusted, or names another host
-    UNREACHABLE = "PrometheusUnreachable"  # refused, timed out, no route
-    ERROR = "PrometheusError"  # any other failed query or malformed answer
+    UNAUTHORIZED = Reason.PROMETHEUS_UNAUTHORIZED  # 401: a missing or wrong credential
+    FORBIDDEN = Reason.PROMETHEUS_FORBIDDEN  # 403: a credential without read access
+    TLS = Reason.PROMETHEUS_TLS_ERROR  # the server's certificate is not trusted, or names another host
+    UNREACHABLE = Reason.PROMETHEUS_UNREACHABLE  # refused, timed out, no route
+    ERROR = Reason.PROMETHEUS_ERROR  # any other failed query or malformed answer
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,7 @@ def walk_canary(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, revision: str
         if stored is not None and stored.active:
             # The spec went back to the stable revision, or dropped its steps: the canary ends.
             message = f"canary {stored.canary_revision} ended: the spec now asks for revision {revision}"
-            return CanaryStep(supersede(stored, ctx.now, message), None, (Event.normal("CanarySuperseded", message),))
+            return CanaryStep(supersede(stored, ctx.now, message), None, (Event.normal(Reason.CANARY_SUPERSEDED, message),))
         return CanaryStep(stored)
     serving = ctx.children.serving
     stable = ctx.stored.stable_revision

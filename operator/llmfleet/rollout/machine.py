@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from llmfleet.api import CanaryPhase, RolloutGates, RolloutStep
+from llmfleet.api import CanaryPhase, Reason, RolloutGates, RolloutStep
 from llmfleet.rollout.analysis import Outcome, Verdict
 
 TERMINAL = {CanaryPhase.PROMOTED, CanaryPhase.ROLLED_BACK, CanaryPhase.SUPERSEDED}
@@ -142,7 +142,7 @@ def advance(state: CanaryState | None, steps: tuple[RolloutStep, ...], observed:
     if state is None or state.canary_revision != observed.target_revision or state.stable_revision != \
             observed.stable_revision:
         if state is not None and state.active:
-            events.append(("CanarySuperseded", f"canary {state.canary_revision} superseded by "
+            events.append((Reason.CANARY_SUPERSEDED, f"canary {state.canary_revision} superseded by "
                                                f"{observed.target_revision}"))
         retry = command is not None and command.verb == "retry"
         if observed.target_revision in failed and not retry:
@@ -153,7 +153,7 @@ def advance(state: CanaryState | None, steps: tuple[RolloutStep, ...], observed:
             return Decision(state, Split(observed.stable_replicas, 0), tuple(events))
         state = _start(observed, tuple(r for r in failed if r != observed.target_revision), last_command,
                        f"preparing revision {observed.target_revision}")
-        events.append(("CanaryStarted", state.message))
+        events.append((Reason.CANARY_STARTED, state.message))
         command = None
     state = replace(state, last_command=last_command)
     if command is not None:
@@ -168,22 +168,22 @@ def _apply_command(state: CanaryState, command: Command, steps, observed: Observ
     if command.verb == "retry" and state.phase == CanaryPhase.ROLLED_BACK:
         failed = tuple(r for r in state.failed_revisions if r != state.canary_revision)
         state = _start(observed, failed, state.last_command, f"retrying revision {state.canary_revision}")
-        return state, [("CanaryStarted", state.message)]
+        return state, [(Reason.CANARY_STARTED, state.message)]
     if not state.active:
         return state, []
     if command.verb == "abort":
         return _roll_back(state, observed, "aborted by hand")
     if command.verb == "promote" and state.phase != CanaryPhase.PREPARING:
         return (_enter(state, CanaryPhase.PROMOTING, observed, "promoted by hand"),
-                [("CanaryPromoting", "promoted by hand")])
+                [(Reason.CANARY_PROMOTING, "promoted by hand")])
     if command.verb == "pause" and state.phase in (CanaryPhase.WARMING, CanaryPhase.PROGRESSING):
-        return _enter(state, CanaryPhase.PAUSED, observed, "paused by hand"), [("CanaryPaused", "paused by hand")]
+        return _enter(state, CanaryPhase.PAUSED, observed, "paused by hand"), [(Reason.CANARY_PAUSED, "paused by hand")]
     if command.verb == "resume" and state.phase == CanaryPhase.PAUSED:
         step = steps[state.step_index] if state.step_index < len(steps) else None
         # Resuming a pause step ends it.
         index = state.step_index + (1 if step is not None and step.pause is not None else 0)
         return (_enter(state, CanaryPhase.PROGRESSING, observed, "resumed by hand", step_index=index),
-                [("CanaryResumed", "resumed by hand")])
+                [(Reason.CANARY_RESUMED, "resumed by hand")])
     return state, []
 
 
@@ -191,7 +191,7 @@ def _roll_back(state: CanaryState, observed: Observed, why: str):
     message = f"canary {state.canary_revision} rolled back: {why}; stable {state.stable_revision} serves"
     return (_enter(state, CanaryPhase.ROLLED_BACK, observed, message, canary_replicas=0,
                    failed_revisions=(*state.failed_revisions, state.canary_revision)[-16:]),
-            [("CanaryRolledBack", message)])
+            [(Reason.CANARY_ROLLED_BACK, message)])
 
 
 def _next_step(state: CanaryState, observed: Observed, label: str) -> CanaryState:
@@ -223,11 +223,11 @@ def _progress(state: CanaryState, steps: tuple[RolloutStep, ...], observed: Obse
                 state = _enter(state, CanaryPhase.PAUSED, observed,
                                f"resources.gpuBudget leaves no GPUs for a canary replica beside "
                                f"{observed.stable_replicas} stable one(s); raise it, or promote or abort by hand")
-                events.append(("CanaryPaused", state.message))
+                events.append((Reason.CANARY_PAUSED, state.message))
                 return state, events
             state = _enter(state, CanaryPhase.WARMING, observed,
                            f"waiting for {replicas} canary replica(s) to be ready", canary_replicas=replicas)
-            events.append(("CanaryWarming", state.message))
+            events.append((Reason.CANARY_WARMING, state.message))
         elif phase == CanaryPhase.WARMING:
             if observed.canary_ready < state.canary_replicas:
                 return _wait_for_replicas(state, state.canary_replicas, observed, gates, events)
@@ -240,7 +240,7 @@ def _progress(state: CanaryState, steps: tuple[RolloutStep, ...], observed: Obse
         elif phase == CanaryPhase.PROGRESSING:
             if state.step_index >= len(steps):
                 state = _enter(state, CanaryPhase.PROMOTING, observed, "all steps done; promoting")
-                events.append(("CanaryPromoting", state.message))
+                events.append((Reason.CANARY_PROMOTING, state.message))
                 continue
             step = steps[state.step_index]
             label = f"step {state.step_index + 1}/{len(steps)}"
@@ -256,7 +256,7 @@ def _progress(state: CanaryState, steps: tuple[RolloutStep, ...], observed: Obse
                 if step.pause.duration_seconds == 0:
                     state = _enter(state, CanaryPhase.PAUSED, observed,
                                    f"{label}: paused until `llmfleet rollout resume`")
-                    events.append(("CanaryPaused", state.message))
+                    events.append((Reason.CANARY_PAUSED, state.message))
                     return state, events
                 waited = (observed.now - state.step_started).total_seconds()
                 if waited < step.pause.duration_seconds:
@@ -274,7 +274,7 @@ def _progress(state: CanaryState, steps: tuple[RolloutStep, ...], observed: Obse
                 return state, events
             state = _enter(state, CanaryPhase.PROMOTED, observed,
                            f"revision {state.canary_revision} promoted; it is stable")
-            events.append(("CanaryPromoted", state.message))
+            events.append((Reason.CANARY_PROMOTED, state.message))
             return state, events
         else:  # Paused and the terminal phases hold
             return state, events
@@ -307,13 +307,13 @@ def _check_quality(state: CanaryState, observed: Observed, gates: RolloutGates):
             state, events = _roll_back(state, observed, f"quality gate failed: {state.quality_message}")
             return state, events, False
         if state.quality == Outcome.SUCCESSFUL:
-            return state, [("CanaryQualityPassed", state.quality_message)], True
+            return state, [(Reason.CANARY_QUALITY_PASSED, state.quality_message)], True
     verdict = f"{state.quality.value}: {state.quality_message}" if state.quality else "checking"
     if (observed.now - state.step_started).total_seconds() >= gates.analysis_deadline_seconds:
         state = _enter(state, CanaryPhase.PAUSED, observed,
                        f"golden prompts without a verdict {gates.analysis_deadline_seconds} s after warming began "
                        f"({verdict}); promote or abort by hand")
-        return state, [("CanaryPaused", state.message)], False
+        return state, [(Reason.CANARY_PAUSED, state.message)], False
     return replace(state, message=f"canary ready; golden prompts: {verdict}"), [], False
 
 
@@ -331,12 +331,12 @@ def _analyse(state: CanaryState, step: RolloutStep, observed: Observed, gates: R
     waited = (observed.now - state.step_started).total_seconds()
     verdict = f"{state.verdict.value}: {state.verdict_message}" if state.verdict else "no verdict yet"
     if waited >= duration and state.verdict == Outcome.SUCCESSFUL:
-        return _next_step(state, observed, label), [("CanaryAnalysisSuccessful", state.verdict_message)], True
+        return _next_step(state, observed, label), [(Reason.CANARY_ANALYSIS_SUCCESSFUL, state.verdict_message)], True
     if waited >= duration + gates.analysis_deadline_seconds:
         state = _enter(state, CanaryPhase.PAUSED, observed,
                        f"{label}: analysis without a verdict {gates.analysis_deadline_seconds} s past its "
                        f"duration ({verdict}); promote or abort by hand")
-        return state, [("CanaryPaused", state.message)], False
+        return state, [(Reason.CANARY_PAUSED, state.message)], False
     return replace(state, message=f"{label}: analysis {min(waited, duration):.0f}/{duration} s, {verdict}"), [], False
 
 
