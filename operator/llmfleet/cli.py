@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from llmfleet import exit_codes
 from llmfleet.render.settings import RenderSettings
 from llmfleet.settings import OperatorSettings
 
@@ -22,10 +23,6 @@ class BadInput(Exception):
     """Input the command cannot use (unreadable file, invalid manifest, unknown name): exit 2."""
 
 
-BAD_INPUT_EXIT_CODE = 2
-BROKEN_PIPE_EXIT_CODE = 141  # 128 + SIGPIPE, what a shell reports for a writer killed by it
-# `plan`: nothing meets the spec; `estimate`: the configuration cannot run.
-NOT_FEASIBLE_EXIT_CODE = 1
 # Commands from outside the product (the sandbox's `llmfleet sandbox`): each entry point of this
 # group is a callable that gets the subparsers and adds its commands, whose handlers may raise
 # BadInput like the product's own.
@@ -106,7 +103,7 @@ def _run_plan(args) -> int:
         return 0
     print("llmfleet plan: no configuration meets the spec; the rationale above gives the reason and "
           "the closest option", file=sys.stderr)
-    return NOT_FEASIBLE_EXIT_CODE
+    return exit_codes.NOT_FEASIBLE
 
 
 def _known(flag: str, what: str, value: str, known: tuple[str, ...]) -> str:
@@ -157,7 +154,7 @@ def _run_estimate(args) -> int:
                           catalog=catalog)
     except ValueError as error:
         print(f"llmfleet estimate: this configuration cannot run: {error}", file=sys.stderr)
-        return NOT_FEASIBLE_EXIT_CODE
+        return exit_codes.NOT_FEASIBLE
     if args.output == "json":
         _print_json(result.to_json_dict())
     else:
@@ -516,8 +513,9 @@ def _add_load_parser(commands) -> None:
                     "Trace: CSV with header arrival_s,input_tokens,output_tokens, or .jsonl objects\n"
                     "with those keys.\n\n"
                     "Writes requests.csv and summary.json to --output-dir and prints the summary.\n"
-                    "Exit codes: 0 every request completed; 1 some failed or were truncated; 2 bad\n"
-                    "flags or files; 3 an endpoint does not answer or does not serve --model.")
+                    f"Exit codes: {exit_codes.OK} every request completed; {exit_codes.REQUESTS_FAILED} some "
+                    f"failed or were truncated; {exit_codes.BAD_INPUT} bad\nflags or files; "
+                    f"{exit_codes.TARGET_UNAVAILABLE} an endpoint does not answer or does not serve --model.")
     where = load.add_mutually_exclusive_group(required=True)
     where.add_argument("--target", metavar="HOST:PORT", help="one gRPC endpoint, e.g. a Service's ClusterIP:8001")
     where.add_argument("--endpoints", metavar="A:PORT,B:PORT", help="several endpoints, used round robin")
@@ -644,12 +642,12 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     except BadInput as error:
         print(f"llmfleet {args.command}: {error}", file=sys.stderr)
-        return BAD_INPUT_EXIT_CODE
+        return exit_codes.BAD_INPUT
     except BrokenPipeError:
         # The reader went away (`llmfleet plan ... | head`): stop quietly like other Unix tools.
         # Pointing stdout at /dev/null keeps Python's exit-time flush from failing again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return BROKEN_PIPE_EXIT_CODE
+        return exit_codes.BROKEN_PIPE
 
 
 if __name__ == "__main__":

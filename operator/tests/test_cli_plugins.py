@@ -7,7 +7,7 @@ from importlib.metadata import EntryPoint, entry_points
 
 import pytest
 
-from llmfleet import cli
+from llmfleet import cli, exit_codes
 
 
 def _with_plugins(monkeypatch, *plugins: EntryPoint) -> None:
@@ -23,7 +23,7 @@ def test_the_sandbox_command_comes_from_its_entry_point():
 
 
 def test_a_plugin_error_is_reported_like_the_products(capsys):
-    assert cli.main(["sandbox", "--instance", "99", "status"]) == cli.BAD_INPUT_EXIT_CODE
+    assert cli.main(["sandbox", "--instance", "99", "status"]) == exit_codes.BAD_INPUT
     assert capsys.readouterr().err == "llmfleet sandbox: --instance must be within 0..9, got 99\n"
 
 

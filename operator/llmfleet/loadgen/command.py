@@ -12,18 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
+from llmfleet import exit_codes
 from llmfleet.loadgen.lengths import LengthError, parse_length_distribution
 from llmfleet.loadgen.runner import Target, run_closed_loop, run_open_loop, write_json, write_requests_csv
 from llmfleet.loadgen.schedule import ScheduleError, parse_schedule, poisson_arrivals, schedule_from_csv
 from llmfleet.loadgen.stats import Slo, pareto_frontier, summarize
 from llmfleet.loadgen.transport import TargetUnavailable, check_endpoints
 from llmfleet.loadgen.workload import PlannedRequest, PromptFactory, TraceError, parse_trace, planned_requests
-
-# Exit codes (also in `llmfleet load --help`).
-EXIT_OK = 0
-EXIT_REQUESTS_FAILED = 1  # the run finished, but some requests failed or were truncated
-EXIT_BAD_INPUT = 2  # bad flags or files; the message names the flag
-EXIT_TARGET_UNAVAILABLE = 3  # an endpoint does not answer or does not serve the model
 
 
 class LoadInputError(ValueError):
@@ -104,7 +99,7 @@ def run(args) -> int:
         model = check_endpoints(common.target.endpoints, common.target.model)
     except TargetUnavailable as error:
         print(f"llmfleet load: {error}", file=sys.stderr)
-        return EXIT_TARGET_UNAVAILABLE
+        return exit_codes.TARGET_UNAVAILABLE
     common = replace(common, target=Target(common.target.endpoints, model))
     common.output_dir.mkdir(parents=True, exist_ok=True)
     if args.sweep is not None:
@@ -171,7 +166,7 @@ def _open_loop(common: _Common, plan, duration_s: float, args) -> int:
     if result.client.in_flight_cap_hits:
         print(f"llmfleet load: {result.client.in_flight_cap_hits} arrivals waited for the --max-in-flight cap "
               f"({args.max_in_flight}); the run was not fully open-loop", file=sys.stderr)
-    return EXIT_OK if summary["completed"] == summary["requests"] else EXIT_REQUESTS_FAILED
+    return exit_codes.OK if summary["completed"] == summary["requests"] else exit_codes.REQUESTS_FAILED
 
 
 def _round_rate(count: int, duration_s: float) -> float | None:
@@ -204,7 +199,7 @@ def _sweep(common: _Common, requests, concurrencies: list[int], args) -> int:
                 f"{args.duration_s:g} s per step")
     _report({key: body[key] for key in ("points", "pareto_frontier")}, common.output_dir,
             ["sweep.json", "pareto.png"], args.quiet)
-    return EXIT_OK if failed == 0 else EXIT_REQUESTS_FAILED
+    return exit_codes.OK if failed == 0 else exit_codes.REQUESTS_FAILED
 
 
 def _report(body: dict, output_dir: Path, files: list[str], quiet: bool) -> None:
