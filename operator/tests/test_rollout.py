@@ -13,8 +13,7 @@ import pytest
 from llmfleet.api import CanaryPhase, RolloutStep
 from llmfleet.reconcile import Context, OperatorSettings
 from llmfleet.reconcile.due import quality_query
-from llmfleet.reconcile.status import merge_patched
-from reconcile_builders import decide_pass
+from reconcile_builders import decide_pass, stored_after
 from llmfleet.render import RenderSettings
 from llmfleet.rollout import Command, Observed, advance, canary_replicas_for
 
@@ -445,8 +444,8 @@ def test_the_reconcile_pass_asks_the_golden_prompts_while_warming_and_records_th
 # --- status as the apiserver keeps it --------------------------------------------------------------
 
 def test_a_verdict_cleared_as_its_step_passes_is_gone_from_the_stored_status():
-    """Each pass's status is a merge patch: the stored status is the last one merged onto the
-    ones before. A verdict reached and cleared in the pass that promotes must not leave the
+    """Each pass writes a merge patch: the stored status is the last one merged onto the ones
+    before. A verdict reached and cleared in the pass that promotes must not leave the
     previous window's Inconclusive standing beside the promoted phase."""
     _, warming, children = canary_started(analysed)
     stored = warming.status
@@ -455,7 +454,7 @@ def test_a_verdict_cleared_as_its_step_passes_is_gone_from_the_stored_status():
     for seconds, samples in ((5, None), (30, few), (65, enough)):
         outcome = decide_pass(analysed("v2", 2, stored), children, SETTINGS, NOW + timedelta(seconds=seconds),
                          samples=samples)
-        stored = merge_patched(stored, outcome.status)
+        stored = stored_after(stored, outcome)
         if seconds == 30:
             assert stored["canary"]["analysisVerdict"] == "Inconclusive", stored["canary"]
     assert stored["canary"]["phase"] == "Promoted", stored["canary"]
@@ -468,20 +467,20 @@ def test_every_canary_owes_its_own_golden_prompts():
     job_a, serving_a, job_b, serving_b = children
     answers = GoldenAnswers(tuple(GATE.prompts), REFERENCE, (PodAnswers("canary-0", REFERENCE.answers),))
     passed = decide_pass(checked("v2", 2, warming.status), children, SETTINGS, NOW + timedelta(seconds=5), golden=answers)
-    stored = merge_patched(warming.status, passed.status)
+    stored = stored_after(warming.status, passed)
     assert (stored["canary"]["phase"], stored["canary"]["qualityVerdict"]) == ("Paused", "Successful")
     promote = checked("v2", 2, stored)
     promote["metadata"]["annotations"] = {"llmfleet.io/rollout-command": "promote/1"}
     promoted = decide_pass(promote, children, SETTINGS, NOW + timedelta(seconds=10))
-    stored = merge_patched(stored, promoted.status)
+    stored = stored_after(stored, promoted)
     assert stored["canary"]["phase"] == "Promoted"
 
     kept = [job_b, serving_b]
     changed = decide_pass(checked("v3", 3, stored), kept, SETTINGS, NOW + timedelta(seconds=20))
-    stored = merge_patched(stored, changed.status)
+    stored = stored_after(stored, changed)
     job_c = with_status(kind(changed, "Job"), conditions=[{"type": "Complete", "status": "True"}])
     warming_c = decide_pass(checked("v3", 3, stored), [*kept, job_c], SETTINGS, NOW + timedelta(seconds=25))
-    stored = merge_patched(stored, warming_c.status)
+    stored = stored_after(stored, warming_c)
     assert stored["canary"]["phase"] == "Warming" and "qualityVerdict" not in stored["canary"], stored["canary"]
     query = quality_query(Context.of(checked("v3", 3, stored), [], SETTINGS, NOW))
     assert query is not None and query.canary_revision == stored["currentRevision"]

@@ -13,7 +13,6 @@ from llmfleet.reconcile.build import BuildState
 from llmfleet.reconcile.context import Context
 from llmfleet.reconcile.events import Event
 from llmfleet.reconcile.observations import Observations
-from llmfleet.reconcile.plan import dump
 from llmfleet.rollout import CanaryState, Command, Observed, Split, advance, judge, supersede
 from llmfleet.rollout import Outcome as AnalysisOutcome
 from llmfleet.rollout.quality import judge_quality
@@ -38,11 +37,11 @@ def canary_state(stored: CanaryStatus | None) -> CanaryState | None:
                        stored.quality_message or "")
 
 
-def canary_status(canary: CanaryStep) -> dict | None:
+def canary_status(canary: CanaryStep) -> CanaryStatus | None:
     state, split = canary.state, canary.split
     if state is None:
         return None
-    return dump(CanaryStatus(
+    return CanaryStatus(
         phase=state.phase, stable_revision=state.stable_revision, canary_revision=state.canary_revision,
         step_index=state.step_index, canary_replicas=split.canary_replicas if split else 0,
         weight_percent=split.weight_percent if split else 0, step_started_time=state.step_started,
@@ -50,7 +49,7 @@ def canary_status(canary: CanaryStep) -> dict | None:
         last_command=state.last_command, analysis_verdict=state.verdict.value if state.verdict else None,
         analysis_message=state.verdict_message[:1024] or None, analysis_time=state.evaluated,
         quality_verdict=state.quality.value if state.quality else None,
-        quality_message=state.quality_message[:1024] or None))
+        quality_message=state.quality_message[:1024] or None)
 
 
 def canary_runs(ctx: Context, spec: LLMDeploymentSpec, revision: str) -> bool:

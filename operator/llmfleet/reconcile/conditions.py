@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llmfleet.api import ConditionStatus, ConditionType, Reason, find_condition
 from llmfleet.api.conditions import Condition
-from llmfleet.api.status import CanaryPhase
+from llmfleet.api.status import CanaryPhase, PlanStatus
 from llmfleet.reconcile.build import BuildState
 from llmfleet.reconcile.canary import CanaryStep
 from llmfleet.reconcile.context import REPLAN_ANNOTATION, Context
@@ -44,7 +44,7 @@ def _canary_conditions(ctx: Context, rollout: Rollout, canary: CanaryStep) -> tu
     return progressing, degraded, ready
 
 
-def serving_conditions(ctx: Context, plan_status: dict, build: BuildState, rollout: Rollout, scaling: Scaling,
+def serving_conditions(ctx: Context, plan_status: PlanStatus, build: BuildState, rollout: Rollout, scaling: Scaling,
                 canary: CanaryStep, pods_say: str | None) -> list[Condition]:
     """Every condition of a plannable spec, from the pass's facts and the reason constants.
     `pods_say` is why the revision's pods are not ready, when they say."""
@@ -52,13 +52,13 @@ def serving_conditions(ctx: Context, plan_status: dict, build: BuildState, rollo
     counts = f"{ready}/{desired} replicas ready"
     short = f"{counts}; {pods_say}" if pods_say and ready < desired else counts
     scaling_up = _scaling_up(ctx, rollout, scaling)
-    if plan_status.get("capacityShortfall"):
-        planned = (FALSE, Reason.CAPACITY_SHORTFALL, f"{plan_status['capacityShortfall']}; serving "
-                   f"{plan_status.get('summary', '')} x{plan_status.get('replicas')} meanwhile (to plan again once "
+    if plan_status.capacity_shortfall:
+        planned = (FALSE, Reason.CAPACITY_SHORTFALL, f"{plan_status.capacity_shortfall}; serving "
+                   f"{plan_status.summary or ''} x{plan_status.replicas} meanwhile (to plan again once "
                    f"GPUs are free, set the annotation {REPLAN_ANNOTATION})")
     else:
         planned = (TRUE, Reason.PLAN_FOUND,
-                   f"{plan_status.get('summary', '')} x{desired}: " + (plan_status.get("rationale") or [""])[0])
+                   f"{plan_status.summary or ''} x{desired}: " + (plan_status.rationale or [""])[0])
     after = ctx.condition(ctx.conditions_before, ConditionType.PLANNED, *planned)
     after = ctx.condition(after, ConditionType.ENGINE_BUILT, TRUE if build.finished else FALSE, build.reason,
                           build.message)

@@ -6,6 +6,7 @@ Kopf would retry forever; what already serves stays."""
 from __future__ import annotations
 
 from llmfleet.api import LLMDeployment, Reason
+from llmfleet.api.status import PlanStatus, RevisionStatus
 from llmfleet.autoscale import describe_ttft_p99, display_round
 from llmfleet.reconcile.build import build_state
 from llmfleet.reconcile.canary import canary_runs, canary_status, route_weights, walk_canary
@@ -31,9 +32,9 @@ def decide(ctx: Context, observations: Observations) -> Outcome:
     # plan
     choice = choose_plan(ctx, spec, observations.fleet)
     if choice.plan is None:
-        closest = (choice.status.get("rejected") or [None])[0]
+        closest = (choice.status.rejected or [None])[0]
         return blocked(ctx, Reason.PLAN_INFEASIBLE, "no allowed configuration meets the spec" + (
-            f"; closest: {closest['option']}: {closest['reason']}" if closest else ""), choice.status)
+            f"; closest: {closest.option}: {closest.reason}" if closest else ""), choice.status)
     plan = choice.plan
     revision = revision_hash(spec, plan)
     # learn
@@ -64,41 +65,38 @@ def decide(ctx: Context, observations: Observations) -> Outcome:
     status = {
         "plan": choice.status,
         "replicas": scaling.desired_replicas,
-        "readyReplicas": rollout.ready,
+        "ready_replicas": rollout.ready,
         "selector": ",".join(f"{k}={v}" for k, v in sorted(selector_labels(ctx.name).items())),
-        "currentRevision": revision,
-        "stableRevision": rollout.stable_revision,
-        "revisions": _revisions(ctx, rollout, choice.status.get("summary"), spec.engine.revision),
+        "current_revision": revision,
+        "stable_revision": rollout.stable_revision,
+        "revisions": _revisions(ctx, rollout, choice.status.summary, spec.engine.revision),
         "autoscaler": scaling.autoscaler,
         "canary": canary_status(canary),
-        "ttftP99Ms": display_round(snapshot.ttft_p99_ms, 1) if snapshot is not None else None,
-        "ttftP99": describe_ttft_p99(snapshot.ttft_p99_ms, snapshot) if snapshot is not None else None,
-        **learning.status,
+        "ttft_p99_ms": display_round(snapshot.ttft_p99_ms, 1) if snapshot is not None else None,
+        "ttft_p99": describe_ttft_p99(snapshot.ttft_p99_ms, snapshot) if snapshot is not None else None,
+        **learning.changes,
     }
     return outcome(ctx, status, conditions, events=[*_scale_events(scaling), *canary.events, *learning.events],
                    ensure=namespace_prerequisites(deployment, ctx.settings.render), apply=manifests,
                    delete=rollout.delete)
 
 
-def blocked(ctx: Context, reason: str, message: str, plan_status: dict | None = None) -> Outcome:
+def blocked(ctx: Context, reason: str, message: str, plan_status: PlanStatus | None = None) -> Outcome:
     """A spec the operator cannot act on: say so, keep whatever already serves, create nothing."""
     return outcome(ctx, {"plan": plan_status} if plan_status is not None else {},
                    blocked_conditions(ctx, reason, message))
 
 
-def _revisions(ctx: Context, rollout: Rollout, plan_summary: str | None, engine_revision: str | None) -> list | None:
+def _revisions(ctx: Context, rollout: Rollout, plan_summary: str | None,
+               engine_revision: str | None) -> list[RevisionStatus] | None:
     """status.revisions: the current revision first, then those still serving beside it."""
-    revision, serving = rollout.revision, ctx.children.serving
-    revisions = []
-    for name, deployment in sorted(serving.items(), key=lambda item: item[0] != revision):
-        if name is None or (name != revision and rollout.rolled_out):
-            continue
-        entry = {"name": name, "planSummary": plan_summary if name == revision else None,
-                 "engineRevision": engine_revision if name == revision else None,
-                 "replicas": (deployment.get("spec") or {}).get("replicas", 0),
-                 "readyReplicas": ctx.children.ready(name)}
-        revisions.append({key: value for key, value in entry.items() if value is not None})
-    return revisions or None
+    revision = rollout.revision
+    return [RevisionStatus(name=name, plan_summary=plan_summary if name == revision else None,
+                           engine_revision=engine_revision if name == revision else None,
+                           replicas=(deployment.get("spec") or {}).get("replicas", 0),
+                           ready_replicas=ctx.children.ready(name))
+            for name, deployment in sorted(ctx.children.serving.items(), key=lambda item: item[0] != revision)
+            if name is not None and (name == revision or not rollout.rolled_out)] or None
 
 
 def _scale_events(scaling: Scaling) -> list[Event]:

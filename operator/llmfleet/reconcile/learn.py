@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from llmfleet.api import LLMDeploymentSpec, Reason
+from llmfleet.api.status import ObservationStatus, PlanRecommendation
 from llmfleet.metrics.cadence import RATE_WINDOW_SCRAPES
 from llmfleet.planner.live import engine_for_plan, fit_speed_factor, learn, recommend, workload_as_observed, \
     workload_drift
@@ -16,7 +17,7 @@ from llmfleet.planner.types import SpeedFactor
 from llmfleet.reconcile.context import Context
 from llmfleet.reconcile.events import Event
 from llmfleet.reconcile.observations import Observations
-from llmfleet.reconcile.plan import PlanChoice, PlanOrigin, dump
+from llmfleet.reconcile.plan import PlanChoice, PlanOrigin
 from llmfleet.render.layout import TTFT_HISTOGRAM_BUCKETS_MS
 
 KUBE_TIME = "%Y-%m-%dT%H:%M:%SZ"
@@ -24,7 +25,8 @@ KUBE_TIME = "%Y-%m-%dT%H:%M:%SZ"
 
 @dataclass(frozen=True)
 class Learning:
-    status: dict  # observation, learnedSpeeds and recommendation, as far as they change
+    # The status fields it changes (observation, learned_speeds, recommendation); the rest stay.
+    changes: dict
     events: tuple[Event, ...] = ()
 
 
@@ -74,18 +76,17 @@ def learn_from_traffic(ctx: Context, spec: LLMDeploymentSpec, choice: PlanChoice
     advice = recommend(request, plan, drift, replicas_autoscaled=spec.autoscaling.enabled)
     if drift and advice is None:
         observation["message"] = f"{observation['message']}; {'; '.join(drift)}: the served plan meets it"[:1024]
-    status = {**_news(ctx, {k: v for k, v in observation.items() if v is not None}),
-              "learnedSpeeds": [dump(s) for s in speeds] or None, "recommendation": None}
+    changes = {**_news(ctx, {k: v for k, v in observation.items() if v is not None}),
+               "learned_speeds": speeds or None, "recommendation": None}
     if advice is None:
-        return Learning(status)
+        return Learning(changes)
     recommended = plan_status_from_plan(advice.plan, workload.peak_requests_per_sec)
     before = stored.recommendation
     unchanged = before is not None and before.reason == advice.reason and before.plan.summary == recommended.summary \
         and before.plan.replicas == recommended.replicas
-    status["recommendation"] = {"reason": advice.reason, "message": advice.message[:2048],
-                                "time": (before.time if unchanged else ctx.now).strftime(KUBE_TIME),
-                                "plan": dump(recommended)}
-    return Learning(status, () if unchanged else (Event.normal(advice.reason, advice.message),))
+    changes["recommendation"] = PlanRecommendation(reason=advice.reason, message=advice.message[:2048],
+                                                   time=before.time if unchanged else ctx.now, plan=recommended)
+    return Learning(changes, () if unchanged else (Event.normal(advice.reason, advice.message),))
 
 
 def _news(ctx: Context, observation: dict) -> dict:
@@ -93,7 +94,9 @@ def _news(ctx: Context, observation: dict) -> dict:
     idle deployment's empty windows are not written again and again."""
     def story(observed: dict | None) -> dict:
         return {key: value for key, value in (observed or {}).items() if key != "time"}
-    return {} if story(ctx.raw_status.get("observation")) == story(observation) else {"observation": observation}
+    if story(ctx.raw_status.get("observation")) == story(observation):
+        return {}
+    return {"observation": ObservationStatus.model_validate(observation)}
 
 
 def _round(value: float | None, digits: int) -> float | None:

@@ -7,16 +7,12 @@ from enum import Enum
 
 from llmfleet.api import LLMDeploymentSpec
 from llmfleet.api.enums import LiveReplanning
-from llmfleet.api.status import LLMDeploymentStatus
+from llmfleet.api.status import LLMDeploymentStatus, PlanStatus
 from llmfleet.planner import plan as make_plan
 from llmfleet.planner.spec_adapter import plan_from_status, plan_request_from_spec, plan_status_from_plan
 from llmfleet.planner.types import Plan
 from llmfleet.reconcile.context import Context
 from llmfleet.reconcile.observations import Fleet
-
-
-def dump(model) -> dict:
-    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 class PlanOrigin(str, Enum):
@@ -28,7 +24,7 @@ class PlanOrigin(str, Enum):
 @dataclass(frozen=True)
 class PlanChoice:
     plan: Plan | None  # None: no allowed configuration meets the spec
-    status: dict  # status.plan
+    status: PlanStatus
     origin: PlanOrigin = PlanOrigin.STORED
 
 
@@ -53,12 +49,12 @@ def choose_plan(ctx: Context, spec: LLMDeploymentSpec, fleet: Fleet) -> PlanChoi
         recommended = stored.recommendation
         if (recommended is not None and live_replanning(spec) == LiveReplanning.AUTOMATIC and settled(stored)
                 and plan_from_status(recommended.plan) is not None):
-            return PlanChoice(plan_from_status(recommended.plan), dump(recommended.plan), PlanOrigin.ADOPTED)
+            return PlanChoice(plan_from_status(recommended.plan), recommended.plan, PlanOrigin.ADOPTED)
         reused = plan_from_status(stored.plan)
         if reused is not None or not stored.plan.gpu_type:
-            return PlanChoice(reused, dump(stored.plan))
+            return PlanChoice(reused, stored.plan)
     request = plan_request_from_spec(spec, cluster_gpus=fleet.gpus,
                                      learned=[*(stored.learned_speeds or ()), *fleet.speeds])
     fresh = make_plan(request)
     return PlanChoice(fresh if fresh.feasible else None,
-                      dump(plan_status_from_plan(fresh, request.workload.peak_requests_per_sec)), PlanOrigin.PLANNED)
+                      plan_status_from_plan(fresh, request.workload.peak_requests_per_sec), PlanOrigin.PLANNED)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from llmfleet.api import ConditionStatus, ConditionType, Reason, set_condition
-from llmfleet.api.conditions import Condition
+from llmfleet.api import ConditionStatus, ConditionType, Reason
+from llmfleet.api.status import LLMDeploymentStatus
 from llmfleet.k8s import WriteRefused
 from llmfleet.reconcile.context import Context
 from llmfleet.reconcile.decide import decide
@@ -14,7 +14,7 @@ from llmfleet.reconcile.events import WARNING
 from llmfleet.reconcile.observations import Fleet
 from llmfleet.reconcile.observe import observe
 from llmfleet.reconcile.probes import AskNow, Asks
-from llmfleet.reconcile.status import Outcome, dump_conditions
+from llmfleet.reconcile.status import Outcome, merge_patch, wire
 from llmfleet.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
@@ -22,13 +22,13 @@ log = logging.getLogger(__name__)
 MAX_REFUSAL_CHARS = 900
 
 
-def refused_write_status(status: dict, message: str, now: datetime) -> dict:
-    """The status a pass decided, with Degraded saying which write the apiserver refused."""
-    conditions = [Condition.model_validate(c) for c in status.get("conditions") or []]
-    degraded = set_condition(conditions, ConditionType.DEGRADED, ConditionStatus.TRUE, Reason.CHILD_WRITE_REFUSED,
-                             f"the apiserver refused {message[:MAX_REFUSAL_CHARS]}; retrying", now,
-                             status.get("observedGeneration"))
-    return {**status, "conditions": dump_conditions(degraded)}
+def refused_write_patch(ctx: Context, decided: dict, message: str) -> dict:
+    """The patch to the status a pass decided, with Degraded saying which write the apiserver
+    refused."""
+    status = LLMDeploymentStatus.model_validate(decided)
+    degraded = ctx.condition(status.conditions or [], ConditionType.DEGRADED, ConditionStatus.TRUE,
+                             Reason.CHILD_WRITE_REFUSED, f"the apiserver refused {message[:MAX_REFUSAL_CHARS]}; retrying")
+    return merge_patch(ctx.raw_status, wire(status.model_copy(update={"conditions": degraded})))
 
 
 def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metrics=None,
@@ -50,7 +50,7 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
             kube.apply(manifest, live.get((manifest["kind"], manifest["metadata"]["name"])))
     except WriteRefused as refused:
         # Kopf retries the pass; until then only status can tell the user why nothing changes.
-        kube.patch_status(ctx.namespace, ctx.name, refused_write_status(result.status, str(refused), now),
+        kube.patch_status(ctx.namespace, ctx.name, refused_write_patch(ctx, result.status, str(refused)),
                           ctx.metadata.get("resourceVersion"))
         kube.emit_event(body, WARNING, Reason.CHILD_WRITE_REFUSED, str(refused))
         raise
@@ -59,7 +59,7 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
     # Only from the version this pass read: a pass that started from a stale copy (one handler
     # ran just before with news) must not write its decisions over the newer ones, nor tell
     # them again in events.
-    if result.status_changed and not kube.patch_status(ctx.namespace, ctx.name, result.status,
+    if result.status_changed and not kube.patch_status(ctx.namespace, ctx.name, result.status_patch,
                                                        ctx.metadata.get("resourceVersion")):
         log.debug("%s/%s changed while it was reconciled; the next pass starts from the new version",
                   ctx.namespace, ctx.name)

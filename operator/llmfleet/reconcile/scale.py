@@ -12,7 +12,6 @@ from llmfleet.autoscale import decide as autoscale
 from llmfleet.planner.types import Plan
 from llmfleet.reconcile.build import BuildState
 from llmfleet.reconcile.context import Context
-from llmfleet.reconcile.plan import dump
 
 
 @dataclass(frozen=True)
@@ -20,7 +19,7 @@ class Scaling:
     desired_replicas: int
     # The replicas before this pass: stored, or the plan's on the first pass.
     previous_replicas: int
-    autoscaler: dict | None = None  # status.autoscaler
+    autoscaler: AutoscalerStatus | None = None
     decision: Decision | None = None  # when the autoscaler decided
 
 
@@ -32,16 +31,16 @@ def _autoscaler_state(stored: AutoscalerStatus | None) -> AutoscalerState:
         recommendations=tuple(Recommendation(r.time, r.replicas) for r in stored.recommendations or ()))
 
 
-def _autoscaler_status(decision: Decision, stored: AutoscalerStatus | None, now: datetime) -> dict:
+def _autoscaler_status(decision: Decision, stored: AutoscalerStatus | None, now: datetime) -> AutoscalerStatus:
     state = decision.state
     unchanged = (stored is not None and stored.last_decision == decision.decision
                  and stored.desired_replicas == decision.desired_replicas)
-    return dump(AutoscalerStatus(
+    return AutoscalerStatus(
         desired_replicas=decision.desired_replicas, last_decision=decision.decision,
         last_decision_time=stored.last_decision_time if unchanged else now, reason=decision.reason[:1024],
         inputs=decision.inputs, last_scale_time=state.last_scale_time, warming_since=state.warming_since,
         recommendations=[ReplicaRecommendation(time=r.time, replicas=r.replicas)
-                         for r in state.recommendations] or None))
+                         for r in state.recommendations] or None)
 
 
 def scale(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, build: BuildState, ready: int,

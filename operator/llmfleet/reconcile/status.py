@@ -1,10 +1,9 @@
-"""The pass's result: the status it decided, diffed with the stored one, and its events."""
+"""The pass's result: the new status built as a typed value from the stored one and the fields
+the pass computed, validated once, diffed once with the stored status; its events."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-from pydantic import ValidationError
 
 from llmfleet.api.conditions import Condition
 from llmfleet.api.status import LLMDeploymentStatus
@@ -18,9 +17,9 @@ class Outcome:
     ensure: list[dict] = field(default_factory=list)
     apply: list[dict] = field(default_factory=list)
     delete: list[dict] = field(default_factory=list)
-    status: dict = field(default_factory=dict)  # a merge patch of the stored status
-    # False: the status equals the stored one and is not written.
-    status_changed: bool = True
+    status: dict = field(default_factory=dict)  # the new status, as the apiserver stores it
+    # The JSON merge patch turning the stored status into `status`: empty when nothing changed.
+    status_patch: dict = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     # The pass read the revision's traffic from Prometheus (set by `reconcile`).
     observed: bool = False
@@ -28,51 +27,38 @@ class Outcome:
     # the pass must be made again, from the new version.
     superseded: bool = False
 
-
-def dump_conditions(conditions: list[Condition]) -> list[dict]:
-    return [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in conditions]
-
-
-def merge_patched(stored: dict, patch: dict) -> dict:
-    """`stored` after a JSON merge patch (RFC 7386): None removes, mappings merge, the rest replaces."""
-    merged = dict(stored)
-    for key, value in patch.items():
-        if value is None:
-            merged.pop(key, None)
-        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = merge_patched(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
+    @property
+    def status_changed(self) -> bool:
+        return bool(self.status_patch)
 
 
-def _replacing(stored: dict, section: dict) -> dict:
-    """A merge patch that turns `stored` into `section`: a merge patch keeps what it does not
-    name, so each key `section` dropped is written as None (removed), nested mappings likewise.
-    A pass computes each status section it writes whole; merged onto the stored one, a field it
-    cleared (a canary's verdict when its step passes, an autoscaler's warmingSince) would stay."""
-    patch = {key: None for key in stored if key not in section}
-    for key, value in section.items():
+def wire(status: LLMDeploymentStatus) -> dict:
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def merge_patch(stored: dict, wanted: dict) -> dict:
+    """The JSON merge patch (RFC 7386) turning `stored` into `wanted`: what changed, None for
+    what went; nested mappings patched key by key, lists replaced whole."""
+    patch: dict = {key: None for key in stored if key not in wanted}
+    for key, value in wanted.items():
         before = stored.get(key)
-        patch[key] = _replacing(before, value) if isinstance(value, dict) and isinstance(before, dict) else value
+        if isinstance(value, dict) and isinstance(before, dict):
+            nested = merge_patch(before, value)
+            if nested:
+                patch[key] = nested
+        elif value != before:
+            patch[key] = value
     return patch
 
 
-def _normalised(status: dict) -> dict:
-    try:
-        return LLMDeploymentStatus.model_validate(status).model_dump(mode="json", by_alias=True, exclude_none=True)
-    except ValidationError:
-        return {"unparsable": status}
-
-
-def outcome(ctx: Context, status: dict, conditions: list[Condition], *, events: list[Event] = (),
-            **changes) -> Outcome:
-    """The status with its conditions, diffed with the stored one; the events the steps told
-    and those of the conditions that moved."""
-    status = {**status, "observedGeneration": ctx.generation, "replanRequest": ctx.replan_request,
-              "conditions": dump_conditions(conditions)}
-    # What this pass leaves out of the status stays; a section it writes is written whole.
-    status = {key: value for key, value in _replacing(ctx.raw_status, status).items() if key in status}
-    changed = _normalised(merge_patched(ctx.raw_status, status)) != _normalised(ctx.raw_status)
-    return Outcome(status=status, status_changed=changed,
-                   events=[*events, *transition_events(ctx.conditions_before, conditions)], **changes)
+def outcome(ctx: Context, changes: dict, conditions: list[Condition], *, events: list[Event] = (),
+            **writes) -> Outcome:
+    """`changes` are the status fields (by their Python names) the pass computed; a field it
+    leaves out stays as stored, one it sets is replaced whole (a verdict a canary step cleared
+    goes)."""
+    status = LLMDeploymentStatus.model_validate({
+        **dict(ctx.stored), **changes, "observed_generation": ctx.generation,
+        "replan_request": ctx.replan_request, "conditions": conditions})
+    wanted = wire(status)
+    return Outcome(status=wanted, status_patch=merge_patch(ctx.raw_status, wanted),
+                   events=[*events, *transition_events(ctx.conditions_before, conditions)], **writes)
