@@ -426,26 +426,19 @@ def _run_fleet(args) -> int:
     return 0
 
 
-ROLLOUT_ACTIONS = {
-    "status": "show the last canary rollout: phase, step, canary share, message",
-    "promote": "skip the remaining steps: scale the canary to all replicas, then make it stable",
-    "abort": "roll the canary back: scale it to zero; the stable revision serves on",
-    "pause": "hold the canary at its current step until resume",
-    "resume": "continue a paused canary (a pause step without duration ends)",
-    "retry": "roll out a revision that was rolled back before",
-}
-
-
 def _add_rollout_parser(commands) -> None:
+    from llmfleet.rollout.machine import COMMANDS
+
+    actions = {"status": "show the last canary rollout: phase, step, canary share, message", **COMMANDS}
     rollout = commands.add_parser(
         "rollout", help="watch and steer canary rollouts (spec.rollout.steps)",
         description="Watch and steer the canary rollout of an LLMDeployment. Commands are written "
                     "to the annotation llmfleet.io/rollout-command; the operator carries each out once "
                     "on its next pass and records it in status.canary.lastCommand.",
-        epilog="\n".join(f"  {action:8} {text}" for action, text in ROLLOUT_ACTIONS.items()),
+        epilog="\n".join(f"  {action:8} {text}" for action, text in actions.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    rollout.add_argument("action", choices=tuple(ROLLOUT_ACTIONS), metavar="ACTION",
-                         help="one of: " + ", ".join(ROLLOUT_ACTIONS))
+    rollout.add_argument("action", choices=tuple(actions), metavar="ACTION",
+                         help="one of: " + ", ".join(actions))
     rollout.add_argument("name", metavar="NAME", help="the LLMDeployment")
     rollout.add_argument("-n", "--namespace", default="default", help="its namespace (default %(default)s)")
     rollout.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then "

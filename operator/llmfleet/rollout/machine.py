@@ -20,7 +20,14 @@ from llmfleet.api import CanaryPhase, Reason, RolloutGates, RolloutStep
 from llmfleet.rollout.analysis import Outcome, Verdict
 
 TERMINAL = {CanaryPhase.PROMOTED, CanaryPhase.ROLLED_BACK, CanaryPhase.SUPERSEDED}
-COMMANDS = ("promote", "abort", "pause", "resume", "retry")
+# The manual commands, by verb, with what each does (`llmfleet rollout --help` lists them).
+COMMANDS = {
+    "promote": "skip the remaining steps: scale the canary to all replicas, then make it stable",
+    "abort": "roll the canary back: scale it to zero; the stable revision serves on",
+    "pause": "hold the canary at its current step until resume",
+    "resume": "continue a paused canary (a pause step without duration ends)",
+    "retry": "roll out a revision that was rolled back before",
+}
 
 
 @dataclass(frozen=True)
