@@ -4,7 +4,7 @@ the e2e inventory test reads the command against the sandbox)."""
 from __future__ import annotations
 
 from llmfleet.fleet import fleet_status, gpus_by_type
-from test_planner_cluster import node, pod, product
+from cluster_builders import node, pod, product
 
 
 def deployment(namespace: str, name: str, **status) -> dict:

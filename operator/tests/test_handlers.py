@@ -21,7 +21,7 @@ from llmfleet.planner.cluster import GPU_POD_FIELD_SELECTOR, gpu_node, gpu_pod
 from llmfleet.render.identity import DEPLOYMENT_LABEL, MANAGED_BY_LABEL
 from llmfleet.reconcile import OperatorSettings
 from llmfleet.workqueue import PassQueue
-from test_planner_cluster import node, pod
+from cluster_builders import node, pod
 
 MANAGED_FIELDS = [{"manager": "llmfleet", "operation": "Apply", "fieldsV1": {"f:spec": {"f:replicas": {}}}}]
 
@@ -80,8 +80,7 @@ def _lifecycle():
     """(body, children, now) at every step of a deployment's life that the reconcile and
     rollout tests walk: first pass, built, serving, replicas lost, a new revision beside the
     old, a canary warming and promoted."""
-    import test_reconcile as r
-    import test_rollout as ro
+    import reconcile_builders as r
 
     first = r.decide_pass(r.body(), [], r.SETTINGS, r.NOW)
     built = r.finished_job(r.by_kind(first.apply, "Job"))
@@ -95,11 +94,11 @@ def _lifecycle():
     yield r.body(status=second.status), [built, serving, *extras], r.NOW
     yield r.body(status=second.status), [built, r.ready_deployment(serving, 0), *extras], r.NOW
     yield r.body(tpot_p99_ms=6, status=second.status), [built, serving, *extras], r.NOW
-    stable, warming, children = ro.canary_started()
-    yield ro.manifest("v2", 2, warming.status), children, ro.NOW
-    promoted = ro.manifest("v2", 2, warming.status)
+    stable, warming, children = r.canary_started()
+    yield r.manifest_with_steps("v2", 2, warming.status), children, r.NOW
+    promoted = r.manifest_with_steps("v2", 2, warming.status)
     promoted["metadata"]["annotations"] = {"llmfleet.io/rollout-command": "promote/1"}
-    yield promoted, children, ro.NOW
+    yield promoted, children, r.NOW
 
 
 def test_a_pass_decides_the_same_from_the_indexed_children_as_from_the_full_ones():

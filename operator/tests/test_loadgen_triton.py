@@ -15,15 +15,14 @@ import pytest
 from llmfleet.cli import main
 from llmfleet_sandbox.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
 # The emulator's own real-Triton test serves the same engine.
-from test_emulator_triton import SPEC
-from triton_process import MODEL, start_triton
+from triton_process import MODEL, deployment_spec, start_triton
 
 RATE_PER_SECOND, DURATION_S, INPUT_TOKENS, OUTPUT_TOKENS = 4, 10, 100, 20
 
 
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory):
-    with start_triton(tmp_path_factory.mktemp("triton-loadgen"), SPEC) as server:
+    with start_triton(tmp_path_factory.mktemp("triton-loadgen"), deployment_spec()) as server:
         yield server
 
 

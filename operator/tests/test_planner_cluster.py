@@ -15,33 +15,14 @@ from llmfleet.planner.types import ClusterGpus, GpuCapacity
 from llmfleet.reconcile import OperatorSettings
 from reconcile_builders import decide_pass
 from llmfleet.render import RenderSettings
-from test_reconcile import NOW, body, condition
+from llmfleet.render.identity import DEPLOYMENT_LABEL
+from cluster_builders import node, pod, product
+from reconcile_builders import NOW, body, condition
 
 CATALOG = load_catalog()
 H100, L40S, B200 = "H100-SXM-80GB", "L40S-48GB", "B200-180GB"
-LABEL = "llmfleet.io/deployment"
 CHAT = Workload(input_tokens_mean=1000, input_tokens_p99=4000, output_tokens_mean=200, output_tokens_p99=800,
                 peak_requests_per_sec=5)
-
-
-def node(name: str, product: str | None, gpus: int = 8, ready: bool = True, unschedulable: bool = False) -> dict:
-    return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product} if product else {}},
-            "spec": {"unschedulable": True} if unschedulable else {},
-            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)} if product else {},
-                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
-
-
-def pod(namespace: str, on_node: str | None, gpus: int, deployment: str | None = None, phase: str = "Running",
-        init_gpus: int = 0) -> dict:
-    return {"metadata": {"namespace": namespace, "name": "p", "labels": {LABEL: deployment} if deployment else {}},
-            "spec": {**({"nodeName": on_node} if on_node else {}),
-                     "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}}],
-                     "initContainers": [{"resources": {"limits": {"nvidia.com/gpu": str(init_gpus)}}}]},
-            "status": {"phase": phase}}
-
-
-def product(gpu_type: str) -> str:
-    return CATALOG.gpu(gpu_type).gfd_product
 
 
 def cluster(*capacities: tuple[str, int, int]) -> ClusterGpus:
@@ -65,16 +46,16 @@ def test_nodes_count_by_product_only_while_ready_and_schedulable():
 
 
 def test_pods_hold_gpus_only_while_bound_and_not_finished_and_init_containers_as_the_scheduler_counts():
-    assert gpu_pod(pod("ns", None, 2), LABEL) is None  # pending, not bound
-    assert gpu_pod(pod("ns", "a", 2, phase="Succeeded"), LABEL) is None
-    assert gpu_pod(pod("ns", "a", 0), LABEL) is None
-    assert gpu_pod(pod("ns", "a", 2, init_gpus=4), LABEL).gpus == 4
-    assert gpu_pod(pod("ns", "a", 2, deployment="chat"), LABEL).deployment == "chat"
+    assert gpu_pod(pod("ns", None, 2), DEPLOYMENT_LABEL) is None  # pending, not bound
+    assert gpu_pod(pod("ns", "a", 2, phase="Succeeded"), DEPLOYMENT_LABEL) is None
+    assert gpu_pod(pod("ns", "a", 0), DEPLOYMENT_LABEL) is None
+    assert gpu_pod(pod("ns", "a", 2, init_gpus=4), DEPLOYMENT_LABEL).gpus == 4
+    assert gpu_pod(pod("ns", "a", 2, deployment="chat"), DEPLOYMENT_LABEL).deployment == "chat"
 
 
 def test_free_gpus_leave_out_other_workloads_but_not_the_deployments_own_pods():
     nodes = [gpu_node(node("a", product(H100))), gpu_node(node("b", product(H100)))]
-    pods = [gpu_pod(p, LABEL) for p in (pod("ns", "a", 2, deployment="chat"),      # its own: replaced by a plan
+    pods = [gpu_pod(p, DEPLOYMENT_LABEL) for p in (pod("ns", "a", 2, deployment="chat"),      # its own: replaced by a plan
                                         pod("ns", "a", 4, deployment="other"),
                                         pod("team", "b", 8),
                                         pod("ns", "b", 1, deployment="chat", phase="Failed"))]
@@ -88,7 +69,7 @@ def test_gpus_of_lower_priority_pods_count_as_free_for_they_are_preempted():
     batch["spec"] = {**batch["spec"], "priority": 100}
     other = dict(pod("ns", "a", 2, deployment="other"))
     other["spec"] = {**other["spec"], "priority": 1000}
-    pods = [gpu_pod(batch, LABEL), gpu_pod(other, LABEL)]
+    pods = [gpu_pod(batch, DEPLOYMENT_LABEL), gpu_pod(other, DEPLOYMENT_LABEL)]
     assert cluster_gpus(nodes, pods, "ns", "urgent", priority=1000) == cluster((L40S, 8, 6))
     assert cluster_gpus(nodes, pods, "ns", "urgent", priority=100) == cluster((L40S, 8, 2))
     assert cluster_gpus(nodes, pods, "ns", "urgent") == cluster((L40S, 8, 2))

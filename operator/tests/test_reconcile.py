@@ -4,51 +4,11 @@ conditions and events from the stored object and its children."""
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
-from llmfleet.reconcile import OperatorSettings
-from reconcile_builders import decide_pass
-from llmfleet.render import RenderSettings
+from reconcile_builders import (
+    NOW, SETTINGS, body, by_kind, condition, decide_pass, finished_job, ready_deployment)
 
-NOW = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
-SETTINGS = OperatorSettings(render=RenderSettings())
-
-
-def body(tpot_p99_ms: int = 40, status: dict | None = None) -> dict:
-    return {
-        "apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
-        "metadata": {"name": "chat", "namespace": "serving", "uid": "uid-1", "generation": 3},
-        "spec": {
-            "model": {"name": "llama-3.1-8b", "source": "hf://meta-llama/Llama-3.1-8B-Instruct"},
-            "slo": {"ttftP99Ms": 1000, "tpotP99Ms": tpot_p99_ms,
-                    "quality": {"allowedQuantizations": ["BF16", "FP8"]}},
-            "workload": {"inputTokensMean": 256, "inputTokensP99": 512, "outputTokensMean": 64,
-                         "outputTokensP99": 128, "peakRequestsPerSecond": 2},
-            "resources": {"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 8},
-        },
-        **({"status": status} if status else {}),
-    }
-
-
-def condition(outcome, kind: str) -> dict:
-    return next(c for c in outcome.status["conditions"] if c["type"] == kind)
-
-
-def by_kind(manifests, kind: str) -> dict:
-    return next(m for m in manifests if m["kind"] == kind)
-
-
-def finished_job(job: dict, condition_type: str = "Complete", reason: str = "") -> dict:
-    done = copy.deepcopy(job)
-    done["status"] = {"conditions": [{"type": condition_type, "status": "True", "reason": reason,
-                                      "message": "boom" if condition_type == "Failed" else ""}]}
-    return done
-
-
-def ready_deployment(deployment: dict, ready: int) -> dict:
-    done = copy.deepcopy(deployment)
-    done["status"] = {"readyReplicas": ready}
-    return done
 
 
 def test_first_pass_creates_every_child_with_no_serving_replicas_until_built():

@@ -14,8 +14,7 @@ from llmfleet.planner.spec_adapter import plan_from_status, plan_request_from_sp
 from llmfleet.api import LLMDeployment
 from llmfleet.api.status import LearnedSpeed, PlanStatus
 from llmfleet.reconcile import needs_periodic_pass, observation_due
-from reconcile_builders import decide_pass
-from test_reconcile import NOW, SETTINGS, by_kind, condition, finished_job, ready_deployment
+from reconcile_builders import NOW, SETTINGS, by_kind, condition, decide_pass, finished_job, ready_deployment
 
 LATER = NOW + timedelta(seconds=SETTINGS.observation_interval_seconds)
 

@@ -22,6 +22,7 @@ from llmfleet.catalog.release_record import load_release_record
 from llmfleet.render import RenderError, RenderSettings, engine_cache_key, render, revision_hash
 from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION, model_repository_files
 from llmfleet.render.pod import engine_cache_claim
+from render_builders import manifest
 from llmfleet_dev.release_checks import (
     check_build_command,
     check_image_paths,
@@ -41,26 +42,6 @@ REQUIRED_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.
                    "llmfleet.io/deployment")
 REAL = RenderSettings()
 RECORD = load_release_record()
-
-
-def manifest(tensor_parallel_size: int, *, quantization: str = "FP8", name: str = "chat") -> dict:
-    return {
-        "apiVersion": "llmfleet.io/v1alpha1",
-        "kind": "LLMDeployment",
-        "metadata": {"name": name, "namespace": "serving", "uid": "0b5e8f4e-6d1c-4a57-9a55-2f8c1d3e7a10"},
-        "spec": {
-            "model": {"name": "llama-3.1-70b" if tensor_parallel_size > 1 else "llama-3.1-8b",
-                      "source": "hf://meta-llama/Llama-3.1-8B-Instruct",
-                      "secretRef": {"name": "hub-token", "key": "token"}},
-            "engine": {"runtime": "engine"},
-            "slo": {"ttftP99Ms": 2000, "tpotP99Ms": 100},
-            "workload": {"inputTokensMean": 512, "inputTokensP99": 2048, "outputTokensMean": 128,
-                         "outputTokensP99": 512, "peakRequestsPerSecond": 2, "prefixSharingFraction": 0.25},
-            "plan": {"gpuType": "H100-SXM-80GB", "tensorParallelSize": tensor_parallel_size,
-                     "quantization": quantization, "kvCacheDtype": "FP8" if quantization == "FP8" else "BF16",
-                     "replicas": 1},
-        },
-    }
 
 
 def deployment_and_plan(tensor_parallel_size: int, **kwargs):

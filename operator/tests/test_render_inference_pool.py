@@ -14,7 +14,7 @@ from llmfleet.planner.spec_adapter import plan_request_from_spec
 from llmfleet.render import RenderSettings, namespace_prerequisites, render, revision_hash
 from llmfleet.render.inference_pool import PICKER_SERVICE_ACCOUNT
 from llmfleet_dev.router_checks import check_endpoint_picker, check_inference_pool
-from test_render import manifest
+from render_builders import manifest
 
 RECORD = load_router_record()
 

@@ -6,18 +6,17 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import pytest
 
 from llmfleet.api import CanaryPhase, RolloutStep
-from llmfleet.reconcile import Context, OperatorSettings
+from llmfleet.reconcile import Context
 from llmfleet.reconcile.due import quality_query
-from reconcile_builders import decide_pass, stored_after
-from llmfleet.render import RenderSettings
+from reconcile_builders import (
+    NOW, SETTINGS, canary_started, condition, decide_pass, kind, manifest_with_steps, stored_after, with_status)
 from llmfleet.rollout import Command, Observed, advance, canary_replicas_for
 
-NOW = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
 STEPS = (RolloutStep(set_weight=25), RolloutStep.model_validate({"pause": {"durationSeconds": 60}}),
          RolloutStep(set_weight=40))
 
@@ -108,62 +107,26 @@ def test_the_gpu_budget_caps_the_canary_and_a_full_budget_pauses_it():
 
 # --- through the reconcile pass ---------------------------------------------------------------
 
-SETTINGS = OperatorSettings(render=RenderSettings())
-
-
-def manifest(engine_revision: str, generation: int, status: dict | None = None) -> dict:
-    return {
-        "apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
-        "metadata": {"name": "chat", "namespace": "serving", "uid": "uid-1", "generation": generation},
-        "spec": {
-            "model": {"name": "llama-3.1-8b", "source": "hf://meta-llama/Llama-3.1-8B-Instruct"},
-            "engine": {"revision": engine_revision},
-            "slo": {"ttftP99Ms": 1000, "tpotP99Ms": 40},
-            "workload": {"inputTokensMean": 256, "inputTokensP99": 512, "outputTokensMean": 64,
-                         "outputTokensP99": 128, "peakRequestsPerSecond": 2},
-            "resources": {"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 8},
-            "plan": {"replicas": 2},
-            "rollout": {"steps": [{"setWeight": 50}, {"pause": {"durationSeconds": 0}}]},
-        },
-        **({"status": status} if status else {}),
-    }
-
-
-def kind(outcome, name: str, revision: str | None = None) -> dict:
-    return next(m for m in outcome.apply if m["kind"] == name
-                and (revision is None or m["metadata"]["labels"].get("llmfleet.io/revision") == revision))
-
-
-def with_status(obj: dict, **status) -> dict:
-    done = copy.deepcopy(obj)
-    done["status"] = status
-    return done
-
-
-def condition(outcome, name: str) -> dict:
-    return next(c for c in outcome.status["conditions"] if c["type"] == name)
-
-
 def test_a_spec_change_becomes_a_canary_beside_the_untouched_stable_revision():
     # Revision A rolls out directly (no stable revision yet), then becomes stable.
-    first = decide_pass(manifest("v1", 1), [], SETTINGS, NOW)
+    first = decide_pass(manifest_with_steps("v1", 1), [], SETTINGS, NOW)
     job_a = with_status(kind(first, "Job"), conditions=[{"type": "Complete", "status": "True"}])
-    second = decide_pass(manifest("v1", 1, first.status), [job_a], SETTINGS, NOW)
+    second = decide_pass(manifest_with_steps("v1", 1, first.status), [job_a], SETTINGS, NOW)
     serving_a = with_status(kind(second, "Deployment"), readyReplicas=2)
     children = [job_a, serving_a, kind(second, "ConfigMap"), kind(second, "Service")]
-    stable = decide_pass(manifest("v1", 1, second.status), children, SETTINGS, NOW)
+    stable = decide_pass(manifest_with_steps("v1", 1, second.status), children, SETTINGS, NOW)
     revision_a = stable.status["stableRevision"]
     assert revision_a == stable.status["currentRevision"] and stable.status.get("canary") is None
 
     # A spec change: revision B is prepared, then warms 2 replicas beside A's 2 (50%).
-    changed = decide_pass(manifest("v2", 2, stable.status), children, SETTINGS, NOW)
+    changed = decide_pass(manifest_with_steps("v2", 2, stable.status), children, SETTINGS, NOW)
     revision_b = changed.status["currentRevision"]
     assert revision_b != revision_a and changed.status["stableRevision"] == revision_a
     assert changed.status["canary"]["phase"] == "Preparing"
     assert kind(changed, "Deployment", revision_b)["spec"]["replicas"] == 0
     assert [m["kind"] for m in changed.delete] == ["Job"], "only A's finished build Job goes; stable A stays"
     job_b = with_status(kind(changed, "Job"), conditions=[{"type": "Complete", "status": "True"}])
-    warming = decide_pass(manifest("v2", 2, changed.status), children + [job_b], SETTINGS, NOW)
+    warming = decide_pass(manifest_with_steps("v2", 2, changed.status), children + [job_b], SETTINGS, NOW)
     assert warming.status["canary"]["phase"] == "Warming"
     assert kind(warming, "Deployment", revision_b)["spec"]["replicas"] == 2
     assert warming.status["canary"]["weightPercent"] == 50
@@ -174,9 +137,9 @@ def test_a_spec_change_becomes_a_canary_beside_the_untouched_stable_revision():
     # Ready canary: the pause without duration holds it; an abort rolls it back.
     serving_b = with_status(kind(warming, "Deployment", revision_b), readyReplicas=2)
     canary_children = children + [job_b, serving_b]
-    held = decide_pass(manifest("v2", 2, warming.status), canary_children, SETTINGS, NOW + timedelta(seconds=30))
+    held = decide_pass(manifest_with_steps("v2", 2, warming.status), canary_children, SETTINGS, NOW + timedelta(seconds=30))
     assert held.status["canary"]["phase"] == "Paused"
-    aborted_body = manifest("v2", 2, held.status)
+    aborted_body = manifest_with_steps("v2", 2, held.status)
     aborted_body["metadata"]["annotations"] = {"llmfleet.io/rollout-command": "abort/1"}
     aborted = decide_pass(aborted_body, canary_children, SETTINGS, NOW + timedelta(seconds=40))
     assert aborted.status["canary"]["phase"] == "RolledBack"
@@ -188,31 +151,16 @@ def test_a_spec_change_becomes_a_canary_beside_the_untouched_stable_revision():
                    for m in aborted.delete)
 
     # Reverting the spec to A ends the rollout; A is untouched, B's objects go.
-    reverted = decide_pass(manifest("v1", 3, aborted.status), canary_children, SETTINGS, NOW + timedelta(seconds=50))
+    reverted = decide_pass(manifest_with_steps("v1", 3, aborted.status), canary_children, SETTINGS, NOW + timedelta(seconds=50))
     assert reverted.status["currentRevision"] == revision_a
     assert {m["metadata"]["labels"].get("llmfleet.io/revision") for m in reverted.delete} == {revision_b}
-
-
-def canary_started(body=manifest):
-    """Revision v1 rolled out and stable, then v2 built and warming with its replicas ready:
-    (v1's last outcome, v2's warming outcome, the children)."""
-    first = decide_pass(body("v1", 1), [], SETTINGS, NOW)
-    job_a = with_status(kind(first, "Job"), conditions=[{"type": "Complete", "status": "True"}])
-    second = decide_pass(body("v1", 1, first.status), [job_a], SETTINGS, NOW)
-    serving_a = with_status(kind(second, "Deployment"), readyReplicas=2)
-    stable = decide_pass(body("v1", 1, second.status), [job_a, serving_a], SETTINGS, NOW)
-    changed = decide_pass(body("v2", 2, stable.status), [job_a, serving_a], SETTINGS, NOW)
-    job_b = with_status(kind(changed, "Job"), conditions=[{"type": "Complete", "status": "True"}])
-    warming = decide_pass(body("v2", 2, changed.status), [job_a, serving_a, job_b], SETTINGS, NOW)
-    serving_b = with_status(kind(warming, "Deployment", warming.status["currentRevision"]), readyReplicas=2)
-    return stable, warming, [job_a, serving_a, job_b, serving_b]
 
 
 def test_a_promotion_makes_the_canary_stable_and_removes_the_old_revision():
     _, warming, children = canary_started()
     revision_b = warming.status["currentRevision"]
     serving_a = children[1]
-    body = manifest("v2", 2, warming.status)
+    body = manifest_with_steps("v2", 2, warming.status)
     body["metadata"]["annotations"] = {"llmfleet.io/rollout-command": "promote/1"}
     promoted = decide_pass(body, children, SETTINGS, NOW + timedelta(seconds=10))
     assert promoted.status["canary"]["phase"] == "Promoted"
@@ -315,7 +263,7 @@ def test_verdicts_are_reached_once_per_interval():
 
 def analysed(revision: str, generation: int, status: dict | None = None) -> dict:
     """`manifest` whose canary takes half the replicas, then a 60 s analysis."""
-    body = manifest(revision, generation, status)
+    body = manifest_with_steps(revision, generation, status)
     body["spec"]["rollout"] = {"steps": [{"setWeight": 50}, {"analysis": {"durationSeconds": 60}}]}
     return body
 
@@ -420,7 +368,7 @@ def test_unanswered_golden_prompts_hold_then_pause_past_the_deadline():
 
 def checked(revision: str, generation: int, status: dict | None = None) -> dict:
     """`manifest` whose canaries must answer GATE's golden prompts as stable does."""
-    body = manifest(revision, generation, status)
+    body = manifest_with_steps(revision, generation, status)
     body["spec"]["rollout"]["quality"] = {"prompts": list(GATE.prompts)}
     return body
 
@@ -560,7 +508,7 @@ def test_the_reconcile_pass_looks_at_the_pods_only_when_the_canary_is_overdue():
     from llmfleet.reconcile.due import overdue_canary
 
     _, warming, children = canary_started()
-    body = manifest("v2", 2, warming.status)
+    body = manifest_with_steps("v2", 2, warming.status)
     deadline = RolloutGates().canary_ready_deadline_seconds
     assert overdue_canary(Context.of(body, [], SETTINGS, NOW + timedelta(seconds=deadline - 1))) is None
     assert overdue_canary(Context.of(body, [], SETTINGS, NOW + timedelta(seconds=deadline))) == warming.status["currentRevision"]
@@ -575,7 +523,7 @@ def test_the_reconcile_pass_looks_at_the_pods_only_when_the_canary_is_overdue():
 # --- Gateway API routing ------------------------------------------------------------------------
 
 def routed(revision: str, generation: int, status: dict | None = None) -> dict:
-    body = manifest(revision, generation, status)
+    body = manifest_with_steps(revision, generation, status)
     body["spec"]["routing"] = {"httpRoute": {"parentRefs": [{"name": "inference", "namespace": "gateways",
                                                              "sectionName": "http"}]}}
     return body
@@ -618,7 +566,7 @@ def test_the_stable_revisions_own_service_serves_the_canary_and_goes_when_routin
     children = [*children, service_a]
     running = decide_pass(routed("v2", 2, warming.status), children, SETTINGS, NOW + timedelta(seconds=10))
     assert service_a not in running.delete, "the route still sends the stable revision its share"
-    unrouted = decide_pass(manifest("v2", 3, running.status), children, SETTINGS, NOW + timedelta(seconds=20))
+    unrouted = decide_pass(manifest_with_steps("v2", 3, running.status), children, SETTINGS, NOW + timedelta(seconds=20))
     assert service_a in unrouted.delete
     assert children[1] not in unrouted.delete, "the stable revision's Deployment still serves"
 
@@ -663,7 +611,7 @@ def test_a_hung_golden_prompt_gate_holds_neither_its_pass_nor_another_deployment
         held = reconcile(copy.deepcopy(body), kube, SETTINGS, NOW + timedelta(seconds=5), children=children,
                          probes=probes)
         assert kube.listing.wait(10), "the golden prompts were never asked"
-        other = reconcile(manifest("v1", 1), kube, SETTINGS, NOW, probes=probes)
+        other = reconcile(manifest_with_steps("v1", 1), kube, SETTINGS, NOW, probes=probes)
         assert time.monotonic() - started_s < 10
         assert held.status["canary"]["phase"] == "Warming" and other.status["currentRevision"]
         assert not finished.is_set()
