@@ -16,8 +16,12 @@ from typing import Mapping
 
 import yaml
 
-QUANTIZATIONS = ("BF16", "FP16", "FP8", "INT8WeightOnly", "INT4AWQ", "INT8SmoothQuant", "NVFP4")
-KV_CACHE_DTYPES = ("BF16", "FP16", "FP8", "INT8")
+from llmfleet.api import enums as api_enums
+
+# The API's enums are the contract; quantizations.yaml holds their numbers, and loading checks
+# that it lists exactly these, in this order.
+QUANTIZATIONS = tuple(quantization.value for quantization in api_enums.Quantization)
+KV_CACHE_DTYPES = tuple(dtype.value for dtype in api_enums.KvCacheDtype)
 
 
 @dataclass(frozen=True)
