@@ -242,6 +242,15 @@ def test_the_service_account_token_or_a_secret_is_the_bearer_token():
     assert path.name == "token" and _mounted(secret)[str(path.parent)]["secret"] == {"secretName": "prom-token"}
 
 
+def _found_by_the_dashboard_sidecars(labels: dict) -> bool:
+    """Whether the Grafana sidecars of the stacks on record (llmfleet_dev/records) load a
+    ConfigMap with these labels: the label's key, and its value where the stack asks one."""
+    record = yaml.safe_load((REPO_ROOT / "operator" / "llmfleet_dev" / "records" / "dashboard-sidecars.yaml").read_text())
+    assert set(record) == {"kube-prometheus-stack", "grafana"}
+    return all(stack["label"] in labels and stack["label_value"] in ("", labels[stack["label"]])
+               for stack in record.values())
+
+
 @needs_helm
 def test_rules_dashboard_and_the_operators_own_pod_monitor_render_what_the_operator_generates():
     from llmfleet.render import monitoring
@@ -252,7 +261,7 @@ def test_rules_dashboard_and_the_operators_own_pod_monitor_render_what_the_opera
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert rule["spec"] == monitoring.prometheus_rules()
     dashboard = rendered["ConfigMap/llmfleet-dashboard"]
-    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert _found_by_the_dashboard_sidecars(dashboard["metadata"]["labels"])
     assert json.loads(dashboard["data"]["llmfleet-deployment.json"]) == monitoring.grafana_dashboard()
     operator_monitor = rendered["PodMonitor/llmfleet-operator"]
     endpoint, = operator_monitor["spec"]["podMetricsEndpoints"]
