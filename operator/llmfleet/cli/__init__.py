@@ -15,12 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from llmfleet import exit_codes
+from llmfleet.cli.inputs import BadInput, positive_float, positive_int
 from llmfleet.render.settings import RenderSettings
 from llmfleet.settings import OperatorSettings
-
-
-class BadInput(Exception):
-    """Input the command cannot use (unreadable file, invalid manifest, unknown name): exit 2."""
 
 
 # Commands from outside the product (the sandbox's `llmfleet sandbox`): each entry point of this
@@ -217,30 +214,11 @@ def _prometheus_connection(args):
     return connection
 
 
-def _positive(text: str, kind: type = int) -> int | float:
-    try:
-        value = kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a {'whole ' if kind is int else ''}number, got {text!r}") from None
-    if not value > 0 or not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be {'at least 1' if kind is int else 'above 0'}, got {text}")
-    return value
-
-
 def _listen_address(text: str) -> str:
     _, separator, port = text.rpartition(":")
     if not separator or not port.isdigit() or not 0 < int(port) < 65536:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, e.g. 0.0.0.0:8081, got {text!r}")
     return text
-
-
-def positive_int(text: str) -> int:
-    """An argument type for whole numbers from 1 (plugins' commands use it too)."""
-    return _positive(text, int)
-
-
-def _positive_float(text: str) -> float:
-    return _positive(text, float)
 
 
 def _add_output_flag(parser: argparse.ArgumentParser) -> None:
@@ -332,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
                                            "prepare Jobs (default %(default)s; a mirror must keep the tag)")
     _add_prometheus_arguments(run, "for autoscaling, canary analysis and live re-planning; without it "
                                    "autoscaling holds")
-    run.add_argument("--prometheus-scrape-interval-seconds", type=_positive_float,
+    run.add_argument("--prometheus-scrape-interval-seconds", type=positive_float,
                      default=_prometheus_default("scrape-interval-seconds"), metavar="S",
                      help="how often Prometheus scrapes the serving pods (the PodMonitor's interval); the "
                           "query windows and the staleness limit follow from it (default: "
