@@ -16,6 +16,7 @@ from typing import Any
 
 from llmfleet import exit_codes
 from llmfleet.cli.inputs import BadInput, positive_float, positive_int
+from llmfleet.cli.prometheus import add_prometheus_arguments, prometheus_connection, prometheus_default
 from llmfleet.render.settings import RenderSettings
 from llmfleet.settings import OperatorSettings
 
@@ -159,61 +160,6 @@ def _run_estimate(args) -> int:
     return 0
 
 
-def _prometheus_default(option: str) -> str | None:
-    """Each --prometheus-OPTION defaults to $LLMFLEET_PROMETHEUS_OPTION (`sandbox env` sets them)."""
-    return os.environ.get("LLMFLEET_PROMETHEUS_" + option.upper().replace("-", "_"))
-
-
-def _add_prometheus_arguments(parser, purpose: str) -> None:
-    group = parser.add_argument_group(
-        "Prometheus", "How to reach Prometheus; each option defaults to $LLMFLEET_PROMETHEUS_<OPTION> "
-                      "(e.g. $LLMFLEET_PROMETHEUS_CA_FILE). Secrets are read from files on every request, "
-                      "so a rotated Secret or projected token is used without a restart.")
-    group.add_argument("--prometheus-url", default=_prometheus_default("url"), metavar="URL",
-                       help=f"Prometheus' base URL, a path prefix included (e.g. https://thanos:9091 or "
-                            f"https://proxy/prometheus), {purpose}")
-    group.add_argument("--prometheus-bearer-token-file", type=Path, default=_prometheus_default("bearer-token-file"),
-                       metavar="FILE", help="send the file's content as a bearer token (e.g. the projected "
-                                            "service-account token /var/run/secrets/kubernetes.io/serviceaccount/token)")
-    group.add_argument("--prometheus-basic-auth-username", default=_prometheus_default("basic-auth-username"),
-                       metavar="NAME", help="basic auth user name (with --prometheus-basic-auth-password-file)")
-    group.add_argument("--prometheus-basic-auth-password-file", type=Path,
-                       default=_prometheus_default("basic-auth-password-file"), metavar="FILE",
-                       help="the file holding the basic auth password")
-    group.add_argument("--prometheus-ca-file", type=Path, default=_prometheus_default("ca-file"), metavar="FILE",
-                       help="PEM bundle of the CAs that sign Prometheus' certificate (default: the system's)")
-    group.add_argument("--prometheus-server-name", default=_prometheus_default("server-name"), metavar="NAME",
-                       help="the name Prometheus' certificate must carry, when the URL's host is not it")
-    group.add_argument("--prometheus-client-cert-file", type=Path, default=_prometheus_default("client-cert-file"),
-                       metavar="FILE", help="PEM client certificate for mutual TLS (with --prometheus-client-key-file)")
-    group.add_argument("--prometheus-client-key-file", type=Path, default=_prometheus_default("client-key-file"),
-                       metavar="FILE", help="PEM key of the client certificate")
-    group.add_argument("--prometheus-header", action="append", default=None, metavar="NAME=VALUE",
-                       help="an extra header on every query, e.g. X-Scope-OrgID=tenant-1 for Mimir or Cortex; "
-                            "repeat for more (default: $LLMFLEET_PROMETHEUS_HEADER, one NAME=VALUE)")
-
-
-def _prometheus_connection(args):
-    """The validated connection, or None without a URL; a wrong option is BadInput naming it."""
-    from llmfleet.metrics.connection import ConnectionOptionError, PrometheusConnection, parse_header
-
-    if not args.prometheus_url:
-        return None
-    headers = args.prometheus_header or ([_prometheus_default("header")] if _prometheus_default("header") else [])
-    try:
-        connection = PrometheusConnection(
-            url=args.prometheus_url, bearer_token_file=args.prometheus_bearer_token_file,
-            basic_auth_username=args.prometheus_basic_auth_username,
-            basic_auth_password_file=args.prometheus_basic_auth_password_file, ca_file=args.prometheus_ca_file,
-            server_name=args.prometheus_server_name, client_cert_file=args.prometheus_client_cert_file,
-            client_key_file=args.prometheus_client_key_file,
-            headers=tuple(parse_header(text) for text in headers))
-        connection.validate()
-    except ConnectionOptionError as error:
-        raise BadInput(str(error)) from error
-    return connection
-
-
 def _listen_address(text: str) -> str:
     _, separator, port = text.rpartition(":")
     if not separator or not port.isdigit() or not 0 < int(port) < 65536:
@@ -308,10 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--object-store-client-image", default=RenderSettings.object_store_client_image,
                      metavar="IMAGE", help="AWS CLI image that downloads s3:// model sources in the build and "
                                            "prepare Jobs (default %(default)s; a mirror must keep the tag)")
-    _add_prometheus_arguments(run, "for autoscaling, canary analysis and live re-planning; without it "
+    add_prometheus_arguments(run, "for autoscaling, canary analysis and live re-planning; without it "
                                    "autoscaling holds")
     run.add_argument("--prometheus-scrape-interval-seconds", type=positive_float,
-                     default=_prometheus_default("scrape-interval-seconds"), metavar="S",
+                     default=prometheus_default("scrape-interval-seconds"), metavar="S",
                      help="how often Prometheus scrapes the serving pods (the PodMonitor's interval); the "
                           "query windows and the staleness limit follow from it (default: "
                           "$LLMFLEET_PROMETHEUS_SCRAPE_INTERVAL_SECONDS, else read from the spacing of "
@@ -365,7 +311,7 @@ def _add_fleet_parser(commands) -> None:
     status = fleet_commands.add_parser("status", help="print the report")
     status.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then "
                                                            "$KUBECONFIG, then ~/.kube/config)")
-    _add_prometheus_arguments(status, "for SLO attainment; without it attainment is not shown")
+    add_prometheus_arguments(status, "for SLO attainment; without it attainment is not shown")
     status.add_argument("--window-s", type=int, default=300, metavar="S",
                         help="attainment over the last S seconds (default %(default)s)")
     status.set_defaults(handler=_run_fleet)
@@ -379,7 +325,7 @@ def _run_fleet(args) -> int:
 
     if args.window_s < 1:
         raise BadInput(f"--window-s must be at least 1, got {args.window_s}")
-    connection = _prometheus_connection(args)
+    connection = prometheus_connection(args)
     nodes, pods, deployments = KubeGateway(load_api_client(args.kubeconfig)).list_cluster()
     attainment = {}
     if connection is not None:
@@ -567,7 +513,7 @@ def _run_operator(args) -> int:
     import kopf
 
     from llmfleet import handlers  # noqa: F401 - registers the handlers
-    prometheus = _prometheus_connection(args)  # a wrong option stops here, before any election
+    prometheus = prometheus_connection(args)  # a wrong option stops here, before any election
     settings = OperatorSettings(
         scrape_interval_seconds=args.prometheus_scrape_interval_seconds,
         observation_interval_seconds=args.observation_interval_seconds,
