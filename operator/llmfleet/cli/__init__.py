@@ -1,4 +1,17 @@
-"""The `llmfleet` command line."""
+"""The `llmfleet` command line: the top-level parser, the commands plugged in from other
+packages, and main. Each command's options and handler live in a module of their own:
+
+    planning    plan, estimate
+    run         the operator
+    load        the load generator
+    rollout     watch and steer a canary rollout
+    fleet       fleet status
+    inputs      BadInput and the argument types every command checks its input with
+    prometheus  the --prometheus-* options of run and fleet status
+
+Handlers import what they use (Kopf, the Kubernetes client, the load generator) when they run, so
+that `llmfleet --help` stays fast.
+"""
 
 from __future__ import annotations
 
@@ -61,6 +74,3 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return exit_codes.BROKEN_PIPE
 
-
-if __name__ == "__main__":
-    sys.exit(main())
