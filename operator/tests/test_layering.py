@@ -22,7 +22,7 @@ CLOCK_CALLS = {("datetime", "now"), ("datetime", "utcnow"), ("time", "time"), ("
 # Outside the pure layers, who may import which client library.
 ALLOWED_IMPORTERS = {
     "kubernetes": ("k8s",),
-    "kopf": ("handlers.py", "cli.py"),
+    "kopf": ("handlers.py", "cli"),
     "prometheus_api_client": ("metrics",),
     "tritonclient": ("inference", "loadgen"),
 }

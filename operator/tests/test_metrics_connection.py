@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from requests import Request
 
-from llmfleet.cli import BadInput, _prometheus_connection, build_parser
+from llmfleet.cli import BadInput, build_parser
+from llmfleet.cli.prometheus import prometheus_connection
 from llmfleet.metrics.connection import ConnectionOptionError, PrometheusConnection, parse_header
 
 SECRET = "s3cret-value-7f1c"
@@ -94,12 +95,12 @@ def test_the_command_line_builds_the_connection_and_refuses_a_bad_option(secret_
     args = build_parser().parse_args([
         "run", "--prometheus-url", "https://thanos:9091", "--prometheus-bearer-token-file", str(secret_file),
         "--prometheus-header", "X-Scope-OrgID=tenant-1", "--prometheus-scrape-interval-seconds", "30"])
-    connection = _prometheus_connection(args)
+    connection = prometheus_connection(args)
     assert connection.bearer_token_file == secret_file and connection.headers == (("X-Scope-OrgID", "tenant-1"),)
     assert args.prometheus_scrape_interval_seconds == 30.0
     bad = build_parser().parse_args(["run", "--prometheus-url", "http://p", "--prometheus-ca-file", str(secret_file)])
     with pytest.raises(BadInput, match="--prometheus-ca-file needs an https://"):
-        _prometheus_connection(bad)
+        prometheus_connection(bad)
 
 
 def test_each_option_defaults_to_its_environment_variable(secret_file, monkeypatch):
@@ -107,6 +108,6 @@ def test_each_option_defaults_to_its_environment_variable(secret_file, monkeypat
     monkeypatch.setenv("LLMFLEET_PROMETHEUS_CA_FILE", str(secret_file))
     monkeypatch.setenv("LLMFLEET_PROMETHEUS_BASIC_AUTH_USERNAME", "llmfleet")
     monkeypatch.setenv("LLMFLEET_PROMETHEUS_BASIC_AUTH_PASSWORD_FILE", str(secret_file))
-    connection = _prometheus_connection(build_parser().parse_args(["fleet", "status"]))
+    connection = prometheus_connection(build_parser().parse_args(["fleet", "status"]))
     assert (connection.url, connection.ca_file, connection.basic_auth_username) == (
         "https://prometheus:9090", secret_file, "llmfleet")
