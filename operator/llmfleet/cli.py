@@ -396,7 +396,7 @@ def _add_fleet_parser(commands) -> None:
 def _run_fleet(args) -> int:
     import datetime
 
-    from llmfleet.fleet import fleet_status, gpus_by_type
+    from llmfleet.fleet import fleet_status, gpu_inventory
     from llmfleet.k8s import KubeGateway, load_api_client
 
     if args.window_s < 1:
@@ -421,7 +421,7 @@ def _run_fleet(args) -> int:
                 print(f"{namespace}/{name}: {widening}", file=sys.stderr)
             attainment[(namespace, name)] = metrics.ttft_attainment(namespace, name, target, window.seconds, now)
         metrics.close()
-    print(fleet_status(gpus_by_type(nodes, pods), deployments, attainment,
+    print(fleet_status(gpu_inventory(nodes, pods), deployments, attainment,
                        args.window_s if connection is not None else None))
     return 0
 
