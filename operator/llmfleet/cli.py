@@ -380,7 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_fleet_parser(commands) -> None:
     fleet = commands.add_parser(
         "fleet", help="the cluster's GPUs and every LLMDeployment at a glance",
-        description="GPUs by type (nodes, allocatable, held by pods, free) and, for every LLMDeployment "
+        description="GPUs by type and by node pool (nodes, allocatable, held by pods, free, most free on one "
+                    "node) and, for every LLMDeployment "
                     "in the cluster, its priority class, plan, GPUs, ready replicas, p99 TTFT, TTFT target, "
                     "SLO attainment (from Prometheus) and Planned condition.")
     fleet_commands = fleet.add_subparsers(dest="fleet_command", required=True, metavar="ACTION")

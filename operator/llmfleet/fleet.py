@@ -1,4 +1,4 @@
-"""`llmfleet fleet status`: the cluster's GPUs by type and every LLMDeployment's plan,
+"""`llmfleet fleet status`: the cluster's GPUs by type and node pool, and every LLMDeployment's plan,
 replicas, p99 TTFT and SLO attainment, as text. Pure: the CLI passes the objects it listed and
 the attainment it read from Prometheus."""
 
@@ -68,6 +68,15 @@ def fleet_status(gpus: ClusterGpus, deployments: list[dict],
          for g in gpus.capacities])]
     if not gpus.nodes:
         lines.append(f"  no GPU node (none with the {GPU_PRODUCT_LABEL} label is Ready and schedulable)")
+    else:
+        # A replica's GPUs share one node: the most free on one node is the largest replica that
+        # fits now, whatever the pool's total.
+        lines += ["", "GPU node pools (POOL: the node-pool label and its value; MAX FREE/NODE: the largest "
+                      "replica that fits now)"]
+        lines += ["  " + line for line in _table(
+            ("TYPE", "POOL", "NODES", "GPUS", "USED", "FREE", "MAX FREE/NODE"),
+            [(gpu_type, pool, str(g.nodes), str(g.allocatable), str(g.allocatable - g.free), str(g.free),
+              str(g.most_free_on_one_node)) for (gpu_type, pool), g in gpus.pools().items()])]
     where = (f"share of first tokens within the TTFT target over the last {window_seconds} s"
              if window_seconds is not None else "no Prometheus URL given")
     lines += ["", f"LLMDeployments (attainment: {where})"]

@@ -22,6 +22,20 @@ def test_the_inventory_counts_what_bound_pods_hold_on_ready_schedulable_nodes():
     assert use == {"H100-SXM-80GB": (1, 8, 2), "L40S-48GB": (1, 8, 8)}
 
 
+def test_the_report_shows_each_node_pool_with_the_most_gpus_free_on_one_node():
+    h100 = product("H100-SXM-80GB")
+    nodes = [node("a", h100, labels={"cloud.google.com/gke-nodepool": "a3"}),
+             node("b", h100, labels={"cloud.google.com/gke-nodepool": "a3"}), node("c", h100)]
+    gpus = gpu_inventory(nodes, [pod("ns", "a", 4), pod("ns", "b", 4), pod("ns", "c", 1)])
+    lines = fleet_status(gpus, [], {}, None).splitlines()
+    assert lines[2].split() == ["H100-SXM-80GB", "3", "24", "9", "15"]
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["TYPE", "POOL"])
+    pools = {line.split()[1]: line.split()[2:] for line in lines[header + 1:lines.index("", header)]}
+    # Eight free in the a3 pool, but a replica of more than four fits none of its nodes.
+    assert pools == {"cloud.google.com/gke-nodepool=a3": ["2", "16", "8", "8", "4"],
+                     f"nvidia.com/gpu.product={h100}": ["1", "8", "1", "7", "7"]}
+
+
 def test_the_report_lists_gpus_and_every_deployment_with_what_it_knows():
     gpus = gpu_inventory([node("a", product("L40S-48GB"))], [pod("ns", "a", 4)])
     serving = deployment("team", "chat", replicas=2, readyReplicas=1, ttftP99Ms=231.6,
