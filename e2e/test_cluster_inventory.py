@@ -1,8 +1,9 @@
 """The planner plans for the cluster it is in: the e2e sandbox has two H100 nodes and one L40S
 node (conftest). A spec allowing H200 or L40S, whose cheapest plan offline is one H200, lands
 on the L40S node; a second deployment that needs more L40S than are left serves what the free
-ones hold and says CapacityShortfall, naming how many more it needs. With priorities, a
-deployment planned on the GPUs a lower-priority one holds gets them: the scheduler preempts."""
+ones hold and says CapacityShortfall, naming how many more replicas it needs and the node's free
+GPUs. With priorities, a deployment planned on the GPUs a lower-priority one holds gets them: the
+scheduler preempts."""
 
 from __future__ import annotations
 
@@ -78,7 +79,9 @@ def test_a_spec_lands_on_the_gpu_type_the_cluster_has_and_a_shortfall_serves_wha
     short = _ready(sandbox, "short")
     planned = condition(short, "Planned")
     assert (planned["status"], planned["reason"]) == ("False", "CapacityShortfall"), planned
-    assert f"but {free} of the cluster's 8 L40S-48GB are free" in planned["message"] and "more L40S-48GB needed" in planned["message"]
+    assert f"but {free} of the cluster's 8 L40S-48GB are free" in planned["message"]
+    assert (f"more replica(s) need {plan['tensorParallelSize']} free L40S-48GB on one node each; free per node: "
+            f"{L40S_NODE} {free}") in planned["message"]
     assert plan["capacityShortfall"] in planned["message"]
     assert condition(short, "Ready")["status"] == "True"
     pods = _serving_pods(sandbox, "short")

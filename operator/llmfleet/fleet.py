@@ -1,4 +1,4 @@
-"""`llmfleet fleet status`: the cluster's GPUs by type and every LLMDeployment's plan,
+"""`llmfleet fleet status`: the cluster's GPUs by type and node pool, and every LLMDeployment's plan,
 replicas, p99 TTFT and SLO attainment, as text. Pure: the CLI passes the objects it listed and
 the attainment it read from Prometheus."""
 
@@ -7,16 +7,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from llmfleet.gpu_discovery import GPU_PRODUCT_LABEL
-from llmfleet.planner.cluster import GpuUse, gpu_node, gpu_pod, gpu_use
+from llmfleet.planner.cluster import gpu_node, gpu_pod, node_gpus
+from llmfleet.planner.types import ClusterGpus
 from llmfleet.render.identity import DEPLOYMENT_LABEL
 
 NONE = "-"
 
 
-def gpus_by_type(nodes: list[dict], pods: list[dict]) -> list[GpuUse]:
+def gpu_inventory(nodes: list[dict], pods: list[dict]) -> ClusterGpus:
+    """The GPU nodes, each with the GPUs no bound, unfinished pod holds."""
     gpu_nodes = [node for node in map(gpu_node, nodes) if node is not None]
     gpu_pods = [pod for pod in (gpu_pod(p, DEPLOYMENT_LABEL) for p in pods) if pod is not None]
-    return gpu_use(gpu_nodes, gpu_pods)
+    return node_gpus(gpu_nodes, gpu_pods)
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
@@ -55,16 +57,26 @@ def _advice(recommendation: dict | None) -> str:
     return f"{recommendation['reason']}: {plan.get('summary', NONE)} x{plan.get('replicas', NONE)}"
 
 
-def fleet_status(gpus: list[GpuUse], deployments: list[dict],
+def fleet_status(gpus: ClusterGpus, deployments: list[dict],
                  attainment: Mapping[tuple[str, str], float | None], window_seconds: int | None) -> str:
     """The report; `attainment` by (namespace, name), over `window_seconds` (None: no
     Prometheus was asked)."""
     lines = ["GPUs (Ready, schedulable nodes; used: held by pods bound to them)"]
     lines += ["  " + line for line in _table(
         ("TYPE", "NODES", "GPUS", "USED", "FREE"),
-        [(g.gpu_type, str(g.nodes), str(g.allocatable), str(g.held), str(g.allocatable - g.held)) for g in gpus])]
-    if not gpus:
+        [(g.gpu_type, str(g.nodes), str(g.allocatable), str(g.allocatable - g.free), str(g.free))
+         for g in gpus.capacities])]
+    if not gpus.nodes:
         lines.append(f"  no GPU node (none with the {GPU_PRODUCT_LABEL} label is Ready and schedulable)")
+    else:
+        # A replica's GPUs share one node: the most free on one node is the largest replica that
+        # fits now, whatever the pool's total.
+        lines += ["", "GPU node pools (POOL: the node-pool label and its value; MAX FREE/NODE: the largest "
+                      "replica that fits now)"]
+        lines += ["  " + line for line in _table(
+            ("TYPE", "POOL", "NODES", "GPUS", "USED", "FREE", "MAX FREE/NODE"),
+            [(gpu_type, pool, str(g.nodes), str(g.allocatable), str(g.allocatable - g.free), str(g.free),
+              str(g.most_free_on_one_node)) for (gpu_type, pool), g in gpus.pools().items()])]
     where = (f"share of first tokens within the TTFT target over the last {window_seconds} s"
              if window_seconds is not None else "no Prometheus URL given")
     lines += ["", f"LLMDeployments (attainment: {where})"]

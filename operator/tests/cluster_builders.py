@@ -6,8 +6,10 @@ from llmfleet.catalog import load_catalog
 from llmfleet.render.identity import DEPLOYMENT_LABEL
 
 
-def node(name: str, product: str | None, gpus: int = 8, ready: bool = True, unschedulable: bool = False) -> dict:
-    return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product} if product else {}},
+def node(name: str, product: str | None, gpus: int = 8, ready: bool = True, unschedulable: bool = False,
+         labels: dict | None = None) -> dict:
+    return {"metadata": {"name": name, "labels": {**({"nvidia.com/gpu.product": product} if product else {}),
+                                                  **(labels or {})}},
             "spec": {"unschedulable": True} if unschedulable else {},
             "status": {"allocatable": {"nvidia.com/gpu": str(gpus)} if product else {},
                        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}

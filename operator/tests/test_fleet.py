@@ -3,7 +3,8 @@ the e2e inventory test reads the command against the sandbox)."""
 
 from __future__ import annotations
 
-from llmfleet.fleet import fleet_status, gpus_by_type
+from llmfleet.fleet import fleet_status, gpu_inventory
+from llmfleet.planner.types import ClusterGpus
 from cluster_builders import node, pod, product
 
 
@@ -13,16 +14,30 @@ def deployment(namespace: str, name: str, **status) -> dict:
             "status": status}
 
 
-def test_gpus_by_type_count_what_bound_pods_hold_on_ready_schedulable_nodes():
+def test_the_inventory_counts_what_bound_pods_hold_on_ready_schedulable_nodes():
     nodes = [node("a", product("H100-SXM-80GB")), node("b", product("H100-SXM-80GB"), ready=False),
              node("c", product("L40S-48GB")), node("cpu", None)]
     pods = [pod("ns", "a", 2), pod("ns", "c", 8), pod("ns", "b", 4), pod("ns", None, 1)]
-    use = {g.gpu_type: (g.nodes, g.allocatable, g.held) for g in gpus_by_type(nodes, pods)}
+    use = {g.gpu_type: (g.nodes, g.allocatable, g.allocatable - g.free) for g in gpu_inventory(nodes, pods).capacities}
     assert use == {"H100-SXM-80GB": (1, 8, 2), "L40S-48GB": (1, 8, 8)}
 
 
+def test_the_report_shows_each_node_pool_with_the_most_gpus_free_on_one_node():
+    h100 = product("H100-SXM-80GB")
+    nodes = [node("a", h100, labels={"cloud.google.com/gke-nodepool": "a3"}),
+             node("b", h100, labels={"cloud.google.com/gke-nodepool": "a3"}), node("c", h100)]
+    gpus = gpu_inventory(nodes, [pod("ns", "a", 4), pod("ns", "b", 4), pod("ns", "c", 1)])
+    lines = fleet_status(gpus, [], {}, None).splitlines()
+    assert lines[2].split() == ["H100-SXM-80GB", "3", "24", "9", "15"]
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["TYPE", "POOL"])
+    pools = {line.split()[1]: line.split()[2:] for line in lines[header + 1:lines.index("", header)]}
+    # Eight free in the a3 pool, but a replica of more than four fits none of its nodes.
+    assert pools == {"cloud.google.com/gke-nodepool=a3": ["2", "16", "8", "8", "4"],
+                     f"nvidia.com/gpu.product={h100}": ["1", "8", "1", "7", "7"]}
+
+
 def test_the_report_lists_gpus_and_every_deployment_with_what_it_knows():
-    gpus = gpus_by_type([node("a", product("L40S-48GB"))], [pod("ns", "a", 4)])
+    gpus = gpu_inventory([node("a", product("L40S-48GB"))], [pod("ns", "a", 4)])
     serving = deployment("team", "chat", replicas=2, readyReplicas=1, ttftP99Ms=231.6,
                          plan={"summary": "L40Sx4 FP8", "gpusTotal": 8},
                          conditions=[{"type": "Planned", "status": "False", "reason": "CapacityShortfall"}],
@@ -40,5 +55,5 @@ def test_the_report_lists_gpus_and_every_deployment_with_what_it_knows():
 
 
 def test_without_prometheus_or_gpus_the_report_says_so():
-    report = fleet_status([], [], {}, None)
+    report = fleet_status(ClusterGpus(), [], {}, None)
     assert "no Prometheus URL given" in report and "no GPU node" in report and "  none" in report

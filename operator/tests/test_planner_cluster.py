@@ -1,5 +1,6 @@
-"""The planner on a known cluster: GPU types it lacks are never chosen, and a plan that needs
-more GPUs than are free says so and serves what fits now."""
+"""The planner on a known cluster: GPU types it lacks are never chosen, a replica's GPUs share
+one node, and a plan that needs more replicas than the free GPUs hold says so, node by node, and
+serves what fits now."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from llmfleet.catalog import load_catalog
 from llmfleet.planner import PlanRequest, SearchSpace, SloTargets, Workload, plan
 from llmfleet.planner.cluster import GPU_POD_FIELD_SELECTOR, cluster_gpus, gpu_node, gpu_pod
-from llmfleet.planner.types import ClusterGpus, GpuCapacity
+from llmfleet.planner.types import ClusterGpus, NodeGpus
 from llmfleet.reconcile import OperatorSettings
 from reconcile_builders import decide_pass
 from llmfleet.render import RenderSettings
@@ -25,8 +26,26 @@ CHAT = Workload(input_tokens_mean=1000, input_tokens_p99=4000, output_tokens_mea
                 peak_requests_per_sec=5)
 
 
-def cluster(*capacities: tuple[str, int, int]) -> ClusterGpus:
-    return ClusterGpus(tuple(GpuCapacity(*capacity) for capacity in capacities))
+def cluster(*capacities: tuple[str, int, int], gpus_per_node: int = 8) -> ClusterGpus:
+    """Per (GPU type, GPUs, free GPUs): nodes of `gpus_per_node` (the last takes the rest), free
+    GPUs filling whole nodes first, so that where the GPUs are is no constraint."""
+    nodes = []
+    for gpu_type, allocatable, free in capacities:
+        for index, first_gpu in enumerate(range(0, allocatable, gpus_per_node)):
+            gpus = min(gpus_per_node, allocatable - first_gpu)
+            nodes.append(NodeGpus(f"{gpu_type.split('-')[0].lower()}-{index}", gpu_type, "pool", gpus,
+                                  max(0, min(gpus, free - first_gpu))))
+    return ClusterGpus(tuple(nodes))
+
+
+def on_nodes(gpu_type: str, *free_per_node: int, gpus_per_node: int = 8) -> ClusterGpus:
+    """Nodes n1, n2, ... of `gpu_type` with these free GPUs each."""
+    return ClusterGpus(tuple(NodeGpus(f"n{index}", gpu_type, "pool", gpus_per_node, free)
+                             for index, free in enumerate(free_per_node, start=1)))
+
+
+def by_node(gpus: ClusterGpus) -> dict[str, tuple[str, int, int]]:
+    return {n.node: (n.gpu_type, n.allocatable, n.free) for n in gpus.nodes}
 
 
 def request(gpu_types=(H100, L40S, B200), cluster_gpus=None, model="llama-3.1-8b", workload=CHAT,
@@ -42,7 +61,7 @@ def test_nodes_count_by_product_only_while_ready_and_schedulable():
     assert not gpu_node(node("c", product(H100), unschedulable=True)).schedulable
     nodes = [gpu_node(n) for n in (node("a", product(H100)), node("b", product(H100), ready=False),
                                    node("c", product(L40S), gpus=4), node("d", "NVIDIA-Unknown-Board"))]
-    assert cluster_gpus(nodes, [], "ns", "chat") == cluster((H100, 8, 8), (L40S, 4, 4))
+    assert by_node(cluster_gpus(nodes, [], "ns", "chat")) == {"a": (H100, 8, 8), "c": (L40S, 4, 4)}
 
 
 def test_pods_hold_gpus_only_while_bound_and_not_finished_and_init_containers_as_the_scheduler_counts():
@@ -59,8 +78,9 @@ def test_free_gpus_leave_out_other_workloads_but_not_the_deployments_own_pods():
                                         pod("ns", "a", 4, deployment="other"),
                                         pod("team", "b", 8),
                                         pod("ns", "b", 1, deployment="chat", phase="Failed"))]
-    assert cluster_gpus(nodes, [p for p in pods if p], "ns", "chat") == cluster((H100, 16, 4))
-    assert cluster_gpus(nodes, [p for p in pods if p], "other-ns", "chat") == cluster((H100, 16, 2))
+    assert by_node(cluster_gpus(nodes, [p for p in pods if p], "ns", "chat")) == {"a": (H100, 8, 4), "b": (H100, 8, 0)}
+    assert by_node(cluster_gpus(nodes, [p for p in pods if p], "other-ns", "chat")) == {"a": (H100, 8, 2),
+                                                                                      "b": (H100, 8, 0)}
 
 
 def test_gpus_of_lower_priority_pods_count_as_free_for_they_are_preempted():
@@ -70,9 +90,9 @@ def test_gpus_of_lower_priority_pods_count_as_free_for_they_are_preempted():
     other = dict(pod("ns", "a", 2, deployment="other"))
     other["spec"] = {**other["spec"], "priority": 1000}
     pods = [gpu_pod(batch, DEPLOYMENT_LABEL), gpu_pod(other, DEPLOYMENT_LABEL)]
-    assert cluster_gpus(nodes, pods, "ns", "urgent", priority=1000) == cluster((L40S, 8, 6))
-    assert cluster_gpus(nodes, pods, "ns", "urgent", priority=100) == cluster((L40S, 8, 2))
-    assert cluster_gpus(nodes, pods, "ns", "urgent") == cluster((L40S, 8, 2))
+    assert by_node(cluster_gpus(nodes, pods, "ns", "urgent", priority=1000)) == {"a": (L40S, 8, 6)}
+    assert by_node(cluster_gpus(nodes, pods, "ns", "urgent", priority=100)) == {"a": (L40S, 8, 2)}
+    assert by_node(cluster_gpus(nodes, pods, "ns", "urgent")) == {"a": (L40S, 8, 2)}
 
 
 def test_without_a_cluster_the_cheapest_allowed_type_wins_and_with_one_only_types_it_has():
@@ -82,7 +102,8 @@ def test_without_a_cluster_the_cheapest_allowed_type_wins_and_with_one_only_type
     assert on_cluster.feasible and on_cluster.gpu_type == H100
     lacking = [r for r in on_cluster.rejected if r.reason.startswith("cluster: ")]
     assert lacking and all(re.fullmatch(r"cluster: 0 (L40S-48GB|B200-180GB) are schedulable; the cluster has "
-                                        r"H100-SXM-80GB x16 \(16 free\)", r.reason) for r in lacking), lacking
+                                        r"H100-SXM-80GB x16 \(16 free, at most 8 on one node\)", r.reason)
+                           for r in lacking), lacking
 
 
 def test_a_spec_that_fits_only_a_type_the_cluster_has_lands_there():
@@ -112,7 +133,8 @@ def test_when_the_slo_plan_does_not_fit_the_free_gpus_another_type_that_meets_it
     assert wanted.gpu_type == H100
     result = plan(request(gpu_types=(H100, L40S), cluster_gpus=cluster((H100, 64, 0), (L40S, 64, 64)), **BIG))
     assert result.feasible and result.gpu_type == L40S and result.shortfall is None
-    assert f"would need {wanted.gpus_total} GPUs; 0 H100-SXM-80GB are free" in result.rationale[-1]
+    assert (f"would need {wanted.replicas} replicas of {wanted.tensor_parallel_size} GPUs; the free H100-SXM-80GB "
+            f"hold 0 replica(s)") in result.rationale[-1]
 
 
 def test_a_shortfall_serves_the_slo_plans_configuration_on_the_gpus_free_and_says_how_many_more():
@@ -126,7 +148,7 @@ def test_a_shortfall_serves_the_slo_plans_configuration_on_the_gpus_free_and_say
     assert result.replicas == wanted.replicas - 1
     assert result.shortfall is not None
     assert result.shortfall.gpus_needed == wanted.gpus_total and result.shortfall.gpus_free == free
-    assert f"{per_replica} more H100-SXM-80GB needed" in result.shortfall.message
+    assert f"1 more replica(s) need {per_replica} free H100-SXM-80GB on one node each" in result.shortfall.message
     assert result.to_json_dict()["capacityShortfall"] == result.shortfall.message
 
 
@@ -160,6 +182,7 @@ def test_the_planned_condition_says_capacity_shortfall_and_ready_does_not_depend
     if expected == "False":
         assert planned["reason"] == "CapacityShortfall"
         assert "but 0 of the cluster's 16 H100-SXM-80GB are free" in planned["message"]
+        assert "free per node: h100-0 0, h100-1 0" in planned["message"]
         assert "llmfleet.io/replan" in planned["message"]
         assert outcome.status["plan"]["capacityShortfall"] and outcome.apply  # it still renders what fits
     else:
@@ -197,3 +220,67 @@ def test_the_pods_watch_selects_every_pod_that_holds_gpus_and_no_unbound_or_fini
            "status": {"phase": phase} if phase else {}}
     holds = gpu_pod(pod, "llmfleet.io/deployment") is not None
     assert _selected(pod, GPU_POD_FIELD_SELECTOR) == holds
+
+
+def test_a_tp8_replica_is_never_placed_across_two_nodes_with_four_free_gpus_each():
+    nodes = [gpu_node(node(name, product(H100))) for name in ("n1", "n2")]
+    pods = [gpu_pod(pod("team", name, 4), DEPLOYMENT_LABEL) for name in ("n1", "n2")]
+    result = plan(request(gpu_types=(H100,), pinned_tensor_parallel_size=8,
+                          cluster_gpus=cluster_gpus(nodes, pods, "ns", "chat")))
+    assert result.tensor_parallel_size == 8 and result.shortfall is not None
+    assert "8 free H100-SXM-80GB on one node" in result.shortfall.message
+    assert result.shortfall.message.endswith("free per node: n1 4, n2 4")
+
+
+def test_a_tp8_replica_plans_on_a_node_with_eight_free_beside_one_with_four():
+    result = plan(request(gpu_types=(H100,), pinned_tensor_parallel_size=8, cluster_gpus=on_nodes(H100, 4, 8)))
+    assert result.tensor_parallel_size == 8 and result.replicas == 1 and result.shortfall is None
+    assert result.rationale[-1] == ("placement: 1 replica(s) of 8 GPUs, each on one node; replicas the free "
+                                    "H100-SXM-80GB hold per node: n2 1")
+
+
+def test_replicas_bin_pack_over_nodes_and_count_only_whole_replicas_on_one_node():
+    # 17 free GPUs, 16 needed for four TP4 replicas, yet the nodes hold three: 2 + 1 + 0.
+    nodes = on_nodes(H100, 8, 6, 3)
+    three = plan(request(gpu_types=(H100,), pinned_tensor_parallel_size=4, pinned_replicas=3, cluster_gpus=nodes))
+    assert three.shortfall is None and three.rationale[-1].endswith("hold per node: n1 2, n2 1")
+    four = plan(request(gpu_types=(H100,), pinned_tensor_parallel_size=4, pinned_replicas=4, cluster_gpus=nodes))
+    assert four.replicas == 4 and four.shortfall is not None
+    assert (four.shortfall.gpus_free, four.shortfall.gpus_needed, four.shortfall.replicas_fitting) == (17, 16, 3)
+    assert four.shortfall.message.endswith("1 more replica(s) need 4 free H100-SXM-80GB on one node each; "
+                                           "free per node: n1 8, n2 6, n3 3")
+
+
+def test_a_replica_larger_than_every_node_is_refused_naming_the_nodes():
+    result = plan(request(gpu_types=(H100,), pinned_tensor_parallel_size=8,
+                          cluster_gpus=on_nodes(H100, 4, 4, gpus_per_node=4)))
+    assert not result.feasible and result.rationale[0] == "no configuration fits: cluster"
+    assert {r.reason for r in result.rejected} == {
+        "cluster: a replica needs 8 schedulable H100-SXM-80GB on one node; schedulable per node: n1 4, n2 4"}
+
+
+def test_the_free_gpus_serve_the_replicas_that_fit_whole_on_nodes_until_more_do():
+    wanted = _slo_plan(gpu_types=(H100,), pinned_tensor_parallel_size=2, **BIG)
+    assert wanted.replicas >= 2, "the case needs a plan of several replicas"
+    # One GPU free on every node: as many GPUs as the plan needs, none holding a TP2 replica but one.
+    nodes = on_nodes(H100, 2, *[1] * (wanted.gpus_total - 2))
+    result = plan(request(gpu_types=(H100,), pinned_tensor_parallel_size=2, cluster_gpus=nodes, **BIG))
+    assert result.replicas == 1 and result.shortfall.replicas_fitting == 1
+    assert result.shortfall.gpus_free == wanted.gpus_total
+    assert "(free per node: n1 2, n2 1" in result.rationale[-1]
+    assert result.rationale[-1].endswith(f"until {wanted.replicas - 1} more fit")
+
+
+def test_a_node_pool_is_its_provisioners_label_else_its_gpu_product():
+    gke = node("a", product(H100), labels={"cloud.google.com/gke-nodepool": "a3-mega"})
+    karpenter_on_gke = node("b", product(H100), labels={"cloud.google.com/gke-nodepool": "x",
+                                                          "karpenter.sh/nodepool": "gpu"})
+    assert gpu_node(gke).pool == "cloud.google.com/gke-nodepool=a3-mega"
+    assert gpu_node(karpenter_on_gke).pool == "karpenter.sh/nodepool=gpu"
+    assert gpu_node(node("c", product(H100))).pool == f"nvidia.com/gpu.product={product(H100)}"
+    gpus = cluster_gpus([gpu_node(n) for n in (gke, node("d", product(H100), labels={
+        "cloud.google.com/gke-nodepool": "a3-mega"}), node("e", product(L40S)))],
+        [gpu_pod(pod("team", "a", 6), DEPLOYMENT_LABEL)], "ns", "chat")
+    pools = {key: (c.nodes, c.allocatable, c.free, c.most_free_on_one_node) for key, c in gpus.pools().items()}
+    assert pools == {(H100, "cloud.google.com/gke-nodepool=a3-mega"): (2, 16, 10, 8),
+                     (L40S, f"nvidia.com/gpu.product={product(L40S)}"): (1, 8, 8, 8)}

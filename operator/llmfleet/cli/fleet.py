@@ -12,7 +12,8 @@ from llmfleet.cli.prometheus import add_prometheus_arguments, prometheus_connect
 def add_commands(commands) -> None:
     fleet = commands.add_parser(
         "fleet", help="the cluster's GPUs and every LLMDeployment at a glance",
-        description="GPUs by type (nodes, allocatable, held by pods, free) and, for every LLMDeployment "
+        description="GPUs by type and by node pool (nodes, allocatable, held by pods, free, most free on one "
+                    "node) and, for every LLMDeployment "
                     "in the cluster, its priority class, plan, GPUs, ready replicas, p99 TTFT, TTFT target, "
                     "SLO attainment (from Prometheus) and Planned condition.")
     fleet_commands = fleet.add_subparsers(dest="fleet_command", required=True, metavar="ACTION")
@@ -28,7 +29,7 @@ def add_commands(commands) -> None:
 def _run_fleet(args) -> int:
     import datetime
 
-    from llmfleet.fleet import fleet_status, gpus_by_type
+    from llmfleet.fleet import fleet_status, gpu_inventory
     from llmfleet.k8s import KubeGateway, load_api_client
 
     if args.window_s < 1:
@@ -53,6 +54,6 @@ def _run_fleet(args) -> int:
                 print(f"{namespace}/{name}: {widening}", file=sys.stderr)
             attainment[(namespace, name)] = metrics.ttft_attainment(namespace, name, target, window.seconds, now)
         metrics.close()
-    print(fleet_status(gpus_by_type(nodes, pods), deployments, attainment,
+    print(fleet_status(gpu_inventory(nodes, pods), deployments, attainment,
                        args.window_s if connection is not None else None))
     return 0

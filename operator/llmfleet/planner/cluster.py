@@ -1,8 +1,9 @@
-"""The cluster's GPUs as the planner sees them, from Node and Pod objects.
+"""The cluster's GPUs as the planner sees them, node by node, from Node and Pod objects.
 
 A GPU node is known by GPU Feature Discovery's product label (`nvidia.com/gpu.product`),
-mapped to the catalog's GPU type, and its allocatable `nvidia.com/gpu`. It counts while it
-is Ready and schedulable. A GPU is free when no bound, unfinished pod of another workload at
+mapped to the catalog's GPU type, and its allocatable `nvidia.com/gpu`; its pool by the first
+node-pool label it carries (`gpu_discovery.NODE_POOL_LABELS`), else its product. It counts while
+it is Ready and schedulable. A GPU is free when no bound, unfinished pod of another workload at
 the same or a higher priority holds it: the deployment being planned may reuse its own pods'
 GPUs, since a new plan replaces them, and the scheduler preempts lower-priority pods for its
 pods. Pure: the caller passes the objects (the operator from its indexes).
@@ -14,8 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llmfleet.catalog import Catalog, load_catalog
-from llmfleet.gpu_discovery import GPU_PRODUCT_LABEL, GPU_RESOURCE
-from llmfleet.planner.types import ClusterGpus, GpuCapacity
+from llmfleet.gpu_discovery import GPU_PRODUCT_LABEL, GPU_RESOURCE, NODE_POOL_LABELS
+from llmfleet.planner.types import ClusterGpus, NodeGpus
 
 FINISHED_PHASES = ("Succeeded", "Failed")
 
@@ -26,6 +27,7 @@ class GpuNode:
     gpu_product: str
     allocatable_gpus: int
     schedulable: bool
+    pool: str  # `label=value`, see node_pool
 
 
 @dataclass(frozen=True)
@@ -42,12 +44,20 @@ class GpuPod:
 def gpu_node(node: dict) -> GpuNode | None:
     """The node's GPUs, or None for a node without GPU Feature Discovery's product label."""
     metadata, status = node["metadata"], node.get("status") or {}
-    product = (metadata.get("labels") or {}).get(GPU_PRODUCT_LABEL)
+    labels = metadata.get("labels") or {}
+    product = labels.get(GPU_PRODUCT_LABEL)
     if not product:
         return None
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     return GpuNode(metadata["name"], product, _count(status.get("allocatable"), GPU_RESOURCE),
-                   ready and not (node.get("spec") or {}).get("unschedulable", False))
+                   ready and not (node.get("spec") or {}).get("unschedulable", False), node_pool(labels))
+
+
+def node_pool(labels: dict[str, str]) -> str:
+    """The node's pool as `label=value`: its provisioner's node-pool label, else its GPU product
+    (the nodes of one product without a pool label are taken as one pool)."""
+    label = next((label for label in NODE_POOL_LABELS if labels.get(label)), GPU_PRODUCT_LABEL)
+    return f"{label}={labels[label]}"
 
 
 # The pods gpu_pod() can count, as an API field selector: bound to a node, not finished.
@@ -74,40 +84,31 @@ def gpu_pod(pod: dict, deployment_label: str) -> GpuPod | None:
 
 def cluster_gpus(nodes: Iterable[GpuNode], pods: Iterable[GpuPod], namespace: str, deployment: str,
                  priority: int = 0, catalog: Catalog | None = None) -> ClusterGpus:
-    """GPUs per catalog type on schedulable nodes, and those free for the LLMDeployment whose
-    pods in `namespace` carry the label value `deployment` and run at `priority`. Products the
-    catalog does not know are left out."""
+    """The GPUs of each schedulable node, and those free for the LLMDeployment whose pods in
+    `namespace` carry the label value `deployment` and run at `priority`. Products the catalog
+    does not know are left out."""
     holding = [pod for pod in pods
                if (pod.namespace, pod.deployment) != (namespace, deployment) and pod.priority >= priority]
-    return ClusterGpus(tuple(GpuCapacity(use.gpu_type, use.allocatable, use.allocatable - use.held)
-                             for use in gpu_use(nodes, holding, catalog)))
+    return node_gpus(nodes, holding, catalog)
 
 
-@dataclass(frozen=True)
-class GpuUse:
-    gpu_type: str
-    nodes: int
-    allocatable: int
-    held: int  # by `pods`, at most what the nodes have
-
-
-def gpu_use(nodes: Iterable[GpuNode], pods: Iterable[GpuPod], catalog: Catalog | None = None) -> list[GpuUse]:
-    """Per catalog GPU type, over Ready and schedulable nodes: how many nodes and GPUs, and how
-    many of those GPUs `pods` hold."""
+def node_gpus(nodes: Iterable[GpuNode], pods: Iterable[GpuPod], catalog: Catalog | None = None) -> ClusterGpus:
+    """Ready and schedulable nodes of a catalog GPU type, by name, each with the GPUs `pods` do
+    not hold."""
     catalog = catalog or load_catalog()
     type_of_product = {gpu.gfd_product: gpu.name for gpu in catalog.gpus.values()}
     held_on: dict[str, int] = {}
     for pod in pods:
         held_on[pod.node] = held_on.get(pod.node, 0) + pod.gpus
-    totals: dict[str, tuple[int, int, int]] = {}
-    for node in nodes:
+    counted = []
+    for node in sorted(nodes, key=lambda n: n.name):
         gpu_type = type_of_product.get(node.gpu_product)
         if gpu_type is None or not node.schedulable:
             continue
-        count, allocatable, held = totals.get(gpu_type, (0, 0, 0))
-        totals[gpu_type] = (count + 1, allocatable + node.allocatable_gpus,
-                            held + min(node.allocatable_gpus, held_on.get(node.name, 0)))
-    return [GpuUse(gpu_type, *totals[gpu_type]) for gpu_type in sorted(totals)]
+        # A node can report pods holding more than it has (allocatable shrank under them).
+        held = min(node.allocatable_gpus, held_on.get(node.name, 0))
+        counted.append(NodeGpus(node.name, gpu_type, node.pool, node.allocatable_gpus, node.allocatable_gpus - held))
+    return ClusterGpus(tuple(counted))
 
 
 def _gpus(container: dict) -> int:

@@ -15,6 +15,7 @@ from llmfleet.planner.latency import (
     saturation_throughput_tokens_per_sec,
 )
 from llmfleet.planner.memory import kv_bytes_per_token, tensor_parallel_problem
+from llmfleet.planner.placement import per_node, replicas_per_node, replicas_that_fit
 from llmfleet.planner.types import (
     CapacityShortfall,
     ClusterGpus,
@@ -71,25 +72,50 @@ class _Outcome:
 
 @dataclass(frozen=True)
 class _GpuLimits:
-    """What a search may use of the cluster: for the SLO plan, the GPU types it has (a replica's
-    GPUs at most what it has of the type; replicas beyond it make a shortfall, not a refusal);
-    for a plan that fits now, the free GPUs, replicas included. A type not listed has none."""
+    """What a search may use of the cluster, node by node, a replica's GPUs on one node: for the
+    SLO plan, each node's schedulable GPUs (a replica must fit one node; replicas beyond what the
+    nodes hold make a shortfall, not a refusal); for a plan that fits now, each node's free GPUs,
+    replicas included. A type without nodes has none."""
 
-    gpus_by_type: dict[str, int]
+    gpus_by_node: dict[str, tuple[tuple[str, int], ...]]  # per GPU type: (node, GPUs)
     kind: str  # "schedulable" or "free", for reasons
     reason_class: str
     caps_replicas: bool
 
     @classmethod
     def schedulable(cls, cluster: ClusterGpus) -> "_GpuLimits":
-        return cls({c.gpu_type: c.allocatable for c in cluster.capacities}, "schedulable", "cluster", False)
+        return cls(cls._by_type(cluster, lambda n: n.allocatable), "schedulable", "cluster", False)
 
     @classmethod
     def free(cls, cluster: ClusterGpus) -> "_GpuLimits":
-        return cls({c.gpu_type: c.free for c in cluster.capacities}, "free", "capacity", True)
+        return cls(cls._by_type(cluster, lambda n: n.free), "free", "capacity", True)
 
-    def of(self, gpu_type: str) -> int:
-        return self.gpus_by_type.get(gpu_type, 0)
+    @staticmethod
+    def _by_type(cluster: ClusterGpus, gpus) -> dict[str, tuple[tuple[str, int], ...]]:
+        by_type: dict[str, tuple[tuple[str, int], ...]] = {}
+        for node in cluster.nodes:
+            by_type[node.gpu_type] = (*by_type.get(node.gpu_type, ()), (node.node, gpus(node)))
+        return by_type
+
+    def nodes(self, gpu_type: str) -> tuple[tuple[str, int], ...]:
+        return self.gpus_by_node.get(gpu_type, ())
+
+    def total(self, gpu_type: str) -> int:
+        return sum(gpus for _, gpus in self.nodes(gpu_type))
+
+    def largest_node(self, gpu_type: str) -> int:
+        return max((gpus for _, gpus in self.nodes(gpu_type)), default=0)
+
+    def replicas(self, gpu_type: str, gpus_per_replica: int) -> int:
+        return replicas_that_fit(self.nodes(gpu_type), gpus_per_replica)
+
+    def per_node(self, gpu_type: str) -> str:
+        return f"{self.kind} per node: {per_node(self.nodes(gpu_type))}"
+
+    def hold(self, gpu_type: str, gpus_per_replica: int) -> str:
+        """E.g. "the free H100-SXM-80GB hold 1 replica(s) of 8 GPUs on one node (free per node: n1 8, n2 4)"."""
+        return (f"the {self.kind} {gpu_type} hold {self.replicas(gpu_type, gpus_per_replica)} replica(s) of "
+                f"{gpus_per_replica} GPUs on one node ({self.per_node(gpu_type)})")
 
 
 def resolve_model(model: ModelArch | str, catalog: Catalog) -> ModelArch:
@@ -173,10 +199,9 @@ def _search_replicas(engine: Engine, option: _Option, request: PlanRequest, best
     fewest = max(1, math.ceil(w.peak_requests_per_sec / saturation_rps))
     if space.pinned_replicas is not None:
         fewest = most = space.pinned_replicas
-        if limits is not None and limits.caps_replicas and limits.of(option.gpu.name) < most * tp:
-            return _Outcome(option, limits.reason_class, f"{most} pinned replicas need {most * tp} GPUs; "
-                            f"{limits.of(option.gpu.name)} {option.gpu.name} are {limits.kind}",
-                            replicas=most, engine=engine)
+        if limits is not None and limits.caps_replicas and limits.replicas(option.gpu.name, tp) < most:
+            return _Outcome(option, limits.reason_class, f"{most} pinned replicas need {tp} GPUs each on one "
+                            f"node; {limits.hold(option.gpu.name, tp)}", replicas=most, engine=engine)
     else:
         most = space.gpu_budget // tp if space.gpu_budget else fewest * UNBOUNDED_REPLICA_FACTOR
         if best_gpus is not None and fewest * tp > best_gpus:
@@ -186,13 +211,13 @@ def _search_replicas(engine: Engine, option: _Option, request: PlanRequest, best
             return _Outcome(option, "gpu-budget", f"needs at least {fewest * tp} GPUs for the throughput, "
                             f"budget is {space.gpu_budget}", replicas=max(most, 0), engine=engine)
         scope = "within the GPU budget" if space.gpu_budget else "at any replica count"
-        if limits is not None and limits.caps_replicas and limits.of(option.gpu.name) // tp < most:
-            most = limits.of(option.gpu.name) // tp
-            scope = f"within the {limits.of(option.gpu.name)} {limits.kind} {option.gpu.name}"
+        if limits is not None and limits.caps_replicas and limits.replicas(option.gpu.name, tp) < most:
+            most = limits.replicas(option.gpu.name, tp)
+            scope = f"within what the {limits.kind} {option.gpu.name} hold, a replica on one node"
             if most < fewest:
-                return _Outcome(option, limits.reason_class, f"needs at least {fewest * tp} GPUs for the "
-                                f"throughput; {limits.of(option.gpu.name)} {option.gpu.name} are {limits.kind}",
-                                replicas=max(most, 0), engine=engine)
+                return _Outcome(option, limits.reason_class, f"needs at least {fewest} replicas ({fewest * tp} "
+                                f"GPUs) for the throughput; {limits.hold(option.gpu.name, tp)}",
+                                replicas=most, engine=engine)
     prediction, violation = _predict(engine, request, most)
     if violation > 1:
         kind, reason = _slo_failure(prediction, request)
@@ -254,9 +279,12 @@ def _options(request: PlanRequest, catalog: Catalog, rejected: list[_Outcome],
                 for kv_name in kvs:
                     option = _Option(gpu, tp, catalog.quantization(quant_name), catalog.kv_cache_dtype(kv_name))
                     problem = support_problem(request.model, option)
-                    if problem is None and limits is not None and limits.of(gpu_name) < tp:
-                        problem = (limits.reason_class, f"{limits.of(gpu_name)} {gpu_name} are {limits.kind}"
-                                   + (f"; {space.cluster_gpus.describe()}" if not limits.of(gpu_name) else ""))
+                    # A replica is one TP group (pipeline 1): its GPUs on one node.
+                    if problem is None and limits is not None and limits.largest_node(gpu_name) < tp:
+                        problem = (limits.reason_class, (
+                            f"a replica needs {tp} {limits.kind} {gpu_name} on one node; {limits.per_node(gpu_name)}"
+                            if limits.total(gpu_name) else
+                            f"0 {gpu_name} are {limits.kind}; {space.cluster_gpus.describe()}"))
                     if problem is None and space.release_support is not None:
                         why = space.release_support.problem(gpu_name, quant_name, kv_name, space.release)
                         problem = ("release", why) if why else None
@@ -275,34 +303,50 @@ def plan(request: PlanRequest, catalog: Catalog | None = None) -> Plan:
     """The configuration with the fewest GPUs meeting p99 TTFT and TPOT at peak load
     (ties: lower relative cost, then more headroom, then lower quality cost).
 
-    Given the cluster's GPUs, only types it has are chosen. When that plan needs more GPUs
-    than are free, a plan meeting the SLO on the free GPUs is chosen instead; failing that, the
-    SLO plan's configuration with the replicas the free GPUs hold (or, if they hold none, the
-    SLO plan itself, waiting for GPUs), with the shortfall said."""
+    Given the cluster's GPUs, only types it has are chosen, and a replica's GPUs must fit one of
+    its nodes. When that plan needs more replicas than the free GPUs hold (a replica's GPUs on
+    one node), a plan meeting the SLO on the free GPUs is chosen instead; failing that, the SLO
+    plan's configuration with the replicas the free GPUs hold (or, if they hold none, the SLO
+    plan itself, waiting for GPUs), with the shortfall said, node by node."""
     catalog = catalog or load_catalog()
     cluster = request.space.cluster_gpus
     if cluster is None:
         return _plan_within(request, catalog, None)
     slo_plan = _plan_within(request, catalog, _GpuLimits.schedulable(cluster))
-    free = cluster.of(slo_plan.gpu_type).free if slo_plan.gpu_type else 0
-    if not slo_plan.feasible or slo_plan.gpus_total <= free:
+    if not slo_plan.feasible:
         return slo_plan
-    label = (f"{slo_plan.replicas} x {slo_plan.gpu_type} TP{slo_plan.tensor_parallel_size} "
+    free = _GpuLimits.free(cluster)
+    gpu_type = slo_plan.gpu_type
+    gpus_per_replica = slo_plan.tensor_parallel_size * slo_plan.pipeline_parallel_size
+    fitting = free.replicas(gpu_type, gpus_per_replica)
+    if slo_plan.replicas <= fitting:
+        return replace(slo_plan, rationale=(*slo_plan.rationale, _placement(slo_plan, free)))
+    label = (f"{slo_plan.replicas} x {gpu_type} TP{slo_plan.tensor_parallel_size} "
              f"{slo_plan.quantization} KV {slo_plan.kv_cache_dtype}")
-    fits_now = _plan_within(request, catalog, _GpuLimits.free(cluster))
+    fits_now = _plan_within(request, catalog, free)
     if fits_now.feasible:
-        return replace(fits_now, rationale=(*fits_now.rationale, f"{label} would need {slo_plan.gpus_total} GPUs; "
-                                            f"{free} {slo_plan.gpu_type} are free"))
-    shortfall = CapacityShortfall(label, slo_plan.gpu_type, slo_plan.gpus_total, free,
-                                  cluster.of(slo_plan.gpu_type).allocatable)
-    gpus_per_replica = slo_plan.gpus_total // slo_plan.replicas
-    replicas_now = free // gpus_per_replica
-    if replicas_now == 0 or request.space.pinned_replicas is not None:
+        return replace(fits_now, rationale=(*fits_now.rationale, _placement(fits_now, free),
+                                            f"{label} would need {slo_plan.replicas} replicas of {gpus_per_replica} "
+                                            f"GPUs; {free.hold(gpu_type, gpus_per_replica)}"))
+    shortfall = CapacityShortfall(label, gpu_type, slo_plan.replicas, gpus_per_replica, fitting,
+                                  cluster.of(gpu_type).free, cluster.of(gpu_type).allocatable, free.nodes(gpu_type))
+    if fitting == 0 or request.space.pinned_replicas is not None:
         return replace(slo_plan, shortfall=shortfall, rationale=(
-            *slo_plan.rationale, f"{free} {slo_plan.gpu_type} are free: pods beyond them wait for GPUs"))
-    return replace(slo_plan, replicas=replicas_now, shortfall=shortfall, rationale=(
-        *slo_plan.rationale, f"serving {replicas_now} replica(s), what the {free} free {slo_plan.gpu_type} hold, "
-                             f"until {slo_plan.gpus_total - replicas_now * gpus_per_replica} more are free"))
+            *slo_plan.rationale, f"{free.hold(gpu_type, gpus_per_replica)}: pods beyond them wait for GPUs"))
+    return replace(slo_plan, replicas=fitting, shortfall=shortfall, rationale=(
+        *slo_plan.rationale, f"serving {fitting} replica(s), what the free {gpu_type} hold, a replica on one node "
+                             f"({free.per_node(gpu_type)}), until {slo_plan.replicas - fitting} more fit"))
+
+
+def _placement(chosen: Plan, free: _GpuLimits) -> str:
+    """Where the free GPUs hold the plan's replicas, e.g. "placement: 3 replica(s) of 4 GPUs,
+    each on one node; replicas the free H100-SXM-80GB hold per node: n1 2, n2 1". The scheduler
+    binds the pods; with replicas of one size any order it binds them in fits as many
+    (planner.placement)."""
+    gpus_per_replica = chosen.tensor_parallel_size * chosen.pipeline_parallel_size
+    room = replicas_per_node(free.nodes(chosen.gpu_type), gpus_per_replica)
+    return (f"placement: {chosen.replicas} replica(s) of {gpus_per_replica} GPUs, each on one node; replicas the "
+            f"free {chosen.gpu_type} hold per node: {per_node(room)}")
 
 
 def _plan_within(request: PlanRequest, catalog: Catalog, limits: _GpuLimits | None) -> Plan:

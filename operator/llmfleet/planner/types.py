@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from llmfleet.catalog import ModelArch
 from llmfleet.catalog.release_record import ReleaseSupport
+from llmfleet.planner.placement import per_node
 
 
 @dataclass(frozen=True)
@@ -38,50 +39,97 @@ class SloTargets:
 
 
 @dataclass(frozen=True)
-class GpuCapacity:
-    """One GPU type in the cluster: GPUs on schedulable nodes, and of those the ones no other
-    workload holds (the deployment's own pods' GPUs count as free: a new plan replaces them)."""
+class NodeGpus:
+    """One Ready, schedulable GPU node: its GPUs, and of those the ones no other workload holds
+    (the deployment's own pods' GPUs count as free: a new plan replaces them)."""
 
-    gpu_type: str
+    node: str
+    gpu_type: str  # the catalog's name of its GPU Feature Discovery product
+    # `label=value` of the first node-pool label it carries (gpu_discovery.NODE_POOL_LABELS), else
+    # of its GPU product label: the name says where it comes from.
+    pool: str
     allocatable: int
     free: int
 
     def __post_init__(self) -> None:
         if not 0 <= self.free <= self.allocatable:
-            raise ValueError(f"{self.gpu_type}: free GPUs ({self.free}) must be within 0..allocatable "
+            raise ValueError(f"{self.node}: free GPUs ({self.free}) must be within 0..allocatable "
                              f"({self.allocatable})")
 
 
 @dataclass(frozen=True)
-class ClusterGpus:
-    """The GPU types a cluster offers (GPU Feature Discovery's product label, mapped to the
-    catalog's names) and how many of each; a type it lacks has none."""
+class GpuCapacity:
+    """The GPUs of one type, or of one node pool of it, summed over its nodes."""
 
-    capacities: tuple[GpuCapacity, ...] = ()
+    gpu_type: str
+    nodes: int
+    allocatable: int
+    free: int
+    most_free_on_one_node: int  # the largest replica that fits now
+
+    @classmethod
+    def of_nodes(cls, gpu_type: str, nodes: tuple[NodeGpus, ...]) -> "GpuCapacity":
+        return cls(gpu_type, len(nodes), sum(n.allocatable for n in nodes), sum(n.free for n in nodes),
+                   max((n.free for n in nodes), default=0))
+
+
+@dataclass(frozen=True)
+class ClusterGpus:
+    """The cluster's GPU nodes (GPU Feature Discovery's product label, mapped to the catalog's
+    names) with their GPUs; a type without nodes has none."""
+
+    nodes: tuple[NodeGpus, ...] = ()
+
+    def nodes_of(self, gpu_type: str) -> tuple[NodeGpus, ...]:
+        return tuple(n for n in self.nodes if n.gpu_type == gpu_type)
 
     def of(self, gpu_type: str) -> GpuCapacity:
-        return next((c for c in self.capacities if c.gpu_type == gpu_type), GpuCapacity(gpu_type, 0, 0))
+        return GpuCapacity.of_nodes(gpu_type, self.nodes_of(gpu_type))
+
+    @property
+    def capacities(self) -> tuple[GpuCapacity, ...]:
+        """Per GPU type, by name."""
+        return tuple(self.of(gpu_type) for gpu_type in sorted({n.gpu_type for n in self.nodes}))
+
+    def pools(self) -> dict[tuple[str, str], GpuCapacity]:
+        """Per (GPU type, node pool), by type then pool: a pool's nodes of another type are
+        another group, as a replica never mixes GPU types."""
+        keys = sorted({(n.gpu_type, n.pool) for n in self.nodes})
+        return {(gpu_type, pool): GpuCapacity.of_nodes(gpu_type, tuple(
+                    n for n in self.nodes if (n.gpu_type, n.pool) == (gpu_type, pool)))
+                for gpu_type, pool in keys}
 
     def describe(self) -> str:
-        offered = [f"{c.gpu_type} x{c.allocatable} ({c.free} free)" for c in self.capacities if c.allocatable]
+        offered = [f"{c.gpu_type} x{c.allocatable} ({c.free} free, at most {c.most_free_on_one_node} on one node)"
+                   for c in self.capacities if c.allocatable]
         return "the cluster has " + (", ".join(offered) if offered else "no schedulable GPU node")
 
 
 @dataclass(frozen=True)
 class CapacityShortfall:
-    """The plan that meets the SLO needs more GPUs of its type than are free now."""
+    """The plan that meets the SLO needs more replicas than the free GPUs of its type hold, each
+    replica's GPUs on one node."""
 
     slo_plan: str  # e.g. "4 x H100-SXM-80GB TP2 FP8 KV FP8"
     gpu_type: str
-    gpus_needed: int
+    replicas_needed: int
+    gpus_per_replica: int
+    replicas_fitting: int  # the replicas the free GPUs hold, whole on one node each
     gpus_free: int
     gpus_in_cluster: int
+    free_gpus_by_node: tuple[tuple[str, int], ...]
+
+    @property
+    def gpus_needed(self) -> int:
+        return self.replicas_needed * self.gpus_per_replica
 
     @property
     def message(self) -> str:
-        return (f"meeting the SLO needs {self.slo_plan} ({self.gpus_needed} GPUs) but {self.gpus_free} of the "
-                f"cluster's {self.gpus_in_cluster} {self.gpu_type} are free: {self.gpus_needed - self.gpus_free} "
-                f"more {self.gpu_type} needed")
+        return (f"meeting the SLO needs {self.slo_plan} ({self.gpus_needed} GPUs, {self.gpus_per_replica} per "
+                f"replica on one node) but {self.gpus_free} of the cluster's {self.gpus_in_cluster} {self.gpu_type} "
+                f"are free and hold {self.replicas_fitting} replica(s): {self.replicas_needed - self.replicas_fitting} more "
+                f"replica(s) need {self.gpus_per_replica} free {self.gpu_type} on one node each; free per node: "
+                f"{per_node(self.free_gpus_by_node)}")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,43 @@
+"""Whole replicas onto nodes. A replica's GPUs (one tensor-parallel group; pipeline parallelism
+is 1 today) share one node: its collectives run over NVLink, and the engine's MPI group is one
+pod. Pure: nodes come as (name, GPUs) pairs, the GPUs being whatever the caller counts (free or
+schedulable).
+
+Replicas of one plan are of one size, so the bin packing is exact without search: a node with
+`g` GPUs holds `g // gpus_per_replica` of them whichever order the scheduler binds them in (it
+binds a replica wherever one fits until no node has room, leaving each node less than a
+replica), and no packing holds more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# Nodes named in a message before the rest are summed up: a status line must stay short on a
+# cluster of hundreds of nodes.
+MAX_NODES_NAMED = 8
+
+
+def replicas_per_node(gpus_by_node: Iterable[tuple[str, int]], gpus_per_replica: int) -> list[tuple[str, int]]:
+    """How many replicas each node holds, for the nodes that hold one, most first."""
+    if gpus_per_replica < 1:
+        raise ValueError(f"a replica needs at least one GPU, got {gpus_per_replica}")
+    held = [(node, gpus // gpus_per_replica) for node, gpus in gpus_by_node if gpus >= gpus_per_replica]
+    return sorted(held, key=lambda item: (-item[1], item[0]))
+
+
+def replicas_that_fit(gpus_by_node: Iterable[tuple[str, int]], gpus_per_replica: int) -> int:
+    return sum(replicas for _, replicas in replicas_per_node(gpus_by_node, gpus_per_replica))
+
+
+def per_node(counts_by_node: Iterable[tuple[str, int]]) -> str:
+    """`n1 4, n2 4`: most first, then by name; past MAX_NODES_NAMED the rest as a count and range."""
+    ordered = sorted(counts_by_node, key=lambda item: (-item[1], item[0]))
+    if not ordered:
+        return "no node"
+    named = ", ".join(f"{node} {count}" for node, count in ordered[:MAX_NODES_NAMED])
+    rest = [count for _, count in ordered[MAX_NODES_NAMED:]]
+    if not rest:
+        return named
+    spread = f"{min(rest)}-{max(rest)}" if min(rest) != max(rest) else str(max(rest))
+    return f"{named} and {len(rest)} more nodes with {spread} each"
