@@ -4,6 +4,7 @@ import re
 
 import pytest
 
+from llmfleet.api import CatalogModel
 from llmfleet.catalog import KV_CACHE_DTYPES, QUANTIZATIONS, load_catalog, model_from_numbers
 
 CSV_NAMES = {
@@ -12,10 +13,19 @@ CSV_NAMES = {
 }
 
 
+# The 2025 open models of issue 28, with their derived parameter counts (billions, total and
+# active), as quoted in each catalog entry's source line.
+ISSUE_28_MODELS = {
+    "deepseek-v3": (671.03, 37.55), "deepseek-r1": (671.03, 37.55), "qwen3-235b-a22b": (235.09, 22.19),
+    "qwen3-30b-a3b": (30.53, 3.35), "qwen3-32b": (32.76, 32.76), "llama-4-scout": (107.77, 17.17),
+    "llama-4-maverick": (400.71, 17.18), "gpt-oss-20b": (20.91, 4.19), "gpt-oss-120b": (116.79, 5.71),
+}
+
+
 def test_catalog_has_the_issue_entries():
     catalog = load_catalog()
     assert set(catalog.gpus) == {"H100-SXM-80GB", "H200-SXM-141GB", "B200-180GB", "A100-SXM-80GB", "L40S-48GB"}
-    assert set(catalog.models) == set(CSV_NAMES.values())
+    assert set(catalog.models) == set(CSV_NAMES.values()) | set(ISSUE_28_MODELS)
     assert tuple(catalog.quantizations) == QUANTIZATIONS
     assert tuple(catalog.kv_cache_dtypes) == KV_CACHE_DTYPES
 
@@ -94,3 +104,24 @@ def test_tensor_parallel_scales_name_a_tp_size_and_a_positive_multiplier(scales,
     fitted = dataclasses.replace(calibration, tensor_parallel_scales={"tp4": 0.9})
     assert (fitted.tensor_parallel_scale(4), fitted.tensor_parallel_scale(1), fitted.tensor_parallel_scale(16)) == (
         0.9, 1.0, 1.0)
+
+
+def test_catalog_models_are_the_api_enum():
+    assert set(load_catalog().models) == {model.value for model in CatalogModel}
+
+
+@pytest.mark.parametrize("name", sorted(ISSUE_28_MODELS))
+def test_new_models_reproduce_the_counts_quoted_in_their_source(name):
+    model = load_catalog().model(name)
+    total_billions, active_billions = ISSUE_28_MODELS[name]
+    assert model.total_params / 1e9 == pytest.approx(total_billions, abs=0.005)
+    assert model.active_params / 1e9 == pytest.approx(active_billions, abs=0.005)
+    assert f"{total_billions:.2f} B" in " ".join(model.source.split())
+
+
+def test_deepseek_v3_matches_its_published_totals():
+    # deepseek-ai/DeepSeek-V3 README: 671 B total, 37 B activated per token (the MTP module apart).
+    model = load_catalog().model("deepseek-v3")
+    assert round(model.total_params / 1e9) == 671
+    # "Activated" counts the weights a token multiplies by; the embedding table is a lookup.
+    assert round((model.active_params - model.embedding_params) / 1e9) == 37

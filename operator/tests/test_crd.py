@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from llmfleet.api import crdgen
+from llmfleet.api import InvalidSpecError, LLMDeployment, crdgen
 from llmfleet.api.spec import AutoscalingSpec, EngineSpec, RolloutGates
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -277,3 +277,33 @@ def test_override_rules_allow_values_inside_the_allowed_sets():
         "spec.plan.tensorParallelSize x spec.plan.replicas (GPUs needed) exceeds "
         "spec.resources.gpuBudget; raise the budget or lower the overrides"
     ]
+
+
+def test_architecture_kind_rules_in_cel_and_python_agree():
+    # DeepSeek-V3's inline architecture (the catalog entry's numbers) passes; each broken rule fails
+    # in CEL with the message Python gives.
+    deepseek = {
+        "numLayers": 61, "hiddenSize": 7168, "numAttentionHeads": 128, "numKvHeads": 128, "headDim": 192,
+        "vocabSize": 129280, "intermediateSize": 18432, "parameterCountBillions": 671.03, "numExperts": 256,
+        "expertsPerToken": 8, "numSharedExperts": 1, "expertIntermediateSize": 2048, "denseFirstLayers": 3,
+        "latentAttention": {"kvLoraRank": 512, "qkRopeHeadDim": 64, "qkNopeHeadDim": 128, "vHeadDim": 128,
+                            "qLoraRank": 1536},
+    }
+    manifest = yaml.safe_load((EXAMPLES / "llama-8b.yaml").read_text())
+    manifest["spec"]["model"] = {"architecture": deepseek, "source": "pvc://models/deepseek"}
+    assert failed_cel_messages(manifest) == []
+    LLMDeployment.from_manifest(manifest)
+    for change, message_start in (
+        ({"headDim": 128}, "spec.model.architecture.headDim must be latentAttention.qkNopeHeadDim"),
+        ({"numKvHeads": 8}, "spec.model.architecture.numKvHeads must equal numAttentionHeads"),
+        ({"denseFirstLayers": 61}, "spec.model.architecture: denseFirstLayers and moeLayerInterval leave"),
+    ):
+        broken = copy.deepcopy(manifest)
+        broken["spec"]["model"]["architecture"].update(change)
+        assert [m for m in failed_cel_messages(broken) if m.startswith(message_start)], change
+        with pytest.raises(InvalidSpecError, match=message_start.split(": ")[-1][:30]):
+            LLMDeployment.from_manifest(broken)
+    dense = copy.deepcopy(manifest)
+    for field in ("numExperts", "expertsPerToken"):
+        del dense["spec"]["model"]["architecture"][field]
+    assert any("describe experts" in m for m in failed_cel_messages(dense))

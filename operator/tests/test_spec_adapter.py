@@ -12,6 +12,7 @@ from llmfleet.api import (
     InvalidSpecError,
     LLMDeployment,
     LLMDeploymentStatus,
+    ModelArchitecture,
 )
 from llmfleet.catalog import load_catalog
 from llmfleet.planner import Plan, RejectedOption, plan, spec_adapter
@@ -282,3 +283,16 @@ def test_adapter_imports_only_pure_modules():
         if isinstance(node, ast.ImportFrom):
             assert node.module.startswith(allowed), node.module
         assert not isinstance(node, ast.Import), ast.unparse(node)
+
+
+def test_inline_architecture_kinds_reach_the_planner_as_the_catalog_spells_them():
+    maverick = ModelArchitecture.model_validate({
+        "numLayers": 48, "hiddenSize": 5120, "numAttentionHeads": 40, "numKvHeads": 8, "headDim": 128,
+        "vocabSize": 202048, "intermediateSize": 16384, "parameterCountBillions": 400.71, "numExperts": 128,
+        "expertsPerToken": 1, "numSharedExperts": 1, "expertIntermediateSize": 8192, "moeLayerInterval": 2,
+        "localAttention": {"kind": "Chunked", "windowTokens": 8192, "fullAttentionLayerInterval": 4},
+    })
+    inline = model_arch_from_architecture(maverick)
+    catalog = CATALOG.model("llama-4-maverick")
+    assert (inline.local_attention_kind, inline.local_attention_window_tokens) == ("chunked", 8192)
+    assert inline.total_params == catalog.total_params and inline.active_params == catalog.active_params

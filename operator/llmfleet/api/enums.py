@@ -57,6 +57,22 @@ class CatalogModel(str, Enum):
     MISTRAL_7B = "mistral-7b"
     MIXTRAL_8X7B = "mixtral-8x7b"
     QWEN2_5_72B = "qwen2.5-72b"
+    DEEPSEEK_V3 = "deepseek-v3"
+    DEEPSEEK_R1 = "deepseek-r1"
+    QWEN3_235B_A22B = "qwen3-235b-a22b"
+    QWEN3_30B_A3B = "qwen3-30b-a3b"
+    QWEN3_32B = "qwen3-32b"
+    LLAMA_4_SCOUT = "llama-4-scout"
+    LLAMA_4_MAVERICK = "llama-4-maverick"
+    GPT_OSS_20B = "gpt-oss-20b"
+    GPT_OSS_120B = "gpt-oss-120b"
+
+
+class LocalAttentionKind(str, Enum):
+    """How a local-attention layer bounds the tokens it attends to."""
+
+    SLIDING_WINDOW = "SlidingWindow"  # the last windowTokens tokens (gpt-oss, Gemma 3, Mistral 7B v0.1)
+    CHUNKED = "Chunked"  # the tokens of its own windowTokens-long chunk (Llama 4)
 
 
 class EndpointPickerFailureMode(str, Enum):

@@ -6,6 +6,7 @@ packages, and main. Each command's options and handler live in a module of their
     load        the load generator
     rollout     watch and steer a canary rollout
     fleet       fleet status
+    model       model import (a config.json as an architecture block)
     inputs      BadInput and the argument types every command checks its input with
     prometheus  the --prometheus-* options of run and fleet status
 
@@ -21,7 +22,7 @@ import os
 import sys
 
 from llmfleet import exit_codes
-from llmfleet.cli import fleet, load, planning, rollout, run
+from llmfleet.cli import fleet, load, model, planning, rollout, run
 from llmfleet.cli.inputs import BadInput, positive_int
 
 # What plug-ins' commands import from here (llmfleet_sandbox.cli: BadInput, positive_int).
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_commands(commands)
     rollout.add_commands(commands)
     fleet.add_commands(commands)
+    model.add_commands(commands)
     return parser
 
 

@@ -43,7 +43,8 @@ def add_commands(commands) -> None:
                             "used), or a YAML/JSON mapping of the architecture fields alone, spelled as "
                             "in spec.model.architecture (numLayers, hiddenSize, numAttentionHeads, "
                             "numKvHeads, headDim, vocabSize, intermediateSize, parameterCountBillions, "
-                            "optional numExperts and expertsPerToken)")
+                            "optional MoE, latentAttention and localAttention fields; `llmfleet model "
+                            "import` writes them from a config.json)")
     estimate.add_argument("--gpu", required=True, help="GPU type as named in the catalog, e.g. H100-SXM-80GB")
     estimate.add_argument("--tp", required=True, type=positive_int, metavar="N", help="tensor-parallel size")
     estimate.add_argument("--quantization", required=True, metavar="Q",

@@ -121,9 +121,10 @@ def weight_bytes_read_per_step(engine: Engine, decode_batch: float) -> float:
     q_bytes = engine.quantization.weight_bytes_per_param
     lm_head = model.lm_head_params / tp * UNQUANTIZED_BYTES_PER_PARAM
     layers = layer_params_per_gpu(model, tp)
-    if model.num_experts == 1:
+    if not model.is_moe:
         return layers * q_bytes + lm_head
-    all_experts = model.num_layers * model.num_experts * model.mlp_params_per_expert / tp
+    # Routed experts only: shared experts are read every step like the dense weights.
+    all_experts = model.num_moe_layers * model.num_experts * model.mlp_params_per_expert / tp
     miss = (1 - model.experts_per_token / model.num_experts) ** max(decode_batch, 1.0)
     touched_fraction = 1 - miss
     return (layers - all_experts + all_experts * touched_fraction) * q_bytes + lm_head
@@ -138,14 +139,16 @@ def lm_head_flops(model: ModelArch) -> float:
 
 
 def decode_attention_flops(model: ModelArch, context_tokens: float) -> float:
-    """QK^T and AV for one new token over its context."""
-    return 4.0 * model.num_layers * model.num_attention_heads * model.head_dim * context_tokens
+    """QK^T and AV for one new token over its context (local layers: their window), 2 FLOPs per
+    multiply-add per head over the query-key and value dimensions (ModelArch.decode_attention_dims)."""
+    qk_dim, v_dim = model.decode_attention_dims
+    return 2.0 * model.num_attention_heads * (qk_dim + v_dim) * model.attended_tokens(context_tokens)
 
 
 def prefill_attention_flops(model: ModelArch, new_tokens: float, prefix_tokens: float) -> float:
     """Causal QK^T and AV for new_tokens that follow prefix_tokens already in the cache."""
-    width = model.num_attention_heads * model.head_dim
-    return 2.0 * model.num_layers * width * new_tokens * (2 * prefix_tokens + new_tokens)
+    qk_dim, v_dim = model.prefill_attention_dims
+    return 2.0 * model.num_attention_heads * (qk_dim + v_dim) * model.attended_pairs(prefix_tokens, new_tokens)
 
 
 def step_seconds(engine: Engine, decode_batch: float, decode_context_tokens: float,
@@ -162,7 +165,7 @@ def step_seconds(engine: Engine, decode_batch: float, decode_context_tokens: flo
     gemm_s = (decode_batch * (gemm_flops_per_token(model) + lm_head_flops(model)) / engine.decode_gemm_flops_per_sec
               + (prefill_tokens * gemm_flops_per_token(model) + prefill_sequences * lm_head_flops(model))
               / engine.prefill_gemm_flops_per_sec)
-    kv_read_s = (decode_batch * decode_context_tokens * engine.fit.kv_bytes_per_token_per_gpu
+    kv_read_s = (decode_batch * engine.fit.kv_bytes_read_per_sequence(decode_context_tokens)
                  / engine.effective_bandwidth_bytes_per_sec)
     decode_attention_s = (decode_batch * decode_attention_flops(model, decode_context_tokens)
                           / engine.decode_attention_flops_per_sec)
@@ -263,7 +266,7 @@ def steady_step_seconds(engine: Engine, requests_per_sec: float, new_input_token
     decode_per_tau = rate * output_tokens
     bandwidth = engine.effective_bandwidth_bytes_per_sec
     gemm_slope = decode_per_tau * (gemm_flops_per_token(model) + lm_head_flops(model)) / engine.decode_gemm_flops_per_sec
-    attention_slope = max(decode_per_tau * decode_context_tokens * engine.fit.kv_bytes_per_token_per_gpu / bandwidth,
+    attention_slope = max(decode_per_tau * engine.fit.kv_bytes_read_per_sequence(decode_context_tokens) / bandwidth,
                           decode_per_tau * decode_attention_flops(model, decode_context_tokens)
                           / engine.decode_attention_flops_per_sec)
     fixed_slope = attention_slope + decode_per_tau * engine.allreduce_seconds_per_token

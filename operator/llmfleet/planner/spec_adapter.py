@@ -20,6 +20,7 @@ from llmfleet.api import (
     TENSOR_PARALLEL_SIZES,
     InvalidSpecError,
     LLMDeploymentSpec,
+    LocalAttentionKind,
     ModelArchitecture,
     ModelSpec,
     PlanOverrides,
@@ -82,6 +83,7 @@ def model_arch_from_architecture(architecture: ModelArchitecture, *,
         # The API spells a dense model as "no experts"; the planner as one expert per token.
         num_experts=1 if dense else architecture.num_experts,
         experts_per_token=1 if dense else architecture.experts_per_token,
+        **architecture_kind_numbers(architecture),
     )
     if context_window_tokens is not None:
         numbers["max_position_embeddings"] = context_window_tokens
@@ -92,6 +94,34 @@ def model_arch_from_architecture(architecture: ModelArchitecture, *,
     # by vocab x hidden parameters, which is GiBs of weights for a large vocabulary.
     declared_params = architecture.parameter_count_billions * 1e9
     return min((untied, tied), key=lambda arch: abs(arch.total_params - declared_params))
+
+
+def architecture_kind_numbers(architecture: ModelArchitecture) -> dict[str, int | str]:
+    """The MoE, latent- and local-attention fields the API sets, as ModelArch's keyword arguments
+    (the API leaves a field out where the planner's default, 0 or 1, means the same)."""
+    numbers: dict[str, int | str] = {
+        name: value for name, value in (
+            ("num_shared_experts", architecture.num_shared_experts),
+            ("expert_intermediate_size", architecture.expert_intermediate_size),
+            ("dense_first_layers", architecture.dense_first_layers),
+            ("moe_layer_interval", architecture.moe_layer_interval),
+        ) if value is not None
+    }
+    latent = architecture.latent_attention
+    if latent is not None:
+        numbers.update(kv_lora_rank=latent.kv_lora_rank, qk_rope_head_dim=latent.qk_rope_head_dim,
+                       qk_nope_head_dim=latent.qk_nope_head_dim, v_head_dim=latent.v_head_dim,
+                       q_lora_rank=latent.q_lora_rank or 0)
+    local = architecture.local_attention
+    if local is not None:
+        numbers.update(local_attention_window_tokens=local.window_tokens,
+                       local_attention_kind=LOCAL_ATTENTION_KIND_NAMES[local.kind],
+                       full_attention_layer_interval=local.full_attention_layer_interval or 0)
+    return numbers
+
+
+# The API spells the local-attention kinds as Kubernetes enum values, the catalog as config words.
+LOCAL_ATTENTION_KIND_NAMES = {LocalAttentionKind.SLIDING_WINDOW: "sliding", LocalAttentionKind.CHUNKED: "chunked"}
 
 
 def _quantizations_within_quality_budget(spec: LLMDeploymentSpec, catalog: Catalog) -> tuple[str, ...]:
