@@ -53,6 +53,8 @@ class Engine:
     max_batch_size: int
     max_num_tokens: int
     fit: MemoryFit
+    # Linear-layer weights one rank streams per step, every stage's (see weight_bytes_read_per_step).
+    streamed_layer_params: int
     calibration: Calibration
     effective_bandwidth_bytes_per_sec: float
     prefill_gemm_flops_per_sec: float
@@ -154,6 +156,8 @@ def build_engine(model: ModelArch, gpu: GpuType, quantization: QuantizationForma
     return Engine(
         model=model, gpu=gpu, quantization=quantization, kv_dtype=kv_dtype, layout=layout,
         max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
+        streamed_layer_params=layer_params_per_gpu(
+            model, Layout(tp, 1, layout.expert_parallel_size, layout.attention_data_parallel)),
         fit=memory_fit(model, gpu, quantization, kv_dtype, layout, cal, max_num_tokens=max_num_tokens,
                        max_batch_size=max_batch_size,
                        kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction),
@@ -180,7 +184,7 @@ def weight_bytes_read_per_step(engine: Engine, decode_batch: float) -> float:
     tp = layout.tensor_parallel_size
     q_bytes = engine.quantization.weight_bytes_per_param
     lm_head = model.lm_head_params / layout.attention_tensor_parallel_size * UNQUANTIZED_BYTES_PER_PARAM
-    layers = layer_params_per_gpu(model, Layout(tp, 1, layout.expert_parallel_size, layout.attention_data_parallel))
+    layers = engine.streamed_layer_params
     if not model.is_moe:
         return layers * q_bytes + lm_head
     # Routed experts only: shared experts are read every step like the dense weights.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -36,7 +37,7 @@ def kv_heads_per_gpu(model: ModelArch, tensor_parallel_size: int) -> int:
 
 def stage_layers(model: ModelArch, parallel: Layout | int) -> int:
     """Layers of the largest pipeline stage (all of them without PP)."""
-    return max(len(r) for r in stage_layer_ranges(model.num_layers, Layout.of(parallel).pipeline_parallel_size))
+    return max(layers for layers, _ in _stage_layer_kinds(model, Layout.of(parallel).pipeline_parallel_size))
 
 
 def kv_bytes_per_token_per_gpu(model: ModelArch, kv_dtype: KvCacheDtype, parallel: Layout | int) -> int:
@@ -120,8 +121,13 @@ def attention_params_per_gpu(model: ModelArch, tensor_parallel_size: int) -> int
     return q_and_o + k_and_v
 
 
-def _is_moe_layer(model: ModelArch, index: int) -> bool:
-    return model.is_moe and index >= model.dense_first_layers and (index + 1) % model.moe_layer_interval == 0
+@functools.lru_cache(maxsize=1024)
+def _stage_layer_kinds(model: ModelArch, pipeline_parallel_size: int) -> tuple[tuple[int, int], ...]:
+    """(layers, MoE layers) per stage; cached, as the planner asks for every step it models."""
+    def is_moe(index: int) -> bool:
+        return model.is_moe and index >= model.dense_first_layers and (index + 1) % model.moe_layer_interval == 0
+    return tuple((len(stage), sum(1 for i in stage if is_moe(i)))
+                 for stage in stage_layer_ranges(model.num_layers, pipeline_parallel_size))
 
 
 def layer_params_per_gpu(model: ModelArch, parallel: Layout | int) -> int:
@@ -140,8 +146,8 @@ def layer_params_per_gpu(model: ModelArch, parallel: Layout | int) -> int:
         dense = model.dense_mlp_params // tp
         moe = ((model.num_experts + model.num_shared_experts) * model.mlp_params_per_expert // tp
                + model.router_params_per_layer)
-    return max(sum(attention + (moe if _is_moe_layer(model, i) else dense) for i in stage)
-               for stage in stage_layer_ranges(model.num_layers, layout.pipeline_parallel_size))
+    return max(layers * attention + (layers - moe_layers) * dense + moe_layers * moe
+               for layers, moe_layers in _stage_layer_kinds(model, layout.pipeline_parallel_size))
 
 
 def weight_bytes_per_gpu(model: ModelArch, quantization: QuantizationFormat, parallel: Layout | int) -> int:
@@ -193,11 +199,9 @@ class MemoryFit:
     kv_capacity_tokens: int  # the replica's: every sequence shard's
     tokens_per_block: int
     model: ModelArch
-    layout: Layout = Layout()
-
-    @property
-    def _stage_layers(self) -> int:
-        return stage_layers(self.model, self.layout)
+    # The largest pipeline stage's layers, and the ranks holding different sequences (ADP).
+    stage_layers: int
+    sequence_shards: int = 1
 
     @property
     def weights_fit(self) -> bool:
@@ -209,15 +213,15 @@ class MemoryFit:
 
     @property
     def kv_bytes_per_layer_block(self) -> int:
-        return self.kv_bytes_per_token_per_gpu // self._stage_layers * self.tokens_per_block
+        return self.kv_bytes_per_token_per_gpu // self.stage_layers * self.tokens_per_block
 
     def kv_bytes_read_per_sequence(self, context_tokens: float) -> float:
         """KV bytes one decode step reads on one GPU for a sequence of this context (local layers:
         their window), on average: with PP its stage's layers, under ADP a 1/TP share of the
         sequences."""
-        per_layer = self.kv_bytes_per_token_per_gpu // self._stage_layers
-        stage_share = self._stage_layers / self.model.num_layers
-        return self.model.attended_tokens(context_tokens) * per_layer * stage_share / self.layout.sequence_shards
+        per_layer = self.kv_bytes_per_token_per_gpu // self.stage_layers
+        stage_share = self.stage_layers / self.model.num_layers
+        return self.model.attended_tokens(context_tokens) * per_layer * stage_share / self.sequence_shards
 
     def max_sequences(self, context_tokens: float, max_batch_size: int) -> int:
         """Sequences of this context the paged cache holds at once (whole blocks per layer kind:
@@ -228,9 +232,9 @@ class MemoryFit:
         local_blocks = min(blocks, math.ceil(window / self.tokens_per_block)) if window else 0
         layer_blocks = model.num_full_attention_layers * blocks + model.num_local_attention_layers * local_blocks
         # A stage holds its share of the layers (kinds in proportion); ADP's ranks hold different sequences.
-        stage_blocks = math.ceil(layer_blocks * self._stage_layers / model.num_layers)
+        stage_blocks = math.ceil(layer_blocks * self.stage_layers / model.num_layers)
         sequences = max(0, self.kv_budget_bytes_per_gpu) // (stage_blocks * self.kv_bytes_per_layer_block)
-        return min(max_batch_size, sequences * self.layout.sequence_shards)
+        return min(max_batch_size, sequences * self.sequence_shards)
 
 
 def memory_fit(model: ModelArch, gpu: GpuType, quantization: QuantizationFormat, kv_dtype: KvCacheDtype,
@@ -254,5 +258,6 @@ def memory_fit(model: ModelArch, gpu: GpuType, quantization: QuantizationFormat,
         kv_capacity_tokens=blocks * calibration.tokens_per_block,
         tokens_per_block=calibration.tokens_per_block,
         model=model,
-        layout=layout,
+        stage_layers=stage_layers(model, layout),
+        sequence_shards=layout.sequence_shards,
     )
