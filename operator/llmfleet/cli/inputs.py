@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
+from pathlib import Path
 
 
 class BadInput(Exception):
@@ -28,3 +30,21 @@ def positive_int(text: str) -> int:
 
 def positive_float(text: str) -> float:
     return _positive(text, float)
+
+
+def read_mapping(path: str, label: str) -> dict:
+    """One YAML mapping (JSON is YAML too) from a file, or from stdin when path is `-`; BadInput
+    names `label` (the argument, e.g. `-f FILE`) when it cannot be read or is no mapping."""
+    import yaml
+
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise BadInput(f"{label}: cannot read it: {error.strerror}") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise BadInput(f"{label}: not valid YAML or JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise BadInput(f"{label}: expected one YAML mapping (a JSON object), got {type(document).__name__}")
+    return document
