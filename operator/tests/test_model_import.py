@@ -128,4 +128,4 @@ def test_unreadable_or_non_json_input_exits_2(capsys, tmp_path):
     bad = tmp_path / "config.json"
     bad.write_text("[1, 2]")
     code, _, err = _run(capsys, str(bad))
-    assert code == exit_codes.BAD_INPUT and "expected one YAML mapping (a JSON object), got list" in err
+    assert code == exit_codes.BAD_INPUT and "expected one JSON object" in err

@@ -32,9 +32,12 @@ def positive_float(text: str) -> float:
     return _positive(text, float)
 
 
-def read_mapping(path: str, label: str) -> dict:
-    """One YAML mapping (JSON is YAML too) from a file, or from stdin when path is `-`; BadInput
-    names `label` (the argument, e.g. `-f FILE`) when it cannot be read or is no mapping."""
+def read_mapping(path: str, label: str, *, json_only: bool = False) -> dict:
+    """One YAML mapping, or with `json_only` one JSON object (PyYAML reads JSON's `1e-05` as a
+    string), from a file or from stdin when path is `-`; BadInput names `label` (the argument,
+    e.g. `-f FILE`) when it cannot be read or holds no mapping."""
+    import json
+
     import yaml
 
     try:
@@ -42,9 +45,10 @@ def read_mapping(path: str, label: str) -> dict:
     except OSError as error:
         raise BadInput(f"{label}: cannot read it: {error.strerror}") from None
     try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise BadInput(f"{label}: not valid YAML or JSON: {error}") from None
+        document = json.loads(text) if json_only else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as error:
+        raise BadInput(f"{label}: not valid {'JSON' if json_only else 'YAML'}: {error}") from None
     if not isinstance(document, dict):
-        raise BadInput(f"{label}: expected one YAML mapping (a JSON object), got {type(document).__name__}")
+        kind = "JSON object" if json_only else "YAML mapping"
+        raise BadInput(f"{label}: expected one {kind}, got {type(document).__name__}")
     return document

@@ -29,7 +29,7 @@ def _run_import(args) -> int:
     from llmfleet.planner.hf_config import UnrepresentableConfig, architecture_from_hf_config
 
     try:
-        imported = architecture_from_hf_config(read_mapping(args.config, args.config))
+        imported = architecture_from_hf_config(read_mapping(args.config, args.config, json_only=True))
     except UnrepresentableConfig as error:
         raise BadInput(f"{args.config}: cannot represent {error}") from None
     for note in imported.ignored:
