@@ -67,6 +67,23 @@ class PlanStatus(ApiModel):
     pipeline_parallel_size: int | None = Field(
         default=None, ge=1, description="Pipeline stages per replica."
     )
+    expert_parallel_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="Ranks of a stage that hold whole routed experts (MoE); the experts are split "
+        "over expertParallelSize x (tensorParallelSize / expertParallelSize) ranks. Omitted: 1.",
+    )
+    attention_data_parallel: bool | None = Field(
+        default=None,
+        description="Each rank of a stage holds the whole attention and serves its own sequences "
+        "(MoE with expert parallelism). Omitted: false.",
+    )
+    nodes_per_replica: int | None = Field(
+        default=None,
+        ge=1,
+        description="Nodes one replica spans, its pipeline stages placed node after node. Omitted: 1. "
+        "A plan spanning nodes is not rendered yet (the Ready condition says why).",
+    )
     quantization: Quantization | None = Field(default=None, description="Chosen quantisation.")
     kv_cache_dtype: KvCacheDtype | None = Field(
         default=None, description="Chosen KV-cache element type."

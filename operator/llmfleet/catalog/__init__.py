@@ -35,6 +35,10 @@ class GpuType:
     dense_tflops: Mapping[str, float | None]
     interconnect_bandwidth_bytes_per_sec: float
     max_gpus_per_node: int
+    # Across nodes (the node pool's network, per GPU and direction) and one message's latency.
+    inter_node_bandwidth_bytes_per_sec: float
+    inter_node_latency_us: float
+    inter_node_source: str
     gfd_product: str
     supported_quantizations: tuple[str, ...]
     supported_kv_cache_dtypes: tuple[str, ...]
@@ -472,6 +476,9 @@ def _gpu(name: str, entry: dict) -> GpuType:
                                        for k, v in entry["dense_tflops"].items()}),
         interconnect_bandwidth_bytes_per_sec=float(entry["interconnect_bandwidth_bytes_per_sec"]),
         max_gpus_per_node=int(entry["max_gpus_per_node"]),
+        inter_node_bandwidth_bytes_per_sec=float(entry["inter_node_bandwidth_bytes_per_sec"]),
+        inter_node_latency_us=float(entry["inter_node_latency_us"]),
+        inter_node_source=entry["inter_node_source"],
         gfd_product=entry["gfd_product"],
         supported_quantizations=tuple(entry["supported_quantizations"]),
         supported_kv_cache_dtypes=tuple(entry["supported_kv_cache_dtypes"]),

@@ -96,6 +96,10 @@ class ReleaseSupport:
     # Formats the release serves only from a published checkpoint, which this model lacks.
     missing_checkpoints: tuple[str, ...] = ()
     checkpoint_source: str = ""
+    # Layouts beyond tensor parallelism (support.parallelism, each with its source); absent: none.
+    pipeline_parallel: bool = False
+    expert_parallel: bool = False
+    attention_data_parallel: bool = False
 
     def for_checkpoints(self, record: "ReleaseRecord", source_repo: str | None, source: str | None) -> "ReleaseSupport":
         """This support narrowed to the formats the weights can be served in (LLM-API runtime):
@@ -120,6 +124,16 @@ class ReleaseSupport:
         if required is not None and quantization not in required:
             return (f"{release} builds a {kv_cache_dtype} KV cache only with "
                     + (", ".join(required) + " weights" if required else "no quantisation at all"))
+        return None
+
+    def layout_problem(self, pipeline_parallel_size: int, expert_parallel_size: int, attention_data_parallel: bool,
+                       release: str) -> str | None:
+        if pipeline_parallel_size > 1 and not self.pipeline_parallel:
+            return f"{release} does not build pipeline parallelism"
+        if expert_parallel_size > 1 and not self.expert_parallel:
+            return f"{release} does not build expert parallelism"
+        if attention_data_parallel and not self.attention_data_parallel:
+            return f"{release} has no attention data parallelism"
         return None
 
 
@@ -231,7 +245,14 @@ def parse_record(raw: Mapping[str, Any]) -> ReleaseRecord:
 
 
 def _support(raw: Mapping[str, Any]) -> ReleaseSupport:
+    parallelism = raw.get("parallelism") or {}
+    for kind in ("pipeline", "expert", "attention_data_parallel"):
+        if parallelism.get(kind) is not None and not str(parallelism.get(f"{kind}_source", "")).strip():
+            raise ValueError(f"support.parallelism.{kind} has no {kind}_source")
     return ReleaseSupport(
+        pipeline_parallel=bool(parallelism.get("pipeline")),
+        expert_parallel=bool(parallelism.get("expert")),
+        attention_data_parallel=bool(parallelism.get("attention_data_parallel")),
         gpu_types=tuple(raw.get("gpu_types") or ()),
         quantizations=tuple(raw.get("quantizations") or ()),
         kv_cache_dtypes=tuple(raw.get("kv_cache_dtypes") or ()),

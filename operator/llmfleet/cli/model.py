@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
-from llmfleet.cli.inputs import BadInput
+from llmfleet.cli.inputs import BadInput, read_mapping
 
 
 def add_commands(commands) -> None:
@@ -31,17 +29,7 @@ def _run_import(args) -> int:
     from llmfleet.planner.hf_config import UnrepresentableConfig, architecture_from_hf_config
 
     try:
-        text = sys.stdin.read() if args.config == "-" else Path(args.config).read_text(encoding="utf-8")
-    except OSError as error:
-        raise BadInput(f"{args.config}: cannot read it: {error.strerror}") from None
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise BadInput(f"{args.config}: not valid JSON: {error}") from None
-    if not isinstance(config, dict):
-        raise BadInput(f"{args.config}: expected one JSON object, got {type(config).__name__}")
-    try:
-        imported = architecture_from_hf_config(config)
+        imported = architecture_from_hf_config(read_mapping(args.config, args.config, json_only=True))
     except UnrepresentableConfig as error:
         raise BadInput(f"{args.config}: cannot represent {error}") from None
     for note in imported.ignored:

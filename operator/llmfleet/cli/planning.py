@@ -7,11 +7,10 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
 from llmfleet import exit_codes
-from llmfleet.cli.inputs import BadInput, positive_int
+from llmfleet.cli.inputs import BadInput, positive_int, read_mapping
 
 
 def add_commands(commands) -> None:
@@ -63,23 +62,6 @@ def _add_output_flag(parser: argparse.ArgumentParser) -> None:
                         help="output format (default table)")
 
 
-def _read_yaml_mapping(path: str) -> dict[str, Any]:
-    """One YAML (or JSON) mapping from a file, or from stdin when path is `-`."""
-    import yaml
-
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except OSError as error:
-        raise BadInput(f"-f {path}: cannot read it: {error.strerror}") from None
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise BadInput(f"-f {path}: not valid YAML: {error}") from None
-    if not isinstance(document, dict):
-        raise BadInput(f"-f {path}: expected one YAML mapping, got {type(document).__name__}")
-    return document
-
-
 def _problem_lines(source: str, what: str, problems: list[tuple[str, str]]) -> str:
     return "\n".join([f"{source} is not a valid {what}:"] + [f"  {path}: {message}" for path, message in problems])
 
@@ -118,7 +100,7 @@ def _run_plan(args) -> int:
     from llmfleet.planner.spec_adapter import plan_request_from_spec
     from llmfleet.render import revision_hash
 
-    spec = _deployment_spec(_read_yaml_mapping(args.file), args.file)
+    spec = _deployment_spec(read_mapping(args.file, f"-f {args.file}"), args.file)
     try:
         request = plan_request_from_spec(spec)
     except InvalidSpecError as error:  # admission accepts it, but it leaves nothing to plan with
@@ -163,7 +145,7 @@ def _estimate_model(args, catalog):
 
     if args.model is not None:
         return catalog.model(_known("--model", "model", args.model, tuple(catalog.models)))
-    document = _read_yaml_mapping(args.file)
+    document = read_mapping(args.file, f"-f {args.file}")
     if document.get("kind") == KIND:
         return model_arch_from_spec(_deployment_spec(document, args.file).model, catalog=catalog)
     try:

@@ -4,8 +4,16 @@ Every forward step of in-flight batching carries one token for each decoding req
 (part of) the prompts admitted into it. A step costs the larger of
   - memory time: weights read once + the batch's KV read, over effective HBM bandwidth, and
   - compute time: GEMM + attention FLOPs over effective tensor-core throughput,
-plus TP all-reduces (two per layer) and a fixed launch/scheduling overhead.
+plus the layout's communication (TP all-reduces, the MoE all-to-all under attention data
+parallelism, pipeline hand-offs, each over NVLink within a node or the node pool's network across
+nodes) and a fixed launch/scheduling overhead per pipeline stage.
 Efficiency factors come from the catalog's calibration (fitted to public measurements).
+
+With pipeline parallelism the step is the cycle in which every decoding sequence advances one
+token: the batch runs as PP micro-batches, each through every stage, so each GPU streams its
+stage's weights once per micro-batch (PP times a cycle: as many bytes as its TP alone would read)
+while the FLOPs and the KV reads are shared by all TP x PP GPUs. That is why PP buys memory but no
+decode speed; with fewer micro-batches than stages the stages wait for each other (the bubble).
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import math
 from dataclasses import dataclass
 
 from llmfleet.catalog import Calibration, GpuType, KvCacheDtype, ModelArch, QuantizationFormat
+from llmfleet.planner.layout import Layout
 from llmfleet.planner.memory import (
     UNQUANTIZED_BYTES_PER_PARAM,
     MemoryFit,
@@ -40,18 +49,42 @@ class Engine:
     gpu: GpuType
     quantization: QuantizationFormat
     kv_dtype: KvCacheDtype
-    tensor_parallel_size: int
+    layout: Layout
     max_batch_size: int
     max_num_tokens: int
     fit: MemoryFit
+    # Linear-layer weights one rank streams per step, every stage's (see weight_bytes_read_per_step).
+    streamed_layer_params: int
     calibration: Calibration
     effective_bandwidth_bytes_per_sec: float
     prefill_gemm_flops_per_sec: float
     decode_gemm_flops_per_sec: float
     prefill_attention_flops_per_sec: float
     decode_attention_flops_per_sec: float
+    # Per step (latencies) and per token carried (bytes over the link), by kind.
     allreduce_seconds_per_step: float
     allreduce_seconds_per_token: float
+    alltoall_seconds_per_step: float
+    alltoall_seconds_per_token: float
+    handoff_seconds_per_step: float
+    handoff_seconds_per_token: float
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        return self.layout.tensor_parallel_size
+
+    @property
+    def communication_seconds_per_step(self) -> float:
+        return self.allreduce_seconds_per_step + self.alltoall_seconds_per_step + self.handoff_seconds_per_step
+
+    @property
+    def communication_seconds_per_token(self) -> float:
+        return self.allreduce_seconds_per_token + self.alltoall_seconds_per_token + self.handoff_seconds_per_token
+
+    @property
+    def overhead_seconds_per_step(self) -> float:
+        """The fixed launch/scheduling overhead, once per stage on every token's path."""
+        return self.layout.pipeline_parallel_size * self.calibration.step_overhead_ms / 1000.0
 
 
 def generation_efficiency_scale(gpu: GpuType, calibration: Calibration) -> float:
@@ -77,30 +110,55 @@ def tensor_parallel_scale(tensor_parallel_size: int, calibration: Calibration) -
 
 
 def build_engine(model: ModelArch, gpu: GpuType, quantization: QuantizationFormat, kv_dtype: KvCacheDtype,
-                 tensor_parallel_size: int, calibration: Calibration, *, max_batch_size: int,
+                 parallel: Layout | int, calibration: Calibration, *, max_batch_size: int,
                  max_num_tokens: int, kv_cache_free_gpu_mem_fraction: float, speed_factor: float = 1.0) -> Engine:
-    """`speed_factor`: how much faster than the calibrated model this configuration was seen
-    to run (learned from live metrics, `planner.live`); it scales the compute and memory
-    efficiencies as the generation, MoE and TP factors do."""
-    tp = tensor_parallel_size
+    """`parallel`: the replica's layout, or a TP size alone. `speed_factor`: how much faster than
+    the calibrated model this configuration was seen to run (learned from live metrics,
+    `planner.live`); it scales the compute and memory efficiencies as the generation, MoE and TP
+    factors do."""
+    layout = Layout.of(parallel)
+    tp, pp = layout.tensor_parallel_size, layout.pipeline_parallel_size
     cal = calibration
     scale = (generation_efficiency_scale(gpu, cal) * moe_efficiency_scale(model, cal)
              * tensor_parallel_scale(tp, cal) * speed_factor)
-    gemm = gpu.dense_flops_per_sec(quantization.activation_precision) * tp * scale
-    attention = gpu.dense_flops_per_sec(ATTENTION_PRECISION) * tp * scale
-    if tp > 1:
-        # Ring all-reduce moves 2(TP-1)/TP of the message per rank; two all-reduces per layer.
-        bytes_per_token = model.hidden_size * UNQUANTIZED_BYTES_PER_PARAM * 2 * (tp - 1) / tp
-        link = (gpu.interconnect_bandwidth_bytes_per_sec * cal.interconnect_efficiency
-                * cal.generation_interconnect_scale(gpu.generation))
-        allreduce_per_step = 2 * model.num_layers * cal.allreduce_latency_us * 1e-6
-        allreduce_per_token = 2 * model.num_layers * bytes_per_token / link
+    # Every GPU of every stage computes: pipelined micro-batches keep them all busy.
+    gemm = gpu.dense_flops_per_sec(quantization.activation_precision) * tp * pp * scale
+    attention = gpu.dense_flops_per_sec(ATTENTION_PRECISION) * tp * pp * scale
+    nvlink = (gpu.interconnect_bandwidth_bytes_per_sec * cal.interconnect_efficiency
+              * cal.generation_interconnect_scale(gpu.generation))
+    network = gpu.inter_node_bandwidth_bytes_per_sec * cal.interconnect_efficiency
+    collective_latency_s = cal.allreduce_latency_us * 1e-6
+    activation_bytes = model.hidden_size * UNQUANTIZED_BYTES_PER_PARAM
+    # Per-token link times are shared by the PP micro-batches running at once on different stages.
+    allreduces = 0 if tp == 1 or layout.attention_data_parallel else 2 * model.num_layers
+    # Ring all-reduce moves 2(TP-1)/TP of the message per rank, within the stage's node.
+    allreduce_per_step = allreduces * collective_latency_s
+    allreduce_per_token = allreduces * activation_bytes * 2 * (tp - 1) / tp / nvlink / pp
+    if layout.attention_data_parallel and tp > 1:
+        # Each rank dispatches its own tokens (1/TP of them) to the ranks of their experts and takes
+        # the results back: per MoE layer two messages of experts_per_token hidden states, all but
+        # the 1/EP share staying on the rank.
+        ep = layout.expert_parallel_size
+        alltoall_per_step = 2 * model.num_moe_layers * collective_latency_s
+        alltoall_per_token = (2 * model.num_moe_layers * model.experts_per_token * activation_bytes
+                              * (ep - 1) / ep / tp / nvlink / pp)
     else:
-        allreduce_per_step = allreduce_per_token = 0.0
+        alltoall_per_step = alltoall_per_token = 0.0
+    # A token's path around the pipeline: PP - 1 forward hand-offs of its hidden state and the
+    # sampled token back to the first stage; the ones between nodes go over the network.
+    nodes = layout.nodes(gpu.max_gpus_per_node)
+    cross, cross_forward = (nodes, nodes - 1) if nodes > 1 else (0, 0)
+    if pp > 1:
+        handoff_per_step = ((pp - cross) * collective_latency_s + cross * gpu.inter_node_latency_us * 1e-6)
+        handoff_per_token = activation_bytes * ((pp - 1 - cross_forward) / nvlink + cross_forward / network) / pp
+    else:
+        handoff_per_step = handoff_per_token = 0.0
     return Engine(
-        model=model, gpu=gpu, quantization=quantization, kv_dtype=kv_dtype, tensor_parallel_size=tp,
+        model=model, gpu=gpu, quantization=quantization, kv_dtype=kv_dtype, layout=layout,
         max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
-        fit=memory_fit(model, gpu, quantization, kv_dtype, tp, cal, max_num_tokens=max_num_tokens,
+        streamed_layer_params=layer_params_per_gpu(
+            model, Layout(tp, 1, layout.expert_parallel_size, layout.attention_data_parallel)),
+        fit=memory_fit(model, gpu, quantization, kv_dtype, layout, cal, max_num_tokens=max_num_tokens,
                        max_batch_size=max_batch_size,
                        kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction),
         calibration=cal,
@@ -111,16 +169,22 @@ def build_engine(model: ModelArch, gpu: GpuType, quantization: QuantizationForma
         decode_attention_flops_per_sec=attention * cal.decode_compute_efficiency,
         allreduce_seconds_per_step=allreduce_per_step,
         allreduce_seconds_per_token=allreduce_per_token,
+        alltoall_seconds_per_step=alltoall_per_step,
+        alltoall_seconds_per_token=alltoall_per_token,
+        handoff_seconds_per_step=handoff_per_step,
+        handoff_seconds_per_token=handoff_per_token,
     )
 
 
 def weight_bytes_read_per_step(engine: Engine, decode_batch: float) -> float:
     """Weights one rank streams per step: all of them for dense models; for MoE only the experts
-    the batch's tokens are routed to (expected distinct experts under uniform routing)."""
-    model, tp = engine.model, engine.tensor_parallel_size
+    the batch's tokens are routed to (expected distinct experts under uniform routing). With PP a
+    rank streams its stage once per micro-batch, as many bytes per step as its TP group alone."""
+    model, layout = engine.model, engine.layout
+    tp = layout.tensor_parallel_size
     q_bytes = engine.quantization.weight_bytes_per_param
-    lm_head = model.lm_head_params / tp * UNQUANTIZED_BYTES_PER_PARAM
-    layers = layer_params_per_gpu(model, tp)
+    lm_head = model.lm_head_params / layout.attention_tensor_parallel_size * UNQUANTIZED_BYTES_PER_PARAM
+    layers = engine.streamed_layer_params
     if not model.is_moe:
         return layers * q_bytes + lm_head
     # Routed experts only: shared experts are read every step like the dense weights.
@@ -170,9 +234,10 @@ def step_seconds(engine: Engine, decode_batch: float, decode_context_tokens: flo
     decode_attention_s = (decode_batch * decode_attention_flops(model, decode_context_tokens)
                           / engine.decode_attention_flops_per_sec)
     prefill_attention_s = prefill_attention / engine.prefill_attention_flops_per_sec
-    allreduce_s = engine.allreduce_seconds_per_step + (decode_batch + prefill_tokens) * engine.allreduce_seconds_per_token
-    return (max(weights_s, gemm_s) + max(kv_read_s, decode_attention_s) + prefill_attention_s + allreduce_s
-            + engine.calibration.step_overhead_ms / 1000.0)
+    communication_s = (engine.communication_seconds_per_step
+                       + (decode_batch + prefill_tokens) * engine.communication_seconds_per_token)
+    return (max(weights_s, gemm_s) + max(kv_read_s, decode_attention_s) + prefill_attention_s + communication_s
+            + engine.overhead_seconds_per_step)
 
 
 def prefill_chunks(engine: Engine, new_tokens: float, decode_batch: float) -> int:
@@ -184,15 +249,21 @@ def prefill_chunks(engine: Engine, new_tokens: float, decode_batch: float) -> in
 def prefill_seconds(engine: Engine, new_tokens: float, prefix_tokens: float, decode_batch: float,
                     decode_context_tokens: float) -> float:
     """Time from a prompt's first step to its first token, chunked by max_num_tokens (the decode
-    batch shares each step's token budget)."""
+    batch shares each step's token budget). With PP a step's prompt work is spread over the stages
+    as if they ran at once; the last chunk, though, passes them one after another before its first
+    token exists: PP - 1 more times its own work (the pipeline bubble of a prompt)."""
     chunks = prefill_chunks(engine, new_tokens, decode_batch)
     chunk = new_tokens / chunks
-    total = 0.0
+    total = last_chunk_s = 0.0
     for index in range(chunks):
         done = prefix_tokens + index * chunk
-        total += step_seconds(engine, decode_batch, decode_context_tokens, chunk,
-                              prefill_attention_flops(engine.model, chunk, done),
-                              prefill_sequences=1.0 if index == chunks - 1 else 0.0)
+        last_chunk_s = step_seconds(engine, decode_batch, decode_context_tokens, chunk,
+                                    prefill_attention_flops(engine.model, chunk, done),
+                                    prefill_sequences=1.0 if index == chunks - 1 else 0.0)
+        total += last_chunk_s
+    stages = engine.layout.pipeline_parallel_size
+    if stages > 1:
+        total += (stages - 1) * (last_chunk_s - step_seconds(engine, decode_batch, decode_context_tokens))
     return total
 
 
@@ -269,8 +340,8 @@ def steady_step_seconds(engine: Engine, requests_per_sec: float, new_input_token
     attention_slope = max(decode_per_tau * engine.fit.kv_bytes_read_per_sequence(decode_context_tokens) / bandwidth,
                           decode_per_tau * decode_attention_flops(model, decode_context_tokens)
                           / engine.decode_attention_flops_per_sec)
-    fixed_slope = attention_slope + decode_per_tau * engine.allreduce_seconds_per_token
-    fixed = engine.allreduce_seconds_per_step + engine.calibration.step_overhead_ms / 1000.0
+    fixed_slope = attention_slope + decode_per_tau * engine.communication_seconds_per_token
+    fixed = engine.communication_seconds_per_step + engine.overhead_seconds_per_step
     tau = 0.0
     for _ in range(STEADY_STATE_ROUNDS):
         batch = decode_per_tau * tau

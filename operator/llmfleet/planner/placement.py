@@ -1,6 +1,6 @@
-"""Whole replicas onto nodes. A replica's GPUs (one tensor-parallel group; pipeline parallelism
-is 1 today) share one node: its collectives run over NVLink, and the engine's MPI group is one
-pod. Pure: nodes come as (name, GPUs) pairs, the GPUs being whatever the caller counts (free or
+"""Whole replicas onto nodes. A replica's GPUs share one node (its collectives run over NVLink,
+and the engine's MPI group is one pod), unless the replica is larger than a node: then its
+pipeline stages fill whole nodes, one part of the replica per node (planner.layout). Pure: nodes come as (name, GPUs) pairs, the GPUs being whatever the caller counts (free or
 schedulable).
 
 Replicas of one plan are of one size, so the bin packing is exact without search: a node with
@@ -26,8 +26,13 @@ def replicas_per_node(gpus_by_node: Iterable[tuple[str, int]], gpus_per_replica:
     return sorted(held, key=lambda item: (-item[1], item[0]))
 
 
-def replicas_that_fit(gpus_by_node: Iterable[tuple[str, int]], gpus_per_replica: int) -> int:
-    return sum(replicas for _, replicas in replicas_per_node(gpus_by_node, gpus_per_replica))
+def replicas_that_fit(gpus_by_node: Iterable[tuple[str, int]], gpus_per_replica: int,
+                      nodes_per_replica: int = 1) -> int:
+    """Replicas the nodes hold; one spanning `nodes_per_replica` nodes takes an equal part of each."""
+    if nodes_per_replica == 1:
+        return sum(replicas for _, replicas in replicas_per_node(gpus_by_node, gpus_per_replica))
+    part = gpus_per_replica // nodes_per_replica
+    return sum(1 for _, gpus in gpus_by_node if gpus >= part) // nodes_per_replica
 
 
 def per_node(counts_by_node: Iterable[tuple[str, int]]) -> str:

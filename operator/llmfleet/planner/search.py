@@ -14,7 +14,13 @@ from llmfleet.planner.latency import (
     predict_at_load,
     saturation_throughput_tokens_per_sec,
 )
-from llmfleet.planner.memory import kv_bytes_per_token, tensor_parallel_problem
+from llmfleet.planner.layout import Layout
+from llmfleet.planner.memory import (
+    activation_bytes_per_gpu,
+    kv_bytes_per_token,
+    layout_problem,
+    weight_bytes_per_gpu,
+)
 from llmfleet.planner.placement import per_node, replicas_per_node, replicas_that_fit
 from llmfleet.planner.types import (
     CapacityShortfall,
@@ -37,14 +43,28 @@ UNBOUNDED_REPLICA_FACTOR = 1024
 @dataclass(frozen=True)
 class _Option:
     gpu: GpuType
-    tensor_parallel_size: int
+    layout: Layout
     quantization: QuantizationFormat
     kv_dtype: KvCacheDtype
 
     @property
+    def tensor_parallel_size(self) -> int:
+        return self.layout.tensor_parallel_size
+
+    @property
     def label(self) -> str:
-        return (f"{self.gpu.name} TP{self.tensor_parallel_size} {self.quantization.name} "
-                f"KV {self.kv_dtype.name}")
+        return f"{self.gpu.name} {self.layout.label} {self.quantization.name} KV {self.kv_dtype.name}"
+
+    @property
+    def nodes(self) -> int:
+        return self.layout.nodes(self.gpu.max_gpus_per_node)
+
+    @property
+    def layout_complexity(self) -> tuple[int, int, bool]:
+        """Fewer stages, then no EP, then no ADP: each adds communication the model only
+        approximates, so at equal GPUs and cost the simpler layout is preferred."""
+        return (self.layout.pipeline_parallel_size, self.layout.expert_parallel_size,
+                self.layout.attention_data_parallel)
 
     @property
     def quality_cost_percent(self) -> float:
@@ -63,7 +83,7 @@ class _Outcome:
 
     @property
     def gpus(self) -> int:
-        return self.replicas * self.option.tensor_parallel_size
+        return self.replicas * self.option.layout.gpus
 
     @property
     def cost(self) -> float:
@@ -106,8 +126,8 @@ class _GpuLimits:
     def largest_node(self, gpu_type: str) -> int:
         return max((gpus for _, gpus in self.nodes(gpu_type)), default=0)
 
-    def replicas(self, gpu_type: str, gpus_per_replica: int) -> int:
-        return replicas_that_fit(self.nodes(gpu_type), gpus_per_replica)
+    def replicas(self, gpu_type: str, gpus_per_replica: int, nodes_per_replica: int = 1) -> int:
+        return replicas_that_fit(self.nodes(gpu_type), gpus_per_replica, nodes_per_replica)
 
     def per_node(self, gpu_type: str) -> str:
         return f"{self.kind} per node: {per_node(self.nodes(gpu_type))}"
@@ -131,7 +151,7 @@ def support_problem(model: ModelArch, option: _Option) -> tuple[str, str] | None
         return "unsupported", f"{gpu.name} ({gpu.generation}) has no {kv.name} KV cache"
     if tp > gpu.max_gpus_per_node:
         return "tensor-parallel", f"TP{tp} exceeds {gpu.max_gpus_per_node} GPUs per node"
-    problem = tensor_parallel_problem(model, tp)
+    problem = layout_problem(model, option.layout)
     if problem:
         return "tensor-parallel", problem
     return None
@@ -144,7 +164,7 @@ def engine_in_space(model: ModelArch, option: _Option, catalog: Catalog, space: 
     if speed_factor is None:
         learned = space.speed_factor(option.gpu.name, option.quantization.name)
         speed_factor = (learned.factor if learned else 1.0) / (1 + space.speed_margin)
-    return build_engine(model, option.gpu, option.quantization, option.kv_dtype, option.tensor_parallel_size,
+    return build_engine(model, option.gpu, option.quantization, option.kv_dtype, option.layout,
                         catalog.calibration, max_batch_size=space.max_batch_size,
                         max_num_tokens=space.max_num_tokens,
                         kv_cache_free_gpu_mem_fraction=space.kv_cache_free_gpu_mem_fraction,
@@ -153,7 +173,7 @@ def engine_in_space(model: ModelArch, option: _Option, catalog: Catalog, space: 
 
 def plan_option(plan: Plan, catalog: Catalog) -> _Option:
     """The configuration a (feasible) plan serves."""
-    return _Option(catalog.gpu(plan.gpu_type), plan.tensor_parallel_size, catalog.quantization(plan.quantization),
+    return _Option(catalog.gpu(plan.gpu_type), plan.layout, catalog.quantization(plan.quantization),
                    catalog.kv_cache_dtype(plan.kv_cache_dtype))
 
 
@@ -190,7 +210,8 @@ def _search_replicas(engine: Engine, option: _Option, request: PlanRequest, best
                      limits: _GpuLimits | None) -> _Outcome:
     """Fewest replicas of this configuration meeting the SLO (prediction is monotone in load)."""
     w, space = request.workload, request.space
-    tp = option.tensor_parallel_size
+    tp = option.layout.gpus  # GPUs per replica
+    spans = option.nodes
     saturation_rps = saturation_throughput_tokens_per_sec(
         engine, w.input_tokens_mean, w.output_tokens_mean,
         w.input_tokens_mean * w.prefix_sharing_fraction) / w.output_tokens_mean
@@ -199,7 +220,7 @@ def _search_replicas(engine: Engine, option: _Option, request: PlanRequest, best
     fewest = max(1, math.ceil(w.peak_requests_per_sec / saturation_rps))
     if space.pinned_replicas is not None:
         fewest = most = space.pinned_replicas
-        if limits is not None and limits.caps_replicas and limits.replicas(option.gpu.name, tp) < most:
+        if limits is not None and limits.caps_replicas and limits.replicas(option.gpu.name, tp, spans) < most:
             return _Outcome(option, limits.reason_class, f"{most} pinned replicas need {tp} GPUs each on one "
                             f"node; {limits.hold(option.gpu.name, tp)}", replicas=most, engine=engine)
     else:
@@ -211,8 +232,8 @@ def _search_replicas(engine: Engine, option: _Option, request: PlanRequest, best
             return _Outcome(option, "gpu-budget", f"needs at least {fewest * tp} GPUs for the throughput, "
                             f"budget is {space.gpu_budget}", replicas=max(most, 0), engine=engine)
         scope = "within the GPU budget" if space.gpu_budget else "at any replica count"
-        if limits is not None and limits.caps_replicas and limits.replicas(option.gpu.name, tp) < most:
-            most = limits.replicas(option.gpu.name, tp)
+        if limits is not None and limits.caps_replicas and limits.replicas(option.gpu.name, tp, spans) < most:
+            most = limits.replicas(option.gpu.name, tp, spans)
             scope = f"within what the {limits.kind} {option.gpu.name} hold, a replica on one node"
             if most < fewest:
                 return _Outcome(option, limits.reason_class, f"needs at least {fewest} replicas ({fewest * tp} "
@@ -264,6 +285,49 @@ def _bounded_rejections(outcomes: list[_Outcome]) -> tuple[RejectedOption, ...]:
     return tuple(kept[:REJECTED_TOTAL])
 
 
+def _layouts(model: ModelArch, gpu: GpuType, quantization: QuantizationFormat, tps: list[int],
+             space: SearchSpace, catalog: Catalog) -> list[Layout]:
+    """The layouts searched for one GPU type and format. TP alone always. PP only where no TP
+    size alone holds the weights on one node: it buys memory, not speed (each GPU streams as many
+    weight bytes per step as its TP group alone, and a prompt waits out the bubble). For models
+    with experts, EP over every divisor of TP that divides the experts, and attention data
+    parallelism with EP = TP (the layout TensorRT-LLM's DeepSeek recipes use); only what the
+    serving release builds."""
+    support = space.release_support
+    stages = [1]
+    if (support is None or support.pipeline_parallel) and not any(
+            weight_bytes_per_gpu(model, quantization, tp) + activation_bytes_per_gpu(
+                model, tp, space.max_num_tokens, space.max_batch_size) + catalog.calibration.runtime_reserve_bytes
+            < gpu.memory_bytes for tp in tps):
+        stages = sorted(set(space.pipeline_parallel_sizes) | {1})
+    layouts = []
+    for pp in stages:
+        # A layout whose one replica exceeds the GPU budget is not searched.
+        for tp in (tp for tp in tps if pp == 1 or not space.gpu_budget or tp * pp <= space.gpu_budget):
+            layouts.append(Layout(tp, pp))
+            if not model.is_moe or tp == 1:
+                continue
+            if support is None or support.expert_parallel:
+                layouts.extend(Layout(tp, pp, ep) for ep in range(2, tp + 1) if tp % ep == 0)
+            if support is None or (support.expert_parallel and support.attention_data_parallel):
+                layouts.append(Layout(tp, pp, tp, attention_data_parallel=True))
+    return layouts
+
+
+def _placement_problem(option: _Option, limits: _GpuLimits, space: SearchSpace) -> tuple[str, str] | None:
+    """Why the cluster's nodes cannot hold one replica: a TP group on one node, a replica larger
+    than a node over whole-node parts."""
+    gpu_name, gpus, nodes = option.gpu.name, option.layout.gpus, option.nodes
+    if not limits.total(gpu_name):
+        return limits.reason_class, f"0 {gpu_name} are {limits.kind}; {space.cluster_gpus.describe()}"
+    if nodes == 1 and limits.largest_node(gpu_name) < gpus:
+        return limits.reason_class, f"a replica needs {gpus} {limits.kind} {gpu_name} on one node; {limits.per_node(gpu_name)}"
+    if nodes > 1 and limits.replicas(gpu_name, gpus, nodes) < 1:
+        return limits.reason_class, (f"a replica needs {nodes} nodes with {gpus // nodes} {limits.kind} {gpu_name} "
+                                     f"each; {limits.per_node(gpu_name)}")
+    return None
+
+
 def _options(request: PlanRequest, catalog: Catalog, rejected: list[_Outcome],
              limits: _GpuLimits | None) -> list[_Option]:
     space = request.space
@@ -274,19 +338,19 @@ def _options(request: PlanRequest, catalog: Catalog, rejected: list[_Outcome],
     options = []
     for gpu_name in gpus:
         gpu = catalog.gpu(gpu_name)
-        for tp in sorted(set(tps)):
-            for quant_name in quants:
+        for quant_name in quants:
+            quantization = catalog.quantization(quant_name)
+            for layout in _layouts(request.model, gpu, quantization, sorted(set(tps)), space, catalog):
                 for kv_name in kvs:
-                    option = _Option(gpu, tp, catalog.quantization(quant_name), catalog.kv_cache_dtype(kv_name))
+                    option = _Option(gpu, layout, quantization, catalog.kv_cache_dtype(kv_name))
                     problem = support_problem(request.model, option)
-                    # A replica is one TP group (pipeline 1): its GPUs on one node.
-                    if problem is None and limits is not None and limits.largest_node(gpu_name) < tp:
-                        problem = (limits.reason_class, (
-                            f"a replica needs {tp} {limits.kind} {gpu_name} on one node; {limits.per_node(gpu_name)}"
-                            if limits.total(gpu_name) else
-                            f"0 {gpu_name} are {limits.kind}; {space.cluster_gpus.describe()}"))
+                    if problem is None and limits is not None:
+                        problem = _placement_problem(option, limits, space)
                     if problem is None and space.release_support is not None:
-                        why = space.release_support.problem(gpu_name, quant_name, kv_name, space.release)
+                        why = (space.release_support.problem(gpu_name, quant_name, kv_name, space.release)
+                               or space.release_support.layout_problem(
+                                   layout.pipeline_parallel_size, layout.expert_parallel_size,
+                                   layout.attention_data_parallel, space.release))
                         problem = ("release", why) if why else None
                     budget = request.slo.max_quality_loss_percent
                     if problem is None and budget is not None and option.quality_cost_percent > budget:
@@ -318,11 +382,10 @@ def plan(request: PlanRequest, catalog: Catalog | None = None) -> Plan:
     free = _GpuLimits.free(cluster)
     gpu_type = slo_plan.gpu_type
     gpus_per_replica = slo_plan.tensor_parallel_size * slo_plan.pipeline_parallel_size
-    fitting = free.replicas(gpu_type, gpus_per_replica)
+    fitting = free.replicas(gpu_type, gpus_per_replica, slo_plan.nodes_per_replica)
     if slo_plan.replicas <= fitting:
         return replace(slo_plan, rationale=(*slo_plan.rationale, _placement(slo_plan, free)))
-    label = (f"{slo_plan.replicas} x {gpu_type} TP{slo_plan.tensor_parallel_size} "
-             f"{slo_plan.quantization} KV {slo_plan.kv_cache_dtype}")
+    label = f"{slo_plan.replicas} x {gpu_type} {slo_plan.layout.label} {slo_plan.quantization} KV {slo_plan.kv_cache_dtype}"
     fits_now = _plan_within(request, catalog, free)
     if fits_now.feasible:
         return replace(fits_now, rationale=(*fits_now.rationale, _placement(fits_now, free),
@@ -344,6 +407,10 @@ def _placement(chosen: Plan, free: _GpuLimits) -> str:
     binds the pods; with replicas of one size any order it binds them in fits as many
     (planner.placement)."""
     gpus_per_replica = chosen.tensor_parallel_size * chosen.pipeline_parallel_size
+    if chosen.nodes_per_replica > 1:
+        return (f"placement: {chosen.replicas} replica(s) of {gpus_per_replica} GPUs, each over "
+                f"{chosen.nodes_per_replica} nodes of {gpus_per_replica // chosen.nodes_per_replica}; "
+                f"{free.per_node(chosen.gpu_type)}")
     room = replicas_per_node(free.nodes(chosen.gpu_type), gpus_per_replica)
     return (f"placement: {chosen.replicas} replica(s) of {gpus_per_replica} GPUs, each on one node; replicas the "
             f"free {chosen.gpu_type} hold per node: {per_node(room)}")
@@ -375,7 +442,7 @@ def _plan_within(request: PlanRequest, catalog: Catalog, limits: _GpuLimits | No
                                      f"hold one p99-context request ({context_p99:.0f} tokens)", engine=engine))
             continue
         throughput = saturation_throughput_tokens_per_sec(engine, w.input_tokens_mean, w.output_tokens_mean)
-        fewest_gpus = math.ceil(w.peak_requests_per_sec * w.output_tokens_mean / throughput) * option.tensor_parallel_size
+        fewest_gpus = math.ceil(w.peak_requests_per_sec * w.output_tokens_mean / throughput) * option.layout.gpus
         viable.append((fewest_gpus, option, engine))
     viable.sort(key=lambda item: (item[0], item[0] * item[1].gpu.relative_cost_per_gpu_hour, item[1].label))
     met: list[_Outcome] = []
@@ -385,7 +452,8 @@ def _plan_within(request: PlanRequest, catalog: Catalog, limits: _GpuLimits | No
         (met if outcome.reason_class is None else rejected).append(outcome)
     evaluated = len(met) + len(rejected)
     if met:
-        met.sort(key=lambda o: (o.gpus, round(o.cost, 6), o.violation, o.option.quality_cost_percent, o.option.label))
+        met.sort(key=lambda o: (o.gpus, round(o.cost, 6), o.option.layout_complexity, o.violation,
+                                o.option.quality_cost_percent, o.option.label))
         chosen, others = met[0], met[1:]
         rejected.extend(_Outcome(o.option, "not-chosen", _why_not(o, chosen), o.replicas, o.engine, o.prediction,
                                  o.violation) for o in others)
@@ -400,11 +468,18 @@ def _plan_within(request: PlanRequest, catalog: Catalog, limits: _GpuLimits | No
     rationale = [headline]
     if closest_fit:
         rationale.append(f"closest: {closest_fit.option.label}: {closest_fit.reason}")
-    return Plan(False, closest_fit.option.gpu.name if closest_fit else None,
-                closest_fit.option.tensor_parallel_size if closest_fit else None,
-                closest_fit.option.quantization.name if closest_fit else None,
-                closest_fit.option.kv_dtype.name if closest_fit else None,
-                0, None, tuple(rationale), _bounded_rejections(rejected))
+    if closest_fit is None:
+        return Plan(False, None, None, None, None, 0, None, tuple(rationale), _bounded_rejections(rejected))
+    return _layout_fields(Plan(False, closest_fit.option.gpu.name, closest_fit.option.tensor_parallel_size,
+                               closest_fit.option.quantization.name, closest_fit.option.kv_dtype.name, 0,
+                               None, tuple(rationale), _bounded_rejections(rejected)), closest_fit.option)
+
+
+def _layout_fields(plan: Plan, option: _Option) -> Plan:
+    layout = option.layout
+    return replace(plan, pipeline_parallel_size=layout.pipeline_parallel_size,
+                   expert_parallel_size=layout.expert_parallel_size,
+                   attention_data_parallel=layout.attention_data_parallel, nodes_per_replica=option.nodes)
 
 
 def _why_not(outcome: _Outcome, chosen: _Outcome) -> str:
@@ -412,6 +487,9 @@ def _why_not(outcome: _Outcome, chosen: _Outcome) -> str:
         return f"meets the SLO but needs {outcome.gpus} GPUs (chosen: {chosen.gpus})"
     if round(outcome.cost, 6) > round(chosen.cost, 6):
         return f"meets the SLO with {outcome.gpus} GPUs but costs {outcome.cost:.2f} (chosen: {chosen.cost:.2f})"
+    if outcome.option.layout_complexity > chosen.option.layout_complexity:
+        return (f"meets the SLO with {outcome.gpus} GPUs at equal cost, but {chosen.option.layout.label} does "
+                f"with less communication than {outcome.option.layout.label}")
     return (f"meets the SLO with {outcome.gpus} GPUs at equal cost but less headroom "
             f"({1 - outcome.violation:.0%} vs {1 - chosen.violation:.0%}) or more quality cost")
 
@@ -455,7 +533,8 @@ def _plan_from(outcome: _Outcome, feasible: bool, request: PlanRequest, evaluate
     budget = request.slo.max_quality_loss_percent
     rationale.append(f"quality cost {option.quality_cost_percent:.1f}% ({option.quantization.name} + KV "
                      f"{option.kv_dtype.name})" + (f" within the {budget:g}% budget" if budget is not None else ""))
-    return Plan(
+    rationale.extend(_layout_rationale(outcome, rejected))
+    return _layout_fields(Plan(
         feasible=feasible,
         gpu_type=option.gpu.name,
         tensor_parallel_size=option.tensor_parallel_size,
@@ -465,7 +544,57 @@ def _plan_from(outcome: _Outcome, feasible: bool, request: PlanRequest, evaluate
         predicted=predicted,
         rationale=tuple(rationale),
         rejected=_bounded_rejections(rejected),
-    )
+    ), option)
+
+
+def _family(layout: Layout) -> str:
+    """`TP`, `TP x PP`, `TP x EP`, `TP x EP + ADP`, ...: a layout without its sizes."""
+    return " x ".join(["TP"] + (["PP"] if layout.pipeline_parallel_size > 1 else [])
+                      + (["EP"] if layout.expert_parallel_size > 1 else [])) + (
+        " + ADP" if layout.attention_data_parallel else "")
+
+
+def _closeness(outcome: _Outcome) -> tuple[bool, float, float]:
+    """Meeting the SLO first, then fewest GPUs, then nearest to the SLO."""
+    return (outcome.reason_class not in (None, "not-chosen"), outcome.gpus or math.inf, outcome.violation)
+
+
+def _layout_rationale(chosen: _Outcome, others: list[_Outcome]) -> list[str]:
+    """Why this layout and not the others: said when the layout is more than TP or when other
+    layouts were searched (a TP-only plan among TP-only options reads as before)."""
+    option, engine = chosen.option, chosen.engine
+    layout = option.layout
+    families: dict[str, _Outcome] = {}
+    for other in others:
+        family = _family(other.option.layout)
+        if family == _family(layout) or other.reason_class in ("unsupported", "quality"):
+            continue
+        best = families.get(family)
+        if best is None or _closeness(other) < _closeness(best):
+            families[family] = other
+    if layout.is_tensor_parallel_only and not families:
+        return []
+    batch = chosen.prediction.decode_batch if chosen.prediction and math.isfinite(chosen.prediction.decode_batch) else 0
+    why = []
+    if layout.pipeline_parallel_size > 1:
+        why.append(f"{layout.pipeline_parallel_size} pipeline stages because no TP size alone holds the weights "
+                   f"on one {option.gpu.name}; the replica spans {option.nodes} node(s), a stage's TP group within "
+                   f"one, stage hand-offs {1000 * (engine.handoff_seconds_per_step + batch * engine.handoff_seconds_per_token):.2f} "
+                   f"ms per step ({'over the network between nodes' if option.nodes > 1 else 'over NVLink'}), "
+                   f"and a prompt's last chunk passes the stages one after another (the bubble)")
+    if layout.attention_data_parallel:
+        why.append(f"attention data parallel over {layout.tensor_parallel_size} ranks: each holds whole attention "
+                   f"and its own sequences' KV, so the cache holds {engine.fit.kv_capacity_tokens} tokens per replica "
+                   f"instead of every rank repeating the same sequences; MoE all-to-all "
+                   f"{1000 * (engine.alltoall_seconds_per_step + batch * engine.alltoall_seconds_per_token):.2f} ms per step")
+    elif layout.expert_parallel_size > 1:
+        why.append(f"experts whole on {layout.expert_parallel_size} ranks (expert TP {layout.expert_tensor_parallel_size})")
+    lines = [f"layout {layout.label}: " + ("; ".join(why) if why else "tensor parallelism alone")]
+    if families:
+        lines.append("other layouts: " + "; ".join(
+            f"{family} (best {o.option.label}" + (f" x{o.replicas}" if o.replicas else "")
+            + f"): {o.reason_class or 'not-chosen'}: {o.reason}" for family, o in sorted(families.items())))
+    return lines
 
 
 def _runnable_engine(model: ModelArch, gpu_type: str, tensor_parallel_size: int, quantization: str, kv_dtype: str,
@@ -473,7 +602,7 @@ def _runnable_engine(model: ModelArch, gpu_type: str, tensor_parallel_size: int,
                      kv_cache_free_gpu_mem_fraction: float) -> tuple[_Option, Engine]:
     """The engine of a fixed configuration; ValueError when it cannot run (unsupported format, bad
     TP, weights or one request of `context_tokens` do not fit)."""
-    option = _Option(catalog.gpu(gpu_type), tensor_parallel_size, catalog.quantization(quantization),
+    option = _Option(catalog.gpu(gpu_type), Layout(tensor_parallel_size), catalog.quantization(quantization),
                      catalog.kv_cache_dtype(kv_dtype))
     problem = support_problem(model, option)
     if problem:

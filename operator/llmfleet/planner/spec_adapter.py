@@ -324,6 +324,10 @@ def plan_status_from_plan(plan: Plan, peak_requests_per_second: float | None = N
         gpu_type=ApiGpuType(plan.gpu_type),
         tensor_parallel_size=plan.tensor_parallel_size,
         pipeline_parallel_size=plan.pipeline_parallel_size,
+        # Set only beyond their defaults, so a TP-only plan's status reads as before.
+        expert_parallel_size=plan.expert_parallel_size if plan.expert_parallel_size > 1 else None,
+        attention_data_parallel=True if plan.attention_data_parallel else None,
+        nodes_per_replica=plan.nodes_per_replica if plan.nodes_per_replica > 1 else None,
         quantization=ApiQuantization(plan.quantization),
         kv_cache_dtype=ApiKvCacheDtype(plan.kv_cache_dtype),
         replicas=plan.replicas,
@@ -346,4 +350,7 @@ def plan_from_status(stored: PlanStatus) -> Plan | None:
     return Plan(feasible=True, gpu_type=stored.gpu_type.value, tensor_parallel_size=stored.tensor_parallel_size,
                 quantization=stored.quantization.value, kv_cache_dtype=stored.kv_cache_dtype.value,
                 replicas=stored.replicas, predicted=None, rationale=tuple(stored.rationale or ()),
-                pipeline_parallel_size=stored.pipeline_parallel_size or 1)
+                pipeline_parallel_size=stored.pipeline_parallel_size or 1,
+                expert_parallel_size=stored.expert_parallel_size or 1,
+                attention_data_parallel=bool(stored.attention_data_parallel),
+                nodes_per_replica=stored.nodes_per_replica or 1)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from llmfleet.catalog import ModelArch
 from llmfleet.catalog.release_record import ReleaseSupport
+from llmfleet.planner.layout import Layout
 from llmfleet.planner.placement import per_node
 
 
@@ -152,6 +153,8 @@ class SpeedFactor:
 class SearchSpace:
     gpu_types: tuple[str, ...]
     tensor_parallel_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    # Stages searched where TP alone cannot hold the weights on one node.
+    pipeline_parallel_sizes: tuple[int, ...] = (1, 2, 4)
     quantizations: tuple[str, ...] = ("BF16", "FP8")
     kv_cache_dtypes: tuple[str, ...] = ("BF16", "FP8")
     gpu_budget: int | None = None
@@ -238,9 +241,19 @@ class Plan:
     rationale: tuple[str, ...]
     rejected: tuple[RejectedOption, ...] = field(default_factory=tuple)
     pipeline_parallel_size: int = 1
+    expert_parallel_size: int = 1
+    attention_data_parallel: bool = False
+    # Nodes one replica spans (its stages placed node after node); rendering more than one is
+    # refused until multi-node serving exists.
+    nodes_per_replica: int = 1
     # Set when the plan that meets the SLO does not fit the free GPUs: this plan is then the
     # best that fits now (or the SLO plan itself, waiting for GPUs, when nothing fits).
     shortfall: CapacityShortfall | None = None
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.tensor_parallel_size or 1, self.pipeline_parallel_size, self.expert_parallel_size,
+                      self.attention_data_parallel)
 
     @property
     def gpus_total(self) -> int:
@@ -266,6 +279,10 @@ class Plan:
             "kvCacheDtype": self.kv_cache_dtype,
             "replicas": self.replicas,
             "gpusTotal": self.gpus_total,
+            # Beyond TP and PP only where the layout has them, so TP-only plans read as before.
+            **({"expertParallelSize": self.expert_parallel_size} if self.expert_parallel_size > 1 else {}),
+            **({"attentionDataParallel": True} if self.attention_data_parallel else {}),
+            **({"nodesPerReplica": self.nodes_per_replica} if self.nodes_per_replica > 1 else {}),
             "predicted": self.predicted.to_json_dict() if self.predicted else None,
             "rationale": list(self.rationale),
             "rejected": [r.to_json_dict() for r in self.rejected],

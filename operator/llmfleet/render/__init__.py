@@ -23,6 +23,7 @@ from llmfleet.render.identity import (
     fit_name,
     metadata,
     require_feasible,
+    require_one_node,
     revision_hash,
     revision_labels,
     selector_labels,
@@ -58,6 +59,7 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
     `route_weights` the HTTPRoute's weight per revision (default: all on `revision`).
     """
     require_feasible(plan)
+    require_one_node(plan)
     if serving_replicas < 0:
         raise RenderError(f"serving_replicas must be at least 0, got {serving_replicas}")
     name, _, _ = deployment_identity(deployment)
@@ -68,6 +70,10 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
         return metadata(deployment, child_name, revision_labels(name, revision, component))
 
     release = release_for(spec.engine.runtime.value, spec.engine.image)
+    unbuildable = release.support.layout_problem(plan.pipeline_parallel_size, plan.expert_parallel_size,
+                                                 plan.attention_data_parallel, release.release)
+    if unbuildable:
+        raise RenderError(f"the plan's layout {plan.layout.label}: {unbuildable}")
     files = (llmapi.model_repository_files(spec, plan, key) if release.runtime == Runtime.LLMAPI.value
              else model_repository_files(spec, key))
     config_map_name = fit_name(name, revision, "model-repo")

@@ -137,6 +137,13 @@ def require_feasible(plan: Plan) -> None:
         raise RenderError("only a feasible plan can be rendered (Planned=False creates no workload)")
 
 
+def require_one_node(plan: Plan) -> None:
+    if plan.nodes_per_replica > 1:
+        raise RenderError(f"the plan's replica spans {plan.nodes_per_replica} nodes ({plan.layout.label}, "
+                          f"{plan.layout.gpus} {plan.gpu_type}); serving a replica across nodes is not rendered yet "
+                          "(multi-node serving is the next issue), so nothing is created rather than a wrong workload")
+
+
 def serving_image(spec: LLMDeploymentSpec) -> str:
     """spec.engine.image, or the pinned image of spec.engine.runtime when it is omitted."""
     return spec.engine.image or release_for(spec.engine.runtime.value, None).image
@@ -162,6 +169,9 @@ def _engine_build_inputs(spec: LLMDeploymentSpec, plan: Plan) -> dict[str, Any]:
         "gpu": load_catalog().gpu(plan.gpu_type).gfd_product,
         "tensorParallelSize": plan.tensor_parallel_size,
         "pipelineParallelSize": plan.pipeline_parallel_size,
+        # Only beyond their defaults, so every TP-only plan keeps its key (and engine).
+        **({"expertParallelSize": plan.expert_parallel_size} if plan.expert_parallel_size > 1 else {}),
+        **({"attentionDataParallel": True} if plan.attention_data_parallel else {}),
         "quantization": plan.quantization,
         "kvCacheDtype": plan.kv_cache_dtype,
     }

@@ -87,6 +87,11 @@ def llm_arguments(spec: LLMDeploymentSpec, plan: Plan, engine_cache_key: str) ->
         "backend": "pytorch",
         "tensor_parallel_size": plan.tensor_parallel_size,
         "pipeline_parallel_size": plan.pipeline_parallel_size,
+        # EP x expert TP = TP (LlmArgs' moe_*_parallel_size); written only for an MoE layout.
+        **({"moe_expert_parallel_size": plan.expert_parallel_size,
+            "moe_tensor_parallel_size": plan.tensor_parallel_size // plan.expert_parallel_size}
+           if plan.expert_parallel_size > 1 else {}),
+        **({"enable_attention_dp": True} if plan.attention_data_parallel else {}),
         "max_batch_size": spec.engine.max_batch_size,
         "max_num_tokens": spec.engine.max_num_tokens,
         # The planner's prefill model chunks long prompts by max_num_tokens.
