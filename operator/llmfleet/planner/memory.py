@@ -70,15 +70,23 @@ def decode_tokens_per_sec(active_requests: int, step_ms: float) -> float:
     return active_requests / (step_ms / 1000.0)
 
 
-def tensor_parallel_problem(model: ModelArch, tensor_parallel_size: int) -> str | None:
-    """Why this TP size cannot shard the model, or None when it can."""
-    tp = tensor_parallel_size
+def _attention_and_dense_problem(model: ModelArch, tp: int) -> str | None:
+    """Why TP cannot split the attention heads or the dense MLPs, or None."""
     if model.num_attention_heads % tp:
         return f"TP{tp} does not divide {model.num_attention_heads} attention heads"
     if model.num_kv_heads % tp and tp % model.num_kv_heads:
         return f"TP{tp} neither divides nor is a multiple of {model.num_kv_heads} KV heads"
     if model.num_dense_layers and model.intermediate_size % tp:
         return f"TP{tp} does not divide intermediate size {model.intermediate_size}"
+    return None
+
+
+def tensor_parallel_problem(model: ModelArch, tensor_parallel_size: int) -> str | None:
+    """Why this TP size cannot shard the model, or None when it can."""
+    tp = tensor_parallel_size
+    problem = _attention_and_dense_problem(model, tp)
+    if problem:
+        return problem
     if model.num_moe_layers and model.expert_ffn_size % tp:
         return f"TP{tp} does not divide expert intermediate size {model.expert_ffn_size}"
     return None
@@ -94,12 +102,9 @@ def layout_problem(model: ModelArch, layout: Layout) -> str | None:
     if (ep > 1 or layout.attention_data_parallel) and not model.is_moe:
         return "expert parallelism and attention data parallelism need experts; the model is dense"
     if not layout.attention_data_parallel:
-        if model.num_attention_heads % tp:
-            return f"TP{tp} does not divide {model.num_attention_heads} attention heads"
-        if model.num_kv_heads % tp and tp % model.num_kv_heads:
-            return f"TP{tp} neither divides nor is a multiple of {model.num_kv_heads} KV heads"
-        if model.num_dense_layers and model.intermediate_size % tp:
-            return f"TP{tp} does not divide intermediate size {model.intermediate_size}"
+        problem = _attention_and_dense_problem(model, tp)
+        if problem:
+            return problem
         if model.num_shared_experts and model.expert_ffn_size % tp:
             return f"TP{tp} does not divide the shared experts' intermediate size {model.expert_ffn_size}"
     if model.num_experts % ep:
