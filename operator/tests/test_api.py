@@ -21,6 +21,8 @@ from llmfleet.api import (
     set_condition,
 )
 
+from llmfleet.api.conditions import derived_ready
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples"
 INVALID_EXAMPLES = sorted((EXAMPLES / "invalid").glob("*.yaml"))
@@ -314,6 +316,32 @@ def test_condition_times_are_utc_seconds_on_the_wire():
 def test_condition_reason_must_be_camel_case_identifier():
     with pytest.raises(ValueError):
         Condition(type="Ready", status="True", reason="not ok", message="", last_transition_time=T0)
+
+
+def _conditions(*entries: tuple[str, str, str]) -> list[Condition]:
+    return [Condition(type=kind, status=status, reason=reason, message=f"{kind} says {reason}",
+                      last_transition_time=datetime(2026, 1, 1, tzinfo=timezone.utc))
+            for kind, status, reason in entries]
+
+
+@pytest.mark.parametrize("planned, available, expected", [
+    (("True", "PlanFound"), ("True", "ReplicasReady"), ("True", "Serving", "WorkloadAvailable says ReplicasReady")),
+    (("False", "CapacityShortfall"), ("True", "ReplicasReady"),
+     ("True", "Serving", "WorkloadAvailable says ReplicasReady (Planned False: CapacityShortfall)")),
+    (("False", "InvalidSpec"), ("True", "ReplicasReady"), ("False", "InvalidSpec", "Planned says InvalidSpec")),
+    (("True", "PlanFound"), ("False", "Building"), ("False", "Building", "WorkloadAvailable says Building")),
+    (("False", "CapacityShortfall"), ("False", "ReplicasNotReady"),
+     ("False", "ReplicasNotReady", "WorkloadAvailable says ReplicasNotReady")),
+])
+def test_ready_is_derived_from_the_conditions_it_depends_on(planned, available, expected):
+    conditions = _conditions(("Planned", *planned), ("WorkloadAvailable", *available))
+    status, reason, message = derived_ready(conditions)
+    assert (status.value, reason, message) == expected
+
+
+def test_ready_is_not_derived_from_a_condition_not_yet_set():
+    with pytest.raises(ValueError, match="WorkloadAvailable"):
+        derived_ready(_conditions(("Planned", "True", "PlanFound")))
 
 
 def test_condition_catalog_has_the_documented_types():

@@ -18,7 +18,7 @@ from reconcile_builders import decide_pass
 from llmfleet.render import RenderSettings
 from llmfleet.render.identity import DEPLOYMENT_LABEL
 from cluster_builders import node, pod, product
-from reconcile_builders import NOW, body, condition
+from reconcile_builders import NOW, body, by_kind, condition, finished_job, ready_deployment
 
 CATALOG = load_catalog()
 H100, L40S, B200 = "H100-SXM-80GB", "L40S-48GB", "B200-180GB"
@@ -187,6 +187,15 @@ def test_the_planned_condition_says_capacity_shortfall_and_ready_does_not_depend
         assert outcome.status["plan"]["capacityShortfall"] and outcome.apply  # it still renders what fits
     else:
         assert "capacityShortfall" not in outcome.status["plan"]
+    # What fits is built and served: once a replica is ready, the deployment is Ready.
+    settings = OperatorSettings(render=RenderSettings())
+    built = finished_job(by_kind(outcome.apply, "Job"))
+    rolling = decide_pass(body(status=outcome.status), [built], settings, NOW, cluster_gpus=lambda: gpus)
+    serving = ready_deployment(by_kind(rolling.apply, "Deployment"), rolling.status["replicas"])
+    served = decide_pass(body(status=rolling.status), [built, serving], settings, NOW, cluster_gpus=lambda: gpus)
+    ready = condition(served, "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "Serving")
+    assert ("(Planned False: CapacityShortfall)" in ready["message"]) == (expected == "False")
 
 
 def test_a_stored_plan_does_not_ask_for_the_cluster():

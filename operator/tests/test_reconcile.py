@@ -100,7 +100,7 @@ def test_a_healthy_build_and_rollout_tell_only_normal_events():
     told = {(event.type, event.reason) for outcome in passes for event in outcome.events}
     assert {"BuildPending", "Building", "EngineReady", "RolledOut", "Serving"} <= {reason for _, reason in told}
     # A deployment without ready replicas yet says so (the same reasons tell of replicas lost later).
-    assert {reason for kind, reason in told if kind == "Warning"} == {"NoReadyReplicas", "ReplicasNotReady"}
+    assert {reason for kind, reason in told if kind == "Warning"} == {"ReplicasNotReady"}
 
 
 def test_ready_replicas_make_it_ready_and_events_report_transitions():
@@ -122,6 +122,29 @@ def test_ready_replicas_make_it_ready_and_events_report_transitions():
     fourth = decide_pass(body(status=third.status), [built, serving], SETTINGS, later + timedelta(seconds=5))
     assert fourth.events == []
     assert condition(fourth, "Ready")["lastTransitionTime"] == ready["lastTransitionTime"]
+
+
+def test_a_first_revision_is_ready_once_all_its_replicas_are_not_at_the_first():
+    """Ready is derived from Planned and WorkloadAvailable: on the first roll-out nothing serves
+    until the revision has rolled out (all replicas ready), and Ready says why in the words of
+    WorkloadAvailable."""
+    def pinned(status: dict | None = None) -> dict:
+        two_replicas = body(status=status)
+        two_replicas["spec"]["plan"] = {"replicas": 2}
+        return two_replicas
+    first = decide_pass(pinned(), [], SETTINGS, NOW)
+    built = finished_job(by_kind(first.apply, "Job"))
+    second = decide_pass(pinned(first.status), [built], SETTINGS, NOW)
+    desired = second.status["replicas"]
+    assert desired == 2
+    deployment = by_kind(second.apply, "Deployment")
+    partly = decide_pass(pinned(second.status), [built, ready_deployment(deployment, desired - 1)], SETTINGS, NOW)
+    available, ready = condition(partly, "WorkloadAvailable"), condition(partly, "Ready")
+    assert (available["status"], available["reason"]) == ("False", "ReplicasNotReady")
+    assert (ready["status"], ready["reason"], ready["message"]) == ("False", "ReplicasNotReady", available["message"])
+    assert available["message"].startswith(f"{desired - 1}/{desired} replicas ready")
+    whole = decide_pass(pinned(partly.status), [built, ready_deployment(deployment, desired)], SETTINGS, NOW)
+    assert [condition(whole, kind)["status"] for kind in ("WorkloadAvailable", "Ready")] == ["True", "True"]
 
 
 def test_a_new_revision_that_fails_to_build_leaves_the_stable_one_serving_and_ready():

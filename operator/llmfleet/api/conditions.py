@@ -19,12 +19,12 @@ class ConditionType(str, Enum):
     status.recommendation (reason SloAtRisk).
     """
 
-    # replicas serve: the current revision has rolled out with a replica ready (or wants
-    # none), or the stable revision has one while a new one builds, rolls out (also as a
-    # canary) or failed to build
-    READY = "Ready"
+    READY = "Ready"  # derived from READY_DEPENDS_ON, never set on its own
     PLANNED = "Planned"  # a feasible plan exists (False: reason and closest option)
-    WORKLOAD_AVAILABLE = "WorkloadAvailable"  # at least one replica serves requests
+    # a revision serves: the current one has rolled out with a replica ready (or wants none),
+    # or the stable one has a replica ready while a new one builds, rolls out (also as a
+    # canary) or failed to build
+    WORKLOAD_AVAILABLE = "WorkloadAvailable"
     PROGRESSING = "Progressing"  # a revision is being built or rolled out
     # the build failed, a canary was rolled back, the apiserver refused to write a child, or
     # the rolled-out revision has fewer ready replicas than desired and no scale-up explains it
@@ -53,9 +53,9 @@ class Reason:
     BUILDING = "Building"
     ENGINE_READY = "EngineReady"
     BUILD_FAILED = "BuildFailed"
-    # WorkloadAvailable
+    # WorkloadAvailable (False while the first revision builds: the build's reason)
     REPLICAS_READY = "ReplicasReady"
-    NO_READY_REPLICAS = "NoReadyReplicas"
+    REPLICAS_NOT_READY = "ReplicasNotReady"
     # Progressing
     ROLLING_OUT = "RollingOut"
     SCALING_UP = "ScalingUp"
@@ -77,9 +77,8 @@ class Reason:
     BELOW_DESIRED_REPLICAS = "BelowDesiredReplicas"
     # the apiserver refused to write a child (the pass is retried)
     CHILD_WRITE_REFUSED = "ChildWriteRefused"
-    # Ready
+    # Ready (False: the reason of the first condition it depends on that blocks it)
     SERVING = "Serving"
-    REPLICAS_NOT_READY = "ReplicasNotReady"
     # AutoscalingActive
     AUTOSCALER_DECIDING = "AutoscalerDeciding"
     # The autoscaler's decisions (status.autoscaler.lastDecision), each an event when replicas change
@@ -111,6 +110,17 @@ class Reason:
 # (EngineBuilt False while Building, Progressing False once RolledOut): their events are Normal.
 PROGRESS_REASONS = frozenset({Reason.BUILD_PENDING, Reason.BUILDING, Reason.ENGINE_READY, Reason.ROLLING_OUT,
                               Reason.SCALING_UP, Reason.ROLLED_OUT, Reason.AS_PLANNED, Reason.REPLANNED})
+
+
+# Ready is derived, as KServe derives it from a condition set: True when each condition it
+# depends on is True, or False for a reason that still serves; otherwise False with the reason
+# and message of the first that blocks it. Each entry: the condition and its reasons that do
+# not block Ready.
+READY_DEPENDS_ON: tuple[tuple[ConditionType, frozenset[str]], ...] = (
+    # A capacity shortfall serves the smaller plan meanwhile.
+    (ConditionType.PLANNED, frozenset({Reason.CAPACITY_SHORTFALL})),
+    (ConditionType.WORKLOAD_AVAILABLE, frozenset()),
+)
 
 
 class Condition(ApiModel):
@@ -182,3 +192,21 @@ def set_condition(
     if previous is None:
         return [*conditions, updated]
     return [updated if c.type == type_name else c for c in conditions]
+
+
+def derived_ready(conditions: Sequence[Condition]) -> tuple[ConditionStatus, str, str]:
+    """Ready's status, reason and message from READY_DEPENDS_ON, each of which must be set.
+    True: the message of the last (what serves), naming any that is False for a reason that
+    still serves."""
+    tolerated = []
+    for condition_type, serves_anyway in READY_DEPENDS_ON:
+        condition = find_condition(conditions, condition_type)
+        if condition is None:
+            raise ValueError(f"Ready is derived from {condition_type.value}, which is not set")
+        if condition.status == ConditionStatus.TRUE:
+            continue
+        if condition.reason not in serves_anyway:
+            return ConditionStatus.FALSE, condition.reason, condition.message
+        tolerated.append(f"{condition.type} {condition.status.value}: {condition.reason}")
+    message = condition.message + (f" ({'; '.join(tolerated)})" if tolerated else "")
+    return ConditionStatus.TRUE, Reason.SERVING, message

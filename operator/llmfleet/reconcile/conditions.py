@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmfleet.api import ConditionStatus, ConditionType, Reason, find_condition
-from llmfleet.api.conditions import Condition
+from llmfleet.api.conditions import Condition, derived_ready
 from llmfleet.api.status import CanaryPhase, PlanStatus
 from llmfleet.reconcile.build import BuildState
 from llmfleet.reconcile.canary import CanaryStep
@@ -27,8 +27,8 @@ def _scaling_up(ctx: Context, rollout: Rollout, scaling: Scaling) -> bool:
 
 
 def _canary_conditions(ctx: Context, rollout: Rollout, canary: CanaryStep) -> tuple[tuple, tuple, tuple]:
-    """Progressing, Degraded and Ready while a canary runs or was rolled back: the stable
-    revision serves throughout."""
+    """Progressing, Degraded and WorkloadAvailable while a canary runs or was rolled back: the
+    stable revision serves throughout."""
     state, stable = canary.state, rollout.stable_revision
     stable_ready = ctx.children.ready(stable)
     where = (f"canary {state.canary_revision} {state.phase.value}, {canary.split.weight_percent}% of replicas: "
@@ -39,15 +39,33 @@ def _canary_conditions(ctx: Context, rollout: Rollout, canary: CanaryStep) -> tu
     else:
         progressing = (TRUE, Reason.ROLLING_OUT, where)
         degraded = (FALSE, Reason.AS_PLANNED, where)
-    ready = ((TRUE, Reason.SERVING, f"stable revision {stable} serves with {stable_ready} replica(s) ready; {where}")
-             if stable_ready else (FALSE, Reason.REPLICAS_NOT_READY, f"stable revision {stable}: no replica ready"))
-    return progressing, degraded, ready
+    available = ((TRUE, Reason.REPLICAS_READY,
+                  f"stable revision {stable} serves with {stable_ready} replica(s) ready; {where}")
+                 if stable_ready else (FALSE, Reason.REPLICAS_NOT_READY, f"stable revision {stable}: no replica ready"))
+    return progressing, degraded, available
+
+
+def _workload_available(rollout: Rollout, build: BuildState, desired: int, counts: str, short: str) -> tuple:
+    """Which revision serves, if any: the current one once rolled out, else the stable one."""
+    if rollout.rolled_out and rollout.ready >= min(desired, 1):
+        return TRUE, Reason.REPLICAS_READY, f"revision {rollout.revision} serves with {counts}"
+    # A new revision that builds, rolls out or failed does not take away what serves: the stable
+    # one, or older ones where none is recorded (objects of an older operator).
+    older_ready = rollout.ready_anywhere - (0 if rollout.rolled_out else rollout.ready)
+    if rollout.stable_revision is not None and rollout.ready_anywhere or older_ready:
+        new = "failed to build" if build.failed else "builds" if not build.finished else "rolls out"
+        serving = f"revision {rollout.stable_revision} serves" if rollout.stable_revision else "older revisions serve"
+        return (TRUE, Reason.REPLICAS_READY, f"{serving} with {rollout.ready_anywhere} replica(s) ready "
+                f"while revision {rollout.revision} {new}")
+    if not build.finished:
+        return FALSE, build.reason, build.message
+    return FALSE, Reason.REPLICAS_NOT_READY, short
 
 
 def serving_conditions(ctx: Context, plan_status: PlanStatus, build: BuildState, rollout: Rollout, scaling: Scaling,
                 canary: CanaryStep, pods_say: str | None) -> list[Condition]:
-    """Every condition of a plannable spec, from the pass's facts and the reason constants.
-    `pods_say` is why the revision's pods are not ready, when they say."""
+    """Every condition of a plannable spec, from the pass's facts and the reason constants;
+    Ready derived from them. `pods_say` is why the revision's pods are not ready, when they say."""
     desired, ready = scaling.desired_replicas, rollout.ready
     counts = f"{ready}/{desired} replicas ready"
     short = f"{counts}; {pods_say}" if pods_say and ready < desired else counts
@@ -59,49 +77,34 @@ def serving_conditions(ctx: Context, plan_status: PlanStatus, build: BuildState,
     else:
         planned = (TRUE, Reason.PLAN_FOUND,
                    f"{plan_status.summary or ''} x{desired}: " + (plan_status.rationale or [""])[0])
+    revision = f"revision {rollout.revision}: "
+    if canary.split is not None and not rollout.rolled_out:
+        progressing, degraded, available = _canary_conditions(ctx, rollout, canary)
+    else:
+        available = _workload_available(rollout, build, desired, counts, short)
+        if build.failed:
+            progressing = (FALSE, Reason.BUILD_FAILED, revision + build.message)
+        elif not build.finished:
+            progressing = (TRUE, Reason.BUILDING, revision + build.message)
+        elif not rollout.rolled_out:
+            progressing = (TRUE, Reason.ROLLING_OUT, revision + counts)
+        elif scaling_up:
+            progressing = (TRUE, Reason.SCALING_UP, revision + counts)
+        else:
+            progressing = (FALSE, Reason.ROLLED_OUT, revision + counts)
+        if build.failed:
+            degraded = (TRUE, Reason.BUILD_FAILED, build.message)
+        elif rollout.rolled_out and ready < desired and not scaling_up:
+            degraded = (TRUE, Reason.BELOW_DESIRED_REPLICAS, short)
+        else:
+            degraded = (FALSE, Reason.AS_PLANNED, counts)
     after = ctx.condition(ctx.conditions_before, ConditionType.PLANNED, *planned)
     after = ctx.condition(after, ConditionType.ENGINE_BUILT, TRUE if build.finished else FALSE, build.reason,
                           build.message)
-    after = ctx.condition(after, ConditionType.WORKLOAD_AVAILABLE, TRUE if rollout.ready_anywhere else FALSE,
-                          Reason.REPLICAS_READY if rollout.ready_anywhere else Reason.NO_READY_REPLICAS,
-                          f"{rollout.ready_anywhere} replica(s) ready to serve")
-    revision = f"revision {rollout.revision}: "
-    if build.failed:
-        progressing = (FALSE, Reason.BUILD_FAILED, revision + build.message)
-    elif not build.finished:
-        progressing = (TRUE, Reason.BUILDING, revision + build.message)
-    elif not rollout.rolled_out:
-        progressing = (TRUE, Reason.ROLLING_OUT, revision + counts)
-    elif scaling_up:
-        progressing = (TRUE, Reason.SCALING_UP, revision + counts)
-    else:
-        progressing = (FALSE, Reason.ROLLED_OUT, revision + counts)
-    if canary.split is not None and not rollout.rolled_out:
-        progressing, degraded, ready_condition = _canary_conditions(ctx, rollout, canary)
-        after = ctx.condition(after, ConditionType.PROGRESSING, *progressing)
-        after = ctx.condition(after, ConditionType.DEGRADED, *degraded)
-        after = ctx.condition(after, ConditionType.READY, *ready_condition)
-        return _autoscaling_conditions(ctx, after, scaling)
+    after = ctx.condition(after, ConditionType.WORKLOAD_AVAILABLE, *available)
     after = ctx.condition(after, ConditionType.PROGRESSING, *progressing)
-    if build.failed:
-        degraded = (TRUE, Reason.BUILD_FAILED, build.message)
-    elif rollout.rolled_out and ready < desired and not scaling_up:
-        degraded = (TRUE, Reason.BELOW_DESIRED_REPLICAS, short)
-    else:
-        degraded = (FALSE, Reason.AS_PLANNED, counts)
     after = ctx.condition(after, ConditionType.DEGRADED, *degraded)
-    if rollout.rolled_out and ready >= min(desired, 1):
-        ready_condition = (TRUE, Reason.SERVING, f"revision {rollout.revision} serves with {counts}")
-    elif rollout.stable_revision is not None and rollout.ready_anywhere:
-        # A new revision that builds, rolls out or failed does not take away what serves.
-        new = "failed to build" if build.failed else "builds" if not build.finished else "rolls out"
-        ready_condition = (TRUE, Reason.SERVING, f"revision {rollout.stable_revision} serves with "
-                           f"{rollout.ready_anywhere} replica(s) ready while revision {rollout.revision} {new}")
-    elif not build.finished:
-        ready_condition = (FALSE, build.reason, build.message)
-    else:
-        ready_condition = (FALSE, Reason.REPLICAS_NOT_READY, short)
-    after = ctx.condition(after, ConditionType.READY, *ready_condition)
+    after = ctx.condition(after, ConditionType.READY, *derived_ready(after))
     return _autoscaling_conditions(ctx, after, scaling)
 
 
@@ -128,4 +131,4 @@ def _autoscaling_conditions(ctx: Context, after: list[Condition], scaling: Scali
 def blocked_conditions(ctx: Context, reason: str, message: str) -> list[Condition]:
     """Planned and Ready False for a spec the operator cannot act on; what serves stays."""
     after = ctx.condition(ctx.conditions_before, ConditionType.PLANNED, FALSE, reason, message)
-    return ctx.condition(after, ConditionType.READY, FALSE, reason, message)
+    return ctx.condition(after, ConditionType.READY, *derived_ready(after))
