@@ -11,6 +11,7 @@ from requests import Request
 
 from llmfleet.cli import BadInput, build_parser
 from llmfleet.cli.prometheus import prometheus_connection
+from llmfleet.cli.run import operator_settings
 from llmfleet.metrics.connection import ConnectionOptionError, PrometheusConnection, parse_header
 
 SECRET = "s3cret-value-7f1c"
@@ -101,6 +102,22 @@ def test_the_command_line_builds_the_connection_and_refuses_a_bad_option(secret_
     bad = build_parser().parse_args(["run", "--prometheus-url", "http://p", "--prometheus-ca-file", str(secret_file)])
     with pytest.raises(BadInput, match="--prometheus-ca-file needs an https://"):
         prometheus_connection(bad)
+
+
+@pytest.mark.parametrize("interval, window, refused", [("30", "60", True), ("30", "120", False),
+                                                      (None, "60", False), ("15", "60", False)])
+def test_an_observation_window_too_short_for_the_configured_interval_is_refused(interval, window, refused, monkeypatch):
+    monkeypatch.delenv("LLMFLEET_PROMETHEUS_SCRAPE_INTERVAL_SECONDS", raising=False)
+    flags = ["run", "--observation-window-seconds", window]
+    if interval is not None:
+        flags += ["--prometheus-scrape-interval-seconds", interval]
+    args = build_parser().parse_args(flags)
+    if refused:
+        with pytest.raises(BadInput, match="--observation-window-seconds 60 holds fewer than 4 scrapes at "
+                                           "--prometheus-scrape-interval-seconds 30: give at least 120"):
+            operator_settings(args)
+    else:
+        assert operator_settings(args).observation_window_seconds == int(window)
 
 
 def test_each_option_defaults_to_its_environment_variable(secret_file, monkeypatch):

@@ -10,8 +10,9 @@ import signal
 import threading
 from pathlib import Path
 
-from llmfleet.cli.inputs import positive_float, positive_int
+from llmfleet.cli.inputs import BadInput, positive_float, positive_int
 from llmfleet.cli.prometheus import add_prometheus_arguments, prometheus_connection, prometheus_default
+from llmfleet.metrics.cadence import RATE_WINDOW_SCRAPES, CadenceSource, ScrapeCadence
 from llmfleet.render.settings import RenderSettings
 from llmfleet.settings import OperatorSettings
 
@@ -120,6 +121,29 @@ def _liveness_while_standing_by(url: str | None):
         server.server_close()
 
 
+def operator_settings(args) -> OperatorSettings:
+    """The settings of `run`. An observation window that holds too few scrapes at the configured
+    interval is refused; at an interval read from the data it is widened per deployment
+    (status.observation.message says so)."""
+    interval = args.prometheus_scrape_interval_seconds
+    if interval is not None:
+        shortest = ScrapeCadence(interval, CadenceSource.CONFIGURED).shortest_window_seconds
+        if args.observation_window_seconds < shortest:
+            raise BadInput(f"--observation-window-seconds {args.observation_window_seconds} holds fewer than "
+                           f"{RATE_WINDOW_SCRAPES} scrapes at --prometheus-scrape-interval-seconds {interval:g}: "
+                           f"give at least {shortest}")
+    return OperatorSettings(
+        scrape_interval_seconds=interval,
+        observation_interval_seconds=args.observation_interval_seconds,
+        observation_window_seconds=args.observation_window_seconds,
+        observation_min_requests=args.observation_min_requests,
+        render=RenderSettings(
+            engine_cache_claim_name=args.engine_cache_claim, engine_cache_storage_class=args.engine_cache_storage_class,
+            engine_cache_size=args.engine_cache_size, model_code_image=args.model_code_image,
+            object_store_client_image=args.object_store_client_image, operator_namespace=args.operator_namespace,
+            endpoint_picker_cluster_role=args.endpoint_picker_cluster_role))
+
+
 def _run_operator(args) -> int:
     if args.kubeconfig:
         # Kopf's own login reads the same file. Set before the kubernetes client is imported:
@@ -129,16 +153,7 @@ def _run_operator(args) -> int:
 
     from llmfleet import handlers  # noqa: F401 - registers the handlers
     prometheus = prometheus_connection(args)  # a wrong option stops here, before any election
-    settings = OperatorSettings(
-        scrape_interval_seconds=args.prometheus_scrape_interval_seconds,
-        observation_interval_seconds=args.observation_interval_seconds,
-        observation_window_seconds=args.observation_window_seconds,
-        observation_min_requests=args.observation_min_requests,
-        render=RenderSettings(
-        engine_cache_claim_name=args.engine_cache_claim, engine_cache_storage_class=args.engine_cache_storage_class,
-        engine_cache_size=args.engine_cache_size, model_code_image=args.model_code_image,
-        object_store_client_image=args.object_store_client_image, operator_namespace=args.operator_namespace,
-        endpoint_picker_cluster_role=args.endpoint_picker_cluster_role))
+    settings = operator_settings(args)
     kopf.configure(verbose=args.verbose)
     elector = None
     if args.leader_election_namespace:
