@@ -22,6 +22,7 @@ OUTPUT = REPO / "docs" / "benchmarks.md"
 BENCHMARKS = (
     ("bench_sandbox.py", "sandbox.md"),
     ("bench_planner.py", "planner.md"),
+    ("bench_plan_layouts.py", "plan-layouts.md"),
     ("fit_calibration.py", "calibration.md"),
     ("bench_planner_vs_emulator.py", "planner-vs-emulator.md"),
     ("bench_emulator.py", "emulator.md"),
