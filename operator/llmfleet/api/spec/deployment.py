@@ -1,5 +1,8 @@
 """`LLMDeploymentSpec`: the whole spec, its sections and the rules that span them."""
 
+import re
+from operator import attrgetter
+
 from pydantic import Field
 
 from llmfleet.api.base import ApiModel, CelRule, defaulted_model_field
@@ -10,6 +13,26 @@ from llmfleet.api.spec.network_policy import NetworkPolicySpec
 from llmfleet.api.spec.planning import PlanOverrides, ResourcesSpec, SloSpec, WorkloadSpec
 from llmfleet.api.spec.rollout import RolloutSpec
 from llmfleet.api.spec.routing import RoutingSpec
+
+
+def _snake(camel: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
+
+
+def _pin_allowed(pin: str, section: str, allowed: str, fix: str = "allow it") -> CelRule:
+    """spec.plan.<pin>, when pinned, must be one of spec.<section>.<allowed>, when given."""
+    section_of = attrgetter(".".join(_snake(part) for part in section.split(".")))
+    return CelRule(
+        rule=f"!has(self.plan) || !has(self.plan.{pin}) || !has(self.{section}) || "
+        f"!has(self.{section}.{allowed}) || self.plan.{pin} in self.{section}.{allowed}",
+        message=f"spec.plan.{pin} must be one of spec.{section}.{allowed}; change the override or {fix}",
+        holds=lambda s: s.plan is None
+        or getattr(s.plan, _snake(pin)) is None
+        or section_of(s) is None
+        or getattr(section_of(s), _snake(allowed)) is None
+        or getattr(s.plan, _snake(pin)) in getattr(section_of(s), _snake(allowed)),
+        field_path=f".plan.{pin}",
+    )
 
 
 class LLMDeploymentSpec(ApiModel):
@@ -41,71 +64,11 @@ class LLMDeploymentSpec(ApiModel):
     )
 
     cel_rules = (
-        CelRule(
-            rule="!has(self.plan) || !has(self.plan.tensorParallelSize) || "
-            "!has(self.resources) || !has(self.resources.allowedTensorParallelSizes) || "
-            "self.plan.tensorParallelSize in self.resources.allowedTensorParallelSizes",
-            message="spec.plan.tensorParallelSize must be one of "
-            "spec.resources.allowedTensorParallelSizes; change the override or allow it",
-            holds=lambda s: s.plan is None
-            or s.plan.tensor_parallel_size is None
-            or s.resources is None
-            or s.resources.allowed_tensor_parallel_sizes is None
-            or s.plan.tensor_parallel_size in s.resources.allowed_tensor_parallel_sizes,
-            field_path=".plan.tensorParallelSize",
-        ),
-        CelRule(
-            rule="!has(self.plan) || !has(self.plan.quantization) || !has(self.resources) || "
-            "!has(self.resources.allowedQuantizations) || "
-            "self.plan.quantization in self.resources.allowedQuantizations",
-            message="spec.plan.quantization must be one of spec.resources.allowedQuantizations; "
-            "change the override or allow it",
-            holds=lambda s: s.plan is None
-            or s.plan.quantization is None
-            or s.resources is None
-            or s.resources.allowed_quantizations is None
-            or s.plan.quantization in s.resources.allowed_quantizations,
-            field_path=".plan.quantization",
-        ),
-        CelRule(
-            rule="!has(self.plan) || !has(self.plan.quantization) || !has(self.slo.quality) || "
-            "!has(self.slo.quality.allowedQuantizations) || "
-            "self.plan.quantization in self.slo.quality.allowedQuantizations",
-            message="spec.plan.quantization must be one of "
-            "spec.slo.quality.allowedQuantizations; change the override or the quality budget",
-            holds=lambda s: s.plan is None
-            or s.plan.quantization is None
-            or s.slo.quality is None
-            or s.slo.quality.allowed_quantizations is None
-            or s.plan.quantization in s.slo.quality.allowed_quantizations,
-            field_path=".plan.quantization",
-        ),
-        CelRule(
-            rule="!has(self.plan) || !has(self.plan.gpuType) || !has(self.resources) || "
-            "!has(self.resources.allowedGpuTypes) || "
-            "self.plan.gpuType in self.resources.allowedGpuTypes",
-            message="spec.plan.gpuType must be one of spec.resources.allowedGpuTypes; change "
-            "the override or allow it",
-            holds=lambda s: s.plan is None
-            or s.plan.gpu_type is None
-            or s.resources is None
-            or s.resources.allowed_gpu_types is None
-            or s.plan.gpu_type in s.resources.allowed_gpu_types,
-            field_path=".plan.gpuType",
-        ),
-        CelRule(
-            rule="!has(self.plan) || !has(self.plan.kvCacheDtype) || !has(self.resources) || "
-            "!has(self.resources.allowedKvCacheDtypes) || "
-            "self.plan.kvCacheDtype in self.resources.allowedKvCacheDtypes",
-            message="spec.plan.kvCacheDtype must be one of "
-            "spec.resources.allowedKvCacheDtypes; change the override or allow it",
-            holds=lambda s: s.plan is None
-            or s.plan.kv_cache_dtype is None
-            or s.resources is None
-            or s.resources.allowed_kv_cache_dtypes is None
-            or s.plan.kv_cache_dtype in s.resources.allowed_kv_cache_dtypes,
-            field_path=".plan.kvCacheDtype",
-        ),
+        _pin_allowed("tensorParallelSize", "resources", "allowedTensorParallelSizes"),
+        _pin_allowed("quantization", "resources", "allowedQuantizations"),
+        _pin_allowed("quantization", "slo.quality", "allowedQuantizations", fix="the quality budget"),
+        _pin_allowed("gpuType", "resources", "allowedGpuTypes"),
+        _pin_allowed("kvCacheDtype", "resources", "allowedKvCacheDtypes"),
         CelRule(
             rule="!has(self.plan) || !has(self.plan.tensorParallelSize) || "
             "!has(self.resources) || !has(self.resources.gpuBudget) || "
