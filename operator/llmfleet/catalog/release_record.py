@@ -181,8 +181,8 @@ class ReleaseSupport:
     architecture_features: Mapping[str, ArchitectureSupport] = field(default_factory=dict)
 
     def unserved_architecture(self, model: "ModelArch", context_tokens: float) -> ArchitectureSupport | None:
-        """What of `model` this release does not run at `context_tokens` (the workload's p99
-        context), the entry needing the newest release first; None when it runs the model.
+        """What of `model` this release does not run with requests of up to `context_tokens`, the
+        entry needing the newest release first; None when it runs the model.
 
         The model's class is looked up where it names one (catalog models); an inline
         architecture names none and is judged by its features alone. A release without
@@ -413,9 +413,9 @@ RUNTIME_RELEASES = {"llmapi": "llmapi-25.05", "engine": "engine-24.12"}
 
 def release_requirement(release: str, support: ReleaseSupport, model: "ModelArch",
                         context_tokens: float) -> ReleaseRequirement | None:
-    """Why `release` (with `support`, as the planner may have narrowed it) cannot run `model` at the
-    workload's p99 `context_tokens`, with the release that first can and the other pinned releases
-    that do; None when it runs it."""
+    """Why `release` (with `support`, as the planner may have narrowed it) cannot run `model` with
+    requests of up to `context_tokens`, with the release that first can and the other pinned
+    releases that do; None when it runs it."""
     entry = support.unserved_architecture(model, context_tokens)
     if entry is None:
         return None
