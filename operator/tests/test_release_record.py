@@ -5,10 +5,13 @@ is deliberately not run on today's render output here (it reports known defects 
 """
 
 import re
+from dataclasses import replace
 
 import pytest
 
-from llmfleet.catalog.release_record import RUNTIME_RELEASES, ReleaseError, load_release_record, parse_record, release_for
+from llmfleet.catalog import load_catalog
+from llmfleet.catalog.release_record import (
+    CITATION, RUNTIME_RELEASES, ReleaseError, load_release_record, parse_record, release_for, release_requirement)
 from llmfleet.render.pbtxt import Symbol, string_parameters, to_pbtxt
 from llmfleet_dev.release_checks import (
     check_build_command, check_image_paths, check_metric, check_model_repository,
@@ -291,3 +294,110 @@ def test_the_quality_gate_requests_use_inputs_the_release_declares(release):
     model = record.models[REQUEST_MODEL[record.runtime]]
     assert set(GREEDY_INPUTS[model.name]) <= set(model.inputs)
     assert TEXT_OUTPUT in model.outputs
+
+
+# --- which model architectures each pinned release runs (support.architectures) ----------------
+
+CATALOG_MODELS = load_catalog().models
+
+
+@pytest.mark.parametrize("release", sorted(RUNTIME_RELEASES.values()))
+def test_every_architecture_entry_cites_its_source_at_a_tag_or_says_how_it_was_established(release):
+    support = load_release_record(release).support
+    entries = [*support.architecture_classes.values(), *support.architecture_features.values()]
+    assert entries and support.tensorrt_llm_version
+    for entry in entries:
+        citations = list(CITATION.finditer(entry.source))
+        assert citations, (release, entry.name, entry.source)
+        for citation in citations:
+            ref = citation.group("ref")
+            # A ref is a release tag or a whole commit; a commit is a stored snapshot, not the tag.
+            assert ref is None or re.fullmatch(r"v\d+\.\d+\.\d+|r\d+\.\d+|[0-9a-f]{40}", ref), (entry.name, ref)
+            if ref is not None and re.fullmatch("[0-9a-f]{40}", ref):
+                assert entry.established, (release, entry.name)
+        if entry.served:
+            assert entry.first_served_by is None
+        else:
+            assert tuple(map(int, entry.first_served_by.split("."))) > tuple(
+                map(int, support.tensorrt_llm_version.split("."))), (release, entry.name)
+
+
+@pytest.mark.parametrize("release", sorted(RUNTIME_RELEASES.values()))
+def test_every_catalog_model_class_is_recorded_for_every_release(release):
+    classes = load_release_record(release).support.architecture_classes
+    assert {model.architecture_class for model in CATALOG_MODELS.values()} <= set(classes)
+
+
+@pytest.mark.parametrize("release, model, context, needed", [
+    ("llmapi-25.05", "llama-3.1-70b", 4096, None),
+    ("llmapi-25.05", "deepseek-r1", 4096, None),
+    ("llmapi-25.05", "llama-4-scout", 8192, None),  # within one chunk
+    ("llmapi-25.05", "llama-4-scout", 8193, ("chunked_attention", "0.21.0")),
+    ("llmapi-25.05", "qwen3-235b-a22b", 4096, ("Qwen3MoeForCausalLM", "0.20.0")),
+    ("llmapi-25.05", "qwen3-32b", 4096, ("Qwen3ForCausalLM", "0.20.0")),
+    ("llmapi-25.05", "gpt-oss-120b", 4096, ("GptOssForCausalLM", "1.1.0")),
+    ("engine-24.12", "mixtral-8x7b", 4096, None),
+    ("engine-24.12", "deepseek-r1", 4096, ("DeepseekV3ForCausalLM", "0.19.0")),
+    ("engine-24.12", "llama-4-maverick", 4096, ("Llama4ForConditionalGeneration", "0.19.0")),
+    # Both missing: the entry needing the newer release speaks.
+    ("engine-24.12", "llama-4-maverick", 65536, ("chunked_attention", "0.21.0")),
+    ("engine-24.12", "gpt-oss-20b", 4096, ("GptOssForCausalLM", "1.1.0")),
+])
+def test_which_release_runs_which_catalog_model(release, model, context, needed):
+    record = load_release_record(release)
+    requirement = release_requirement(release, record.support, CATALOG_MODELS[model], context)
+    if needed is None:
+        assert requirement is None
+    else:
+        assert (requirement.architecture, requirement.first_served_by) == needed
+        assert requirement.message.startswith(f"{model} needs ")
+        assert f"the pinned release {release} (TensorRT-LLM {record.support.tensorrt_llm_version}) cannot run it" in (
+            requirement.message)
+
+
+def test_an_inline_architecture_is_judged_by_its_attention_kinds():
+    latent = replace(CATALOG_MODELS["deepseek-r1"], name="inline architecture", architecture_class="")
+    sliding = replace(CATALOG_MODELS["gpt-oss-20b"], name="inline architecture", architecture_class="")
+    llmapi = load_release_record("llmapi-25.05").support
+    assert llmapi.unserved_architecture(latent, 4096) is None
+    assert llmapi.unserved_architecture(sliding, 4096).name == "sliding_window_attention"
+    assert load_release_record("engine-24.12").support.unserved_architecture(latent, 4096).name == "latent_attention"
+
+
+def test_the_requirement_names_a_pinned_release_that_runs_the_model_or_the_release_to_pin():
+    engine = load_release_record("engine-24.12")
+    deepseek = release_requirement(engine.release, engine.support, CATALOG_MODELS["deepseek-r1"], 4096)
+    assert deepseek.alternatives == (("llmapi-25.05", "0.19.0", "llmapi"),)
+    assert "set spec.engine.runtime to llmapi (its pinned release llmapi-25.05, TensorRT-LLM 0.19.0, runs it" in (
+        deepseek.message)
+    llmapi = load_release_record("llmapi-25.05")
+    gpt_oss = release_requirement(llmapi.release, llmapi.support, CATALOG_MODELS["gpt-oss-120b"], 4096)
+    assert gpt_oss.alternatives == ()
+    assert gpt_oss.message == (
+        "gpt-oss-120b needs sliding-window attention with attention sinks on alternate layers and MXFP4 experts "
+        "(GptOssForCausalLM), first served by TensorRT-LLM 1.1.0 (NVIDIA/TensorRT-LLM@"
+        "001eaecea63dd6bdbfd02aed1bf8dc7fad567bd0:docs/source/release-notes.md); the pinned release llmapi-25.05 "
+        "(TensorRT-LLM 0.19.0) cannot run it: pin a release with TensorRT-LLM 1.1.0 or newer in spec.engine.image "
+        "once one is recorded; none pinned here runs it")
+
+
+def _with_architecture_entry(**entry):
+    raw = {**RAW, "versions": {"tensorrt_llm": {"value": "0.16.0"}},
+           "support": {"architectures": {"classes": [{"class": "LlamaForCausalLM", "served": True, "needs": "Llama",
+                                                      **entry}]}}}
+    return parse_record(raw)
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"source": "read it somewhere"}, "source cites no"),
+    ({"source": "NVIDIA/TensorRT-LLM@548b5b73106aaf7374955e1c37aad677678ebc7b:tensorrt_llm/models/__init__.py"},
+     "say how it was established"),
+    ({"source": "NVIDIA/TensorRT-LLM@v0.16.0:x.py", "served": False, "first_served_by": "0.15.0"},
+     "first_served_by 0.15.0 is not newer than this release's 0.16.0"),
+    ({"source": "NVIDIA/TensorRT-LLM@v0.16.0:x.py", "first_served_by": "0.19.0"}, "served here, so no first_served_by"),
+])
+def test_an_architecture_entry_without_a_well_formed_source_or_release_is_refused(entry, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _with_architecture_entry(**entry)
+    assert _with_architecture_entry(source="NVIDIA/TensorRT-LLM@v0.16.0:tensorrt_llm/models/__init__.py"
+                                    ).support.architecture_classes["LlamaForCausalLM"].served

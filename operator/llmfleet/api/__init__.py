@@ -72,6 +72,7 @@ from llmfleet.api.status import (
     PlanPrediction,
     PlanStatus,
     RejectedOption,
+    ReleaseRequired,
     RevisionStatus,
     ScalingDecision,
 )
@@ -121,6 +122,7 @@ __all__ = [
     "Quantization",
     "Runtime",
     "RejectedOption",
+    "ReleaseRequired",
     "ResourcesSpec",
     "RevisionStatus",
     "HttpRouteSpec",

@@ -7,7 +7,7 @@ from pydantic import Field, field_validator
 
 from llmfleet.api.base import ApiModel, KubeTime
 from llmfleet.api.conditions import Condition, Reason
-from llmfleet.api.enums import GpuType, KvCacheDtype, Quantization
+from llmfleet.api.enums import GpuType, KvCacheDtype, Quantization, Runtime
 from llmfleet.api.spec import TensorParallelSize
 
 # Bounds that keep the status object small; writers keep the most relevant entries.
@@ -55,6 +55,29 @@ class RejectedOption(ApiModel):
         max_length=256, description="The configuration, in plan summary form (e.g. H100x1 FP16)."
     )
     reason: str = Field(max_length=1024, description="Why it was not chosen.")
+
+
+class ReleaseRequired(ApiModel):
+    """The TensorRT-LLM release a plan's model needs, because the pinned release spec.engine names
+    cannot run its architecture."""
+
+    tensorrt_llm_version: str | None = Field(
+        default=None,
+        max_length=32,
+        description="The first TensorRT-LLM release that runs it (e.g. 1.1.0); omitted when no release "
+        "recorded does.",
+    )
+    runtime: Runtime = Field(description="The runtime of that release (llmapi or engine).")
+    architecture: str = Field(
+        max_length=128,
+        description="What the pinned release lacks: the model's Hugging Face class (e.g. GptOssForCausalLM) "
+        "or an attention kind (latent_attention, sliding_window_attention, chunked_attention).",
+    )
+    message: str = Field(
+        max_length=1024,
+        description="What the model needs, the release that first runs it with its upstream source, and "
+        "what to change in spec.engine.",
+    )
 
 
 class PlanStatus(ApiModel):
@@ -124,6 +147,12 @@ class PlanStatus(ApiModel):
         description="Set when the configuration meeting the SLO needs more GPUs than the cluster "
         "has free: which, how many, and what is served meanwhile (the Planned condition says "
         "CapacityShortfall).",
+    )
+    release_required: ReleaseRequired | None = Field(
+        default=None,
+        description="Set when the pinned release (spec.engine) cannot run the model's architecture: "
+        "the release that first does, and why. The plan is made and explained all the same but not "
+        "rendered (the Ready condition says RenderFailed).",
     )
     rejected: list[RejectedOption] | None = Field(
         default=None,

@@ -54,6 +54,8 @@ class GpuType:
 
 # How a local-attention layer bounds what it attends to (HF config: layer_types).
 LOCAL_ATTENTION_KINDS = ("sliding", "chunked")
+# Each kind as the release records name the feature (support.architectures.features).
+LOCAL_ATTENTION_FEATURES = {"sliding": "sliding_window_attention", "chunked": "chunked_attention"}
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,9 @@ class ModelArch:
     experts_per_token: int = 1
     tie_word_embeddings: bool = False
     source: str = "inline"
+    # The Hugging Face class its checkpoint's config.json names (`architectures`), which the
+    # serving runtime dispatches on; "" for an inline architecture, known by its features alone.
+    architecture_class: str = ""
     # Mixture of experts beyond Mixtral: shared experts every token passes through, each of the
     # expert FFN size; the expert FFN size where it differs from the dense one (0: the same);
     # dense layers before the first MoE layer, and MoE only on every n-th layer.
@@ -158,6 +163,17 @@ class ModelArch:
                              "local ones; set local_attention_window_tokens, or drop it")
 
     # --- layer kinds -------------------------------------------------------------------------
+
+    @property
+    def architecture_features(self) -> tuple[str, ...]:
+        """The attention kinds a serving release must implement beyond grouped-query attention over
+        the whole context, as release records name them (support.architectures.features)."""
+        features = []
+        if self.is_latent_attention:
+            features.append("latent_attention")
+        if self.local_attention_window_tokens:
+            features.append(LOCAL_ATTENTION_FEATURES[self.local_attention_kind])
+        return tuple(features)
 
     @property
     def is_moe(self) -> bool:
@@ -507,6 +523,7 @@ def model_from_numbers(
     experts_per_token: int = 1,
     tie_word_embeddings: bool = False,
     source: str = "inline",
+    architecture_class: str = "",
     **kinds: int | str,
 ) -> ModelArch:
     """An architecture given as plain numbers (an inline ``spec.model``).
@@ -526,7 +543,8 @@ def model_from_numbers(
         num_attention_heads=num_attention_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
         intermediate_size=intermediate_size, vocab_size=vocab_size,
         max_position_embeddings=max_position_embeddings, num_experts=num_experts,
-        experts_per_token=experts_per_token, tie_word_embeddings=tie_word_embeddings, source=source, **kinds,
+        experts_per_token=experts_per_token, tie_word_embeddings=tie_word_embeddings, source=source,
+        architecture_class=architecture_class, **kinds,
     )
 
 

@@ -11,11 +11,15 @@ as the real LLM API rejects one it cannot read.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field, replace
 from importlib import resources
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import yaml
+
+if TYPE_CHECKING:
+    from llmfleet.catalog import ModelArch
 
 RELEASES_DIR = "releases"
 # Formats a checkpoint is published in as is (no quantisation step).
@@ -84,6 +88,75 @@ class UpstreamFile:
         return f"{UPSTREAM_CODE_ROOT}/{self.repository.split('/')[1]}/{self.ref}/{self.path}"
 
 
+# A source cites <owner>/<repo>@<tag or commit>:<path> or a published page (https://...).
+CITATION = re.compile(r"[\w.-]+/[\w.-]+@(?P<ref>[\w.-]+):[\w./-]+|https://\S+")
+COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """'0.19.0' -> (0, 19, 0), to compare releases."""
+    return tuple(int(part) for part in text.split("."))
+
+
+@dataclass(frozen=True)
+class ArchitectureSupport:
+    """Whether a release runs one model architecture (a Hugging Face class, as config.json's
+    `architectures` names it) or one architecture feature (an attention kind ModelArch describes),
+    with what it takes and, where the release does not, the first TensorRT-LLM release that does."""
+
+    name: str
+    served: bool
+    needs: str
+    source: str
+    # Not served here: the first TensorRT-LLM version serving it, and that release's runtime.
+    first_served_by: str | None = None
+    first_served_runtime: str | None = None
+    # A local-attention feature needed only when the context exceeds the window (one chunk of
+    # chunked attention is plain causal attention).
+    beyond_window_only: bool = False
+    established: str | None = None
+
+
+@dataclass(frozen=True)
+class ReleaseRequirement:
+    """A model the release cannot run: what it needs and the first release that serves it."""
+
+    model: str
+    architecture: str  # the class or feature that is not served
+    needs: str
+    release: str  # the pinned release that cannot run it
+    tensorrt_llm_version: str  # of that release
+    runtime: str  # of that release (llmapi | engine)
+    first_served_by: str | None
+    first_served_runtime: str | None
+    source: str
+    # Pinned releases (name, TensorRT-LLM version, runtime) that do run it.
+    alternatives: tuple[tuple[str, str, str], ...] = ()
+
+    @property
+    def message(self) -> str:
+        """E.g. "gpt-oss-120b needs ... (GptOssForCausalLM), first served by TensorRT-LLM 1.1.0
+        (source); the pinned release llmapi-25.05 (TensorRT-LLM 0.19.0) cannot run it: ..."."""
+        first = (f"first served by TensorRT-LLM {self.first_served_by}"
+                 + (f" in the {self.first_served_runtime} runtime" if self.first_served_runtime else "")
+                 if self.first_served_by else "served by no TensorRT-LLM release recorded here")
+        citation = CITATION.search(self.source)
+        cited = f" ({citation.group(0)})" if citation else ""
+        if self.alternatives:
+            name, version, runtime = self.alternatives[0]
+            advice = (f"set spec.engine.runtime to {runtime} (its pinned release {name}, TensorRT-LLM {version}, "
+                      "runs it; omit spec.engine.image or name that release's image)")
+        elif self.first_served_by:
+            runtime = self.first_served_runtime or self.runtime
+            switch = f"set spec.engine.runtime to {runtime} and " if runtime != self.runtime else ""
+            advice = (f"{switch}pin a release with TensorRT-LLM {self.first_served_by} or newer in spec.engine.image "
+                      "once one is recorded; none pinned here runs it")
+        else:
+            advice = "no release pinned here runs it"
+        return (f"{self.model} needs {self.needs} ({self.architecture}), {first}{cited}; the pinned release "
+                f"{self.release} (TensorRT-LLM {self.tensorrt_llm_version}) cannot run it: {advice}")
+
+
 @dataclass(frozen=True)
 class ReleaseSupport:
     """What a release can build and run, in catalog names; the planner pairs nothing else."""
@@ -100,6 +173,39 @@ class ReleaseSupport:
     pipeline_parallel: bool = False
     expert_parallel: bool = False
     attention_data_parallel: bool = False
+    # Model architectures (support.architectures): by Hugging Face class and by feature, with
+    # the release's TensorRT-LLM version and runtime.
+    tensorrt_llm_version: str = ""
+    runtime: str = ""
+    architecture_classes: Mapping[str, ArchitectureSupport] = field(default_factory=dict)
+    architecture_features: Mapping[str, ArchitectureSupport] = field(default_factory=dict)
+
+    def unserved_architecture(self, model: "ModelArch", context_tokens: float) -> ArchitectureSupport | None:
+        """What of `model` this release does not run with requests of up to `context_tokens`, the
+        entry needing the newest release first; None when it runs the model.
+
+        The model's class is looked up where it names one (catalog models); an inline
+        architecture names none and is judged by its features alone. A release without
+        architecture entries (a test's) runs everything."""
+        if not (self.architecture_classes or self.architecture_features):
+            return None
+        missing = []
+        if model.architecture_class:
+            entry = self.architecture_classes.get(model.architecture_class)
+            if entry is None:
+                missing.append(ArchitectureSupport(
+                    model.architecture_class, False, f"the {model.architecture_class} model class",
+                    "the release record's support.architectures.classes does not list it"))
+            elif not entry.served:
+                missing.append(entry)
+        for feature in model.architecture_features:
+            entry = self.architecture_features.get(feature)
+            if entry is None or entry.served:
+                continue
+            if entry.beyond_window_only and context_tokens <= model.local_attention_window_tokens:
+                continue
+            missing.append(entry)
+        return max(missing, key=lambda entry: _version(entry.first_served_by or "999"), default=None)
 
     def for_checkpoints(self, record: "ReleaseRecord", source_repo: str | None, source: str | None) -> "ReleaseSupport":
         """This support narrowed to the formats the weights can be served in (LLM-API runtime):
@@ -234,7 +340,8 @@ def parse_record(raw: Mapping[str, Any]) -> ReleaseRecord:
                         if quantize.get("flags_established", False) else None),
         qformat_values=tuple(quantize.get("qformat_values") or ()),
         metrics=metrics,
-        support=_support(raw.get("support") or {}),
+        support=_support(raw.get("support") or {},
+                         str(((raw.get("versions") or {}).get("tensorrt_llm") or {}).get("value", "")), raw["runtime"]),
         model_code=tuple(UpstreamFile(entry["repository"], entry["ref"], entry["path"])
                          for entry in (raw.get("model_code") or {}).get("files") or ()),
         model_yaml_keys={entry["key"]: entry for entry in (raw.get("model_yaml") or {}).get("keys") or ()},
@@ -244,12 +351,46 @@ def parse_record(raw: Mapping[str, Any]) -> ReleaseRecord:
     )
 
 
-def _support(raw: Mapping[str, Any]) -> ReleaseSupport:
+def _architecture(key: str, raw: Mapping[str, Any], record_version: str) -> ArchitectureSupport:
+    """One support.architectures entry, its facts checked: a cited source, a served flag, and for
+    what the release does not serve the newer release that does."""
+    name = str(raw.get(key) or "")
+    where = f"support.architectures {key} {name or '(unnamed)'}"
+    source = str(raw.get("source") or "")
+    if not name or not isinstance(raw.get("served"), bool) or not str(raw.get("needs") or "").strip():
+        raise ValueError(f"{where}: needs {key}, served (true or false) and needs")
+    if not CITATION.search(source):
+        raise ValueError(f"{where}: source cites no <owner>/<repo>@<ref>:<path> or https:// page: {source!r}")
+    cites_snapshot = any(COMMIT.fullmatch(match.group("ref") or "") for match in CITATION.finditer(source))
+    if cites_snapshot and not raw.get("established"):
+        raise ValueError(f"{where}: cites a stored commit, not a tag; say how it was established "
+                         "(established: nearest stored snapshot)")
+    first = raw.get("first_served_by")
+    if raw["served"] and first is not None:
+        raise ValueError(f"{where}: served here, so no first_served_by")
+    if first is not None and _version(str(first)) <= _version(record_version):
+        raise ValueError(f"{where}: first_served_by {first} is not newer than this release's {record_version}")
+    return ArchitectureSupport(
+        name=name, served=raw["served"], needs=str(raw["needs"]).strip(), source=source,
+        first_served_by=str(first) if first is not None else None,
+        first_served_runtime=raw.get("first_served_runtime"),
+        beyond_window_only=bool(raw.get("beyond_window_only", False)), established=raw.get("established"))
+
+
+def _support(raw: Mapping[str, Any], tensorrt_llm_version: str = "", runtime: str = "") -> ReleaseSupport:
     parallelism = raw.get("parallelism") or {}
     for kind in ("pipeline", "expert", "attention_data_parallel"):
         if parallelism.get(kind) is not None and not str(parallelism.get(f"{kind}_source", "")).strip():
             raise ValueError(f"support.parallelism.{kind} has no {kind}_source")
+    architectures = raw.get("architectures") or {}
+    classes = [_architecture("class", entry, tensorrt_llm_version) for entry in architectures.get("classes") or ()]
+    features = [_architecture("feature", entry, tensorrt_llm_version)
+                for entry in architectures.get("features") or ()]
     return ReleaseSupport(
+        tensorrt_llm_version=tensorrt_llm_version,
+        runtime=runtime,
+        architecture_classes={entry.name: entry for entry in classes},
+        architecture_features={entry.name: entry for entry in features},
         pipeline_parallel=bool(parallelism.get("pipeline")),
         expert_parallel=bool(parallelism.get("expert")),
         attention_data_parallel=bool(parallelism.get("attention_data_parallel")),
@@ -268,6 +409,24 @@ def load_release_record(name: str = "engine-24.12") -> ReleaseRecord:
 
 # The pinned release of each runtime: what an LLMDeployment without spec.engine.image gets.
 RUNTIME_RELEASES = {"llmapi": "llmapi-25.05", "engine": "engine-24.12"}
+
+
+def release_requirement(release: str, support: ReleaseSupport, model: "ModelArch",
+                        context_tokens: float) -> ReleaseRequirement | None:
+    """Why `release` (with `support`, as the planner may have narrowed it) cannot run `model` with
+    requests of up to `context_tokens`, with the release that first can and the other pinned
+    releases that do; None when it runs it."""
+    entry = support.unserved_architecture(model, context_tokens)
+    if entry is None:
+        return None
+    alternatives = tuple(
+        (other.release, other.support.tensorrt_llm_version, other.runtime)
+        for other in map(load_release_record, release_names())
+        if other.release != release and other.support.unserved_architecture(model, context_tokens) is None)
+    return ReleaseRequirement(
+        model=model.name, architecture=entry.name, needs=entry.needs, release=release,
+        tensorrt_llm_version=support.tensorrt_llm_version, runtime=support.runtime, first_served_by=entry.first_served_by,
+        first_served_runtime=entry.first_served_runtime, source=entry.source, alternatives=alternatives)
 
 
 class ReleaseError(ValueError):

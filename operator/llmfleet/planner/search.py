@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, replace
 
 from llmfleet.catalog import Catalog, GpuType, KvCacheDtype, ModelArch, QuantizationFormat, load_catalog
+from llmfleet.catalog.release_record import release_requirement
 from llmfleet.planner.latency import (
     Engine,
     LoadPrediction,
@@ -371,8 +372,28 @@ def plan(request: PlanRequest, catalog: Catalog | None = None) -> Plan:
     its nodes. When that plan needs more replicas than the free GPUs hold (a replica's GPUs on
     one node), a plan meeting the SLO on the free GPUs is chosen instead; failing that, the SLO
     plan's configuration with the replicas the free GPUs hold (or, if they hold none, the SLO
-    plan itself, waiting for GPUs), with the shortfall said, node by node."""
+    plan itself, waiting for GPUs), with the shortfall said, node by node. A model the serving
+    release cannot run is planned all the same, the plan marked with the release it needs."""
     catalog = catalog or load_catalog()
+    return _mark_release_requirement(_plan_for_cluster(request, catalog), request, catalog)
+
+
+def _mark_release_requirement(chosen: Plan, request: PlanRequest, catalog: Catalog) -> Plan:
+    """The plan, marked with the release it needs where the serving release cannot run the
+    model's architecture at the longest request the deployment admits: planned all the same, so
+    the user sees the plan and why it waits, and refused at render (nothing renders a model the
+    image cannot run)."""
+    space, w = request.space, request.workload
+    if space.release_support is None or space.release is None:
+        return chosen
+    needed = release_requirement(space.release, space.release_support, resolve_model(request.model, catalog),
+                                 space.max_seq_len or w.input_tokens_p99 + w.output_tokens_p99)
+    if needed is None:
+        return chosen
+    return replace(chosen, release_requirement=needed, rationale=(*chosen.rationale, f"not rendered: {needed.message}"))
+
+
+def _plan_for_cluster(request: PlanRequest, catalog: Catalog) -> Plan:
     cluster = request.space.cluster_gpus
     if cluster is None:
         return _plan_within(request, catalog, None)

@@ -26,6 +26,7 @@ from llmfleet.api import (
     PlanOverrides,
     PlanPrediction,
     PlanStatus,
+    ReleaseRequired,
     ResourcesSpec,
     Runtime,
     hub_repo_id,
@@ -36,10 +37,17 @@ from llmfleet.api import Quantization as ApiQuantization
 from llmfleet.api import RejectedOption as ApiRejectedOption
 from llmfleet.api.status import MAX_LEARNED_SPEEDS, LearnedSpeed
 from llmfleet.catalog import Catalog, ModelArch, load_catalog, model_from_numbers
-from llmfleet.catalog.release_record import ReleaseError, ReleaseRecord, release_for
+from llmfleet.catalog.release_record import (
+    ReleaseError,
+    ReleaseRecord,
+    ReleaseRequirement,
+    release_for,
+    release_requirement,
+)
 from llmfleet.planner.types import (
     ClusterGpus,
     Plan,
+    release_required_json,
     PlanRequest,
     Predicted,
     SearchSpace,
@@ -198,6 +206,7 @@ def _search_space_from_spec(spec: LLMDeploymentSpec, catalog: Catalog, cluster_g
         pinned_replicas=pins.replicas or None,
         max_batch_size=spec.engine.max_batch_size,
         max_num_tokens=spec.engine.max_num_tokens,
+        max_seq_len=spec.engine.max_seq_len,
         release=release.release,
         release_support=(release.support.for_checkpoints(release, hub_repo_id(spec.model.source), spec.model.source)
                          if release.runtime == Runtime.LLMAPI.value else release.support),
@@ -213,6 +222,17 @@ def serving_release(spec: LLMDeploymentSpec) -> ReleaseRecord:
         return release_for(spec.engine.runtime.value, spec.engine.image)
     except ReleaseError as error:
         raise InvalidSpecError([("spec.engine.image", str(error))]) from None
+
+
+def release_requirement_for_spec(spec: LLMDeploymentSpec,
+                                 release: ReleaseRecord | None = None) -> ReleaseRequirement | None:
+    """Why the release spec.engine names (`release`, when already resolved) cannot run spec.model at
+    the longest request the deployment admits (spec.engine.maxSeqLen); None when it can. What the
+    planner marks its plan with, from the same model, request length and release: render refuses
+    on it, whatever plan it is given."""
+    release = release or serving_release(spec)
+    model = model_arch_from_spec(spec.model, context_window_tokens=spec.engine.max_seq_len)
+    return release_requirement(release.release, release.support, model, spec.engine.max_seq_len)
 
 
 def plan_request_from_spec(spec: LLMDeploymentSpec, *, catalog: Catalog | None = None,
@@ -315,11 +335,16 @@ def plan_status_from_plan(plan: Plan, peak_requests_per_second: float | None = N
     """
     rationale = [_fit(line, MAX_STATUS_LINE_CHARS) for line in plan.rationale][:MAX_RATIONALE_LINES]
     rejected = [_rejected_option(r.option, r.reason) for r in plan.rejected]
+    release_required = (ReleaseRequired.model_validate({
+        **release_required_json(plan.release_requirement),
+        "message": _fit(plan.release_requirement.message, MAX_STATUS_LINE_CHARS)})
+        if plan.release_requirement else None)
     if not plan.feasible:
         closest = _closest_option(plan)
         if closest is not None:
             rejected = [closest] + [r for r in rejected if r.option != closest.option]
-        return PlanStatus(rationale=rationale, rejected=rejected[:MAX_REJECTED_OPTIONS] or None)
+        return PlanStatus(rationale=rationale, release_required=release_required,
+                          rejected=rejected[:MAX_REJECTED_OPTIONS] or None)
     return PlanStatus(
         gpu_type=ApiGpuType(plan.gpu_type),
         tensor_parallel_size=plan.tensor_parallel_size,
@@ -337,6 +362,7 @@ def plan_status_from_plan(plan: Plan, peak_requests_per_second: float | None = N
         predicted=_prediction(plan.predicted),
         rationale=rationale,
         capacity_shortfall=_fit(plan.shortfall.message, MAX_STATUS_LINE_CHARS) if plan.shortfall else None,
+        release_required=release_required,
         rejected=rejected[:MAX_REJECTED_OPTIONS] or None,
     )
 

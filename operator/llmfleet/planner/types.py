@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmfleet.catalog import ModelArch
-from llmfleet.catalog.release_record import ReleaseSupport
+from llmfleet.catalog.release_record import ReleaseRequirement, ReleaseSupport
 from llmfleet.planner.layout import Layout
 from llmfleet.planner.placement import per_node
 
@@ -165,6 +165,9 @@ class SearchSpace:
     pinned_replicas: int | None = None
     max_batch_size: int = 256
     max_num_tokens: int = 8192
+    # The longest request (prompt plus output) the deployment admits (spec.engine.maxSeqLen);
+    # None: the workload's p99 context. What a release's local-attention limits are judged at.
+    max_seq_len: int | None = None
     kv_cache_free_gpu_mem_fraction: float = 0.9
     # The serving release's limits (GPU types, formats, KV pairings), with its name for
     # reasons; None: any combination the GPU supports.
@@ -249,6 +252,9 @@ class Plan:
     # Set when the plan that meets the SLO does not fit the free GPUs: this plan is then the
     # best that fits now (or the SLO plan itself, waiting for GPUs, when nothing fits).
     shortfall: CapacityShortfall | None = None
+    # Set when the serving release cannot run the model's architecture: the plan is made and
+    # explained all the same, and render refuses it, naming the release it needs.
+    release_requirement: ReleaseRequirement | None = None
 
     @property
     def layout(self) -> Layout:
@@ -287,7 +293,19 @@ class Plan:
             "rationale": list(self.rationale),
             "rejected": [r.to_json_dict() for r in self.rejected],
             **({"capacityShortfall": self.shortfall.message} if self.shortfall else {}),
+            **({"releaseRequired": release_required_json(self.release_requirement)}
+               if self.release_requirement else {}),
         }
+
+
+def release_required_json(requirement: ReleaseRequirement) -> dict:
+    """A plan's release requirement as `status.plan.releaseRequired` spells it."""
+    return {
+        "tensorrtLlmVersion": requirement.first_served_by,
+        "runtime": requirement.first_served_runtime or requirement.runtime,
+        "architecture": requirement.architecture,
+        "message": requirement.message,
+    }
 
 
 @dataclass(frozen=True)

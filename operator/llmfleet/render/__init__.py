@@ -11,6 +11,7 @@ from typing import Any
 
 from llmfleet.api import InferencePoolSpec, LLMDeployment, Runtime
 from llmfleet.catalog.release_record import release_for
+from llmfleet.planner.spec_adapter import release_requirement_for_spec
 from llmfleet.planner.types import Plan
 from llmfleet.catalog.router_record import load_router_record
 from llmfleet.render import engine_build, inference_pool, layout, llmapi, network_policy, routing, serving
@@ -59,17 +60,22 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
     `route_weights` the HTTPRoute's weight per revision (default: all on `revision`).
     """
     require_feasible(plan)
+    spec = deployment.spec
+    release = release_for(spec.engine.runtime.value, spec.engine.image)
+    # Judged from the spec, not taken from the plan: a plan stored by an operator that did not
+    # know the release's limits is refused too.
+    needed = release_requirement_for_spec(spec, release)
+    if needed is not None:
+        raise RenderError(needed.message)
     require_one_node(plan)
     if serving_replicas < 0:
         raise RenderError(f"serving_replicas must be at least 0, got {serving_replicas}")
     name, _, _ = deployment_identity(deployment)
-    spec = deployment.spec
     key = engine_cache_key(spec, plan)
 
     def child(child_name: str, component: str) -> dict[str, Any]:
         return metadata(deployment, child_name, revision_labels(name, revision, component))
 
-    release = release_for(spec.engine.runtime.value, spec.engine.image)
     unbuildable = release.support.layout_problem(plan.pipeline_parallel_size, plan.expert_parallel_size,
                                                  plan.attention_data_parallel, release.release)
     if unbuildable:
