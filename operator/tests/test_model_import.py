@@ -59,6 +59,7 @@ def test_import_reproduces_the_catalog_entry(capsys, filename, catalog_name):
             got, want = imported.expert_ffn_size, expected.expert_ffn_size
         assert got == want, (field, got, want)
     assert imported.total_params == expected.total_params
+    assert imported.architecture_class == expected.architecture_class  # the serving release is checked by it
 
 
 def test_deepseek_block_is_latent_attention_with_shared_experts_and_dense_first_layers(capsys):

@@ -6,16 +6,20 @@ renders as before."""
 from __future__ import annotations
 
 import copy
+import json
 import re
+from pathlib import Path
 
 import pytest
 
 from llmfleet.api import LLMDeployment
 from llmfleet.planner import plan
+from llmfleet.planner.hf_config import architecture_from_hf_config
 from llmfleet.planner.spec_adapter import plan_from_status, plan_request_from_spec, plan_status_from_plan
 from llmfleet.render import RenderError, RenderSettings, render
 from reconcile_builders import NOW, SETTINGS, body, condition, decide_pass
 
+HF_CONFIGS = Path(__file__).parent / "data" / "hf_configs"
 GPT_OSS_NEEDS = ("gpt-oss-120b needs sliding-window attention with attention sinks on alternate layers and MXFP4 "
                  "experts (GptOssForCausalLM), first served by TensorRT-LLM 1.1.0 (")
 CANNOT_RUN = "the pinned release llmapi-25.05 (TensorRT-LLM 0.19.0) cannot run it"
@@ -112,3 +116,17 @@ def test_reconcile_plans_it_creates_nothing_and_says_which_release_it_needs():
         "1.1.0", "llmapi", "GptOssForCausalLM")
     assert outcome.status["plan"]["gpuType"] == "H100-SXM-80GB"
     assert ("Warning", "RenderFailed") in [(event.type, event.reason) for event in outcome.events]
+
+
+def test_an_imported_model_is_checked_by_the_class_its_config_names():
+    """`model import` keeps config.json's class: an inline Qwen3 MoE is refused like the catalog's."""
+    config = json.loads((HF_CONFIGS / "Qwen--Qwen3-30B-A3B_config.json").read_text())
+    architecture = architecture_from_hf_config(config).architecture
+    assert architecture.model_class == "Qwen3MoeForCausalLM"
+    inline = manifest("qwen3-30b-a3b", "hf://Qwen/Qwen3-30B-A3B")
+    inline["spec"]["model"] = {"source": "hf://Qwen/Qwen3-30B-A3B",
+                               "architecture": architecture.model_dump(by_alias=True, exclude_none=True, mode="json")}
+    deployment, chosen = planned(inline)
+    assert chosen.feasible and chosen.release_requirement.architecture == "Qwen3MoeForCausalLM"
+    with pytest.raises(RenderError, match=re.escape(CANNOT_RUN)):
+        render(deployment, chosen, "rev", RenderSettings(), serving_replicas=1)

@@ -186,6 +186,8 @@ def architecture_from_hf_config(config: Mapping[str, Any]) -> ImportedArchitectu
                                                   f"({', '.join(SUPPORTED_MODEL_TYPES)}); write "
                                                   "spec.model.architecture by hand from its config")
     ignored: list[str] = []
+    # The class the runtime loads, named by the outer config (a llama4's text_config names none).
+    classes = config.get("architectures")
     if model_type == "llama4":
         # Multimodal wrapper: the language model is text_config; the vision encoder is not planned.
         ignored.append("vision_config: the vision encoder is not planned")
@@ -216,6 +218,8 @@ def architecture_from_hf_config(config: Mapping[str, Any]) -> ImportedArchitectu
         extra = _llama4(config, numbers)
     else:
         extra = _qwen_and_mistral(model_type, config)
+    if isinstance(classes, list) and classes and isinstance(classes[0], str):
+        numbers["model_class"] = classes[0]
     try:
         draft = ModelArchitecture(**numbers, **extra, parameter_count_billions=1.0)
     except ValidationError as error:

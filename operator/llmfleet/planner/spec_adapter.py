@@ -91,6 +91,7 @@ def model_arch_from_architecture(architecture: ModelArchitecture, *,
         # The API spells a dense model as "no experts"; the planner as one expert per token.
         num_experts=1 if dense else architecture.num_experts,
         experts_per_token=1 if dense else architecture.experts_per_token,
+        architecture_class=architecture.model_class or "",
         **architecture_kind_numbers(architecture),
     )
     if context_window_tokens is not None:

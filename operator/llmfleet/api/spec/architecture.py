@@ -49,6 +49,15 @@ class LocalAttention(ApiModel):
 class ModelArchitecture(ApiModel):
     """Inline transformer architecture, for a model that is not in the catalog."""
 
+    model_class: str | None = Field(
+        default=None,
+        max_length=128,
+        pattern=r"^[A-Za-z][A-Za-z0-9_]*$",
+        description="The model's Hugging Face class (config.json `architectures[0]`, e.g. "
+        "Qwen3MoeForCausalLM; `llmfleet model import` fills it). The serving release is checked by "
+        "it: a class the pinned release does not run is planned but not rendered. Omit to be checked "
+        "by the attention kinds alone.",
+    )
     num_layers: int = Field(ge=1, le=1024, description="Number of transformer layers.")
     hidden_size: int = Field(ge=1, description="Hidden (model) dimension.")
     num_attention_heads: int = Field(ge=1, description="Number of query attention heads.")
