@@ -33,6 +33,10 @@ ADMIN = ClientIdentity("admin", "llmfleet-sandbox-admin", "system:masters")
 CONTROLLER_MANAGER = ClientIdentity("controller-manager", "system:kube-controller-manager")
 SCHEDULER = ClientIdentity("scheduler", "system:kube-scheduler")
 CLIENT_IDENTITIES = (ADMIN, CONTROLLER_MANAGER, SCHEDULER)
+# The bearer-token proxy in front of Prometheus (llmfleet_sandbox.rbacproxy): a user of no group,
+# bound to system:auth-delegator for its token and access reviews, as kube-rbac-proxy's
+# ServiceAccount is. Issued on demand (`issue_client_certificate`), not by generate_pki.
+PROMETHEUS_PROXY = ClientIdentity("prometheus-proxy", "llmfleet-sandbox-prometheus-proxy")
 
 
 def _write_key(path: Path, key) -> None:
@@ -144,6 +148,20 @@ def issue_serving_certificate(pki_dir: Path, stem: Path, common_name: str, ips: 
     _write_key(private_key, key)
     _write_cert(certificate, cert)
     return certificate, private_key
+
+
+def issue_client_certificate(pki_dir: Path, identity: ClientIdentity) -> None:
+    """A client certificate from the sandbox's CA (generate_pki first) for `identity`, at
+    `file_stem`.crt and .key in pki_dir, as write_kubeconfig names them; kept if there."""
+    if (pki_dir / f"{identity.file_stem}.crt").exists() and (pki_dir / f"{identity.file_stem}.key").exists():
+        return
+    ca_key = serialization.load_pem_private_key((pki_dir / "ca.key").read_bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate((pki_dir / "ca.crt").read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _issue(_name(identity.common_name, identity.organization), key.public_key(), ca_cert.subject, ca_key,
+                  is_ca=False, usages=[ExtendedKeyUsageOID.CLIENT_AUTH])
+    _write_key(pki_dir / f"{identity.file_stem}.key", key)
+    _write_cert(pki_dir / f"{identity.file_stem}.crt", cert)
 
 
 def write_kubeconfig(path: Path, server: str, pki_dir: Path, identity: ClientIdentity) -> None:

@@ -9,7 +9,14 @@ import sys
 from pathlib import Path
 
 from llmfleet.cli import BadInput, positive_int
-from llmfleet_sandbox.config import MAX_INSTANCE, SandboxConfig, default_state_dir
+from llmfleet_sandbox.config import (
+    MAX_INSTANCE,
+    PROMETHEUS_AUTH_MODES,
+    PROMETHEUS_NAMESPACE,
+    PROMETHEUS_SERVICE,
+    SandboxConfig,
+    default_state_dir,
+)
 
 
 def add_commands(commands) -> None:
@@ -45,10 +52,15 @@ def add_commands(commands) -> None:
     sandbox_up.add_argument("--scrape-interval", type=positive_int, default=None,
                             metavar="S", help="Prometheus scrape interval in seconds (default 15, the "
                                               "chart's PodMonitor default)")
-    sandbox_up.add_argument("--prometheus-auth", choices=("none", "basic"), default=None,
+    sandbox_up.add_argument("--prometheus-auth", choices=PROMETHEUS_AUTH_MODES, default=None,
                             help="basic: Prometheus serves HTTPS with a certificate from the sandbox's CA and "
-                                 "asks for basic auth, as one behind authentication does; `sandbox env` "
-                                 "exports how to reach it (default none: plain HTTP)")
+                                 "asks for basic auth (its own web config); bearer: a proxy in the manner of "
+                                 "kube-rbac-proxy serves HTTPS with such a certificate and lets a request "
+                                 "through only with a Kubernetes token the sandbox's apiserver authenticates "
+                                 "(TokenReview, else 401) and allows get (POST: create) on services/proxy "
+                                 f"{PROMETHEUS_SERVICE} in namespace {PROMETHEUS_NAMESPACE} "
+                                 "(SubjectAccessReview, else 403), Prometheus listening on loopback alone. "
+                                 "`sandbox env` exports how to reach it (default none: plain HTTP)")
     sandbox_down = sandbox_commands.add_parser(
         "down", help="stop every sandbox process and remove pod networks")
     sandbox_down.add_argument("--purge", action="store_true",
@@ -58,7 +70,8 @@ def add_commands(commands) -> None:
     sandbox_commands.add_parser(
         "demo", help="helm-install the operator chart in-cluster and apply examples/sandbox-chat.yaml")
     sandbox_commands.add_parser("env", help="print shell exports: KUBECONFIG, PATH with the "
-                                            "matching kubectl first, LLMFLEET_PROMETHEUS_URL")
+                                            "matching kubectl first, LLMFLEET_PROMETHEUS_URL and, behind "
+                                            "authentication, its CA and credential files")
     sandbox_fault = sandbox_commands.add_parser(
         "fault", help="make one revision's emulated engines slow, drifting, failing or unloadable, or its "
                       "engine build fail on a full cache (for testing)",

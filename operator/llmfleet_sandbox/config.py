@@ -76,6 +76,8 @@ class Ports:
     scheduler: int = 10259
     prometheus: int = 19090
     pod_discovery: int = 19091
+    # Prometheus itself, on loopback, behind the bearer-token proxy (prometheus_auth "bearer").
+    prometheus_upstream: int = 19092
     object_store: int = 19000
 
     @classmethod
@@ -86,7 +88,14 @@ class Ports:
 
 CPU_NODE = "cpu-node-1"
 PROMETHEUS_USERNAME = "llmfleet"
-PROMETHEUS_AUTH_MODES = ("none", "basic")
+PROMETHEUS_AUTH_MODES = ("none", "basic", "bearer")
+# prometheus_auth "bearer": a request reaches Prometheus when the SubjectAccessReview of its token's
+# identity allows the HTTP method's verb (GET: get, POST: create) on this Service's `proxy`
+# subresource, as `kubectl proxy` to the Service would need. The Service itself need not exist.
+PROMETHEUS_NAMESPACE = "monitoring"
+PROMETHEUS_SERVICE = "prometheus"
+# The ServiceAccount (and the Role it is bound to) `sandbox env` hands a token of.
+PROMETHEUS_READER = "prometheus-reader"
 
 
 @dataclass(frozen=True)
@@ -100,7 +109,9 @@ class SandboxConfig:
     extra_node_pools: tuple[tuple[str, int], ...] = ()
     # The chart's PodMonitor default; kube-prometheus-stack's global default is 30.
     scrape_interval_seconds: int = 15
-    # "basic": Prometheus serves HTTPS (the sandbox CA) and asks for basic auth; "none": plain HTTP.
+    # "basic": Prometheus serves HTTPS (the sandbox CA) and asks for basic auth; "bearer": a proxy
+    # serves HTTPS and lets through requests whose Kubernetes token the apiserver accepts and
+    # authorizes (llmfleet_sandbox.rbacproxy), Prometheus listening on loopback; "none": plain HTTP.
     prometheus_auth: str = "none"
     # How the service proxy spreads a Service's connections: "round-robin" (kube-proxy IPVS
     # mode's default `rr`) or "least-connections" (its `lc`).
@@ -158,8 +169,27 @@ class SandboxConfig:
 
     @property
     def prometheus_url(self) -> str:
-        scheme = "https" if self.prometheus_auth == "basic" else "http"
+        """Where users, the operator and pods reach Prometheus (its proxy's, with "bearer")."""
+        scheme = "http" if self.prometheus_auth == "none" else "https"
         return f"{scheme}://{self.prometheus_ip}:{self.ports.prometheus}"
+
+    @property
+    def prometheus_listen_address(self) -> tuple[str, int]:
+        """Where Prometheus itself listens: at `prometheus_url`, or on loopback where only its
+        proxy reaches it (prometheus_auth "bearer")."""
+        if self.prometheus_auth == "bearer":
+            return "127.0.0.1", self.ports.prometheus_upstream
+        return self.prometheus_ip, self.ports.prometheus
+
+    @property
+    def prometheus_proxy_dir(self) -> Path:
+        """The bearer-token proxy's serving certificate and the reader's token."""
+        return self.state_dir / "prometheus-proxy"
+
+    @property
+    def prometheus_token_file(self) -> Path:
+        """A token of PROMETHEUS_READER, which may read Prometheus (prometheus_auth "bearer")."""
+        return self.prometheus_proxy_dir / "token"
 
     @property
     def prometheus_password_file(self) -> Path:
@@ -207,6 +237,8 @@ class SandboxConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "SandboxConfig":
-        return cls(**{**data, "state_dir": Path(data["state_dir"]), "ports": Ports(**data["ports"])
-                      if data.get("ports") else None,
+        # A port added since the file was written: the instance's.
+        ports = ({**asdict(Ports.for_instance(data.get("instance", 0))), **data["ports"]}
+                 if data.get("ports") else None)
+        return cls(**{**data, "state_dir": Path(data["state_dir"]), "ports": Ports(**ports) if ports else None,
                       "extra_node_pools": tuple(tuple(pool) for pool in data.get("extra_node_pools") or ())})

@@ -15,17 +15,24 @@ from pathlib import Path
 
 import yaml
 
-from llmfleet_sandbox import certs, controlplane, network, objectstore, prometheus
+from llmfleet_sandbox import certs, controlplane, network, objectstore, prometheus, rbacproxy
 from llmfleet_sandbox.config import (
     CLUSTER_DOMAIN,
+    PROMETHEUS_NAMESPACE,
+    PROMETHEUS_READER,
     PROMETHEUS_USERNAME,
     SandboxConfig,
 )
 from llmfleet_sandbox.processes import ProcessTable
 
-# Start order; `down` stops in reverse so pods end before the apiserver does.
+# Start order; `down` stops in reverse so pods end before the apiserver does. The
+# prometheus-proxy runs with --prometheus-auth bearer alone (`components`).
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-              "node-agent", "service-proxy", "pod-discovery", "volume-provisioner", "prometheus", "object-store")
+              "node-agent", "service-proxy", "pod-discovery", "volume-provisioner", "prometheus",
+              "prometheus-proxy", "object-store")
+# How long the token `sandbox env` hands out for PROMETHEUS_READER lasts: as long as the
+# sandbox's certificates (`kubectl create token` gives an hour by default).
+PROMETHEUS_TOKEN_DURATION = "8760h"
 NODE_AGENT_STOP_SECONDS = 60
 DEMO_MANIFEST = controlplane.REPO_ROOT / "examples" / "sandbox-chat.yaml"
 # The load the demo's instructions print (benchmarks/bench_routing.py drives the same): a step
@@ -66,6 +73,11 @@ def process_table(config: SandboxConfig) -> ProcessTable:
     return ProcessTable(config.pids_dir, config.logs_dir)
 
 
+def components(config: SandboxConfig) -> tuple[str, ...]:
+    """The components this sandbox runs, in start order."""
+    return tuple(name for name in COMPONENTS if name != "prometheus-proxy" or config.prometheus_auth == "bearer")
+
+
 def running_components(config: SandboxConfig) -> set[str]:
     return {record.name for record in process_table(config).recorded() if record.alive()}
 
@@ -73,13 +85,13 @@ def running_components(config: SandboxConfig) -> set[str]:
 def up(config: SandboxConfig) -> SandboxConfig:
     network.require_root()
     running = running_components(config)
-    if running == set(COMPONENTS):
+    if running >= set(components(configured(config.state_dir))):
         progress(f"already running (state in {config.state_dir}); `llmfleet sandbox status` shows it")
         return configured(config.state_dir)
     if running:
         # Start only what stopped: pods, cluster data and addresses stay as they are.
         config = configured(config.state_dir)
-        missing = [name for name in COMPONENTS if name not in running]
+        missing = [name for name in components(config) if name not in running]
         progress(f"partly running; starting {', '.join(missing)}")
         bin_dir = Path(load_settings(config)["binDir"])
         _start_components(config, process_table(config), bin_dir, set(missing))
@@ -110,7 +122,7 @@ def up(config: SandboxConfig) -> SandboxConfig:
         "config": config.to_dict(), "kubernetesVersion": kubernetes_version,
         "binDir": str(bin_dir)}, indent=2))
     try:
-        _start_components(config, process_table(config), bin_dir, set(COMPONENTS))
+        _start_components(config, process_table(config), bin_dir, set(components(config)))
     except Exception:
         progress(f"start failed; logs are in {config.logs_dir}; stopping what was started")
         stop_everything(config, quiet=True)
@@ -142,6 +154,8 @@ def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
             table.start(name, [sys.executable, "-m", *module_args], env=env)
     if "prometheus" in wanted:
         table.start("prometheus", prometheus.argv(config))
+    if "prometheus-proxy" in wanted:
+        table.start("prometheus-proxy", rbacproxy.argv(config, sys.executable), env=env)
     if "object-store" in wanted:
         table.start("object-store", objectstore.argv(config, objectstore.ensure_environment()),
                     env=objectstore.server_env())
@@ -152,21 +166,42 @@ def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
               "-f", str(controlplane.ensure_gateway_crds())], "the upstream CRDs were refused")
     provisioner.wait_for_storage_class(
         [str(bin_dir / "kubectl"), "--kubeconfig", str(config.admin_kubeconfig)], timeout_seconds=30)
+    if config.prometheus_auth == "bearer":
+        _grant_prometheus_access(config, bin_dir)
     prometheus.wait_until_ready(config, 60)
     if "object-store" in wanted:
         controlplane.wait_for_http_ok(f"{config.object_store_url}/moto-api/", 60, "object-store")
         objectstore.provision(config)
 
 
+def _grant_prometheus_access(config: SandboxConfig, bin_dir: Path) -> None:
+    """The RBAC of the bearer-token proxy and its reader, and a token of the reader for
+    `sandbox env` (anew on every start; tokens handed out before stay valid until they expire)."""
+    kubectl = [str(bin_dir / "kubectl"), "--kubeconfig", str(config.admin_kubeconfig)]
+    _run([*kubectl, "apply", "-f", "-"], "creating the Prometheus proxy's RBAC failed",
+         input_text=yaml.safe_dump_all(rbacproxy.access_manifests()))
+    result = subprocess.run([*kubectl, "create", "token", PROMETHEUS_READER, "-n", PROMETHEUS_NAMESPACE,
+                             f"--duration={PROMETHEUS_TOKEN_DURATION}"], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SandboxError(f"requesting a token of {PROMETHEUS_NAMESPACE}/{PROMETHEUS_READER} failed:\n"
+                           f"{result.stderr.strip()}")
+    config.prometheus_proxy_dir.mkdir(parents=True, exist_ok=True)
+    staging = config.prometheus_token_file.with_suffix(".new")
+    staging.write_text(result.stdout.strip() + "\n")
+    staging.chmod(0o600)
+    staging.replace(config.prometheus_token_file)
+
+
 def ports_in_use(config: SandboxConfig) -> list[str]:
     ports = config.ports
     wanted = [("127.0.0.1", ports.etcd_client), ("127.0.0.1", ports.etcd_peer),
               ("127.0.0.1", ports.controller_manager), ("127.0.0.1", ports.scheduler),
-              (config.prometheus_ip, ports.prometheus), ("127.0.0.1", ports.pod_discovery),
+              (config.prometheus_ip, ports.prometheus), config.prometheus_listen_address,
+              ("127.0.0.1", ports.pod_discovery),
               (config.network.gateway_ip, ports.object_store),
               (config.network.gateway_ip, ports.apiserver)]
     busy = []
-    for host, port in wanted:
+    for host, port in dict.fromkeys(wanted):
         with socket.socket() as probe:
             # SO_REUSEADDR: only a listener, not a TIME_WAIT leftover, makes bind fail.
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -249,7 +284,7 @@ def status(config: SandboxConfig) -> tuple[bool, str]:
     records = {record.name: record for record in table.recorded()}
     lines = []
     all_up = True
-    for name in COMPONENTS:
+    for name in components(config):
         record = records.get(name)
         alive = record is not None and record.alive()
         all_up &= alive
@@ -259,7 +294,9 @@ def status(config: SandboxConfig) -> tuple[bool, str]:
             f"{'kubernetes':24} {settings['kubernetesVersion']}",
             f"{'apiserver':24} {config.apiserver_url}",
             f"{'kubeconfig':24} {config.admin_kubeconfig}",
-            f"{'prometheus':24} {config.prometheus_url}",
+            f"{'prometheus':24} {config.prometheus_url}" + (
+                f" (its proxy; Prometheus on {':'.join(map(str, config.prometheus_listen_address))}, "
+                f"a reader's token in {config.prometheus_token_file})" if config.prometheus_auth == "bearer" else ""),
             f"{'object store (S3)':24} {config.object_store_url}, credentials "
             f"{config.object_store_credentials_file}",
             f"{'services':24} http://<clusterIP>:<port> from the host and from pods",
@@ -275,7 +312,7 @@ def demo(config: SandboxConfig) -> str:
     Deployment autoscaling on the sandbox's Prometheus) and apply the demo
     LLMDeployment; return what to do next."""
     settings = load_settings(config)
-    if settings is None or running_components(config) < set(COMPONENTS):
+    if settings is None or running_components(config) < set(components(config)):
         raise SandboxError("the sandbox is not running; start it with `llmfleet sandbox up`")
     bin_dir = Path(settings["binDir"])
     operator_log = (f"{config.pods_dir}/{OPERATOR_NAMESPACE}_{OPERATOR_RELEASE}-operator-*"
@@ -308,13 +345,17 @@ and serves the LLMDeployment `chat` (Llama 3.1 70B on H100, emulated). Next:
 """
 
 
-# What the chart mounts to reach a Prometheus behind basic auth and TLS.
+# What the chart mounts to reach a Prometheus behind basic auth or a bearer token, and TLS.
 PROMETHEUS_PASSWORD_SECRET = "sandbox-prometheus-basic-auth"
 PROMETHEUS_CA_CONFIG_MAP = "sandbox-prometheus-ca"
 
 
 def prometheus_login(config: SandboxConfig) -> str:
     """How a person logs in to the sandbox's Prometheus, when it asks."""
+    if config.prometheus_auth == "bearer":
+        return (f"\n      (with the header `Authorization: Bearer <token>`, a token of "
+                f"{PROMETHEUS_NAMESPACE}/{PROMETHEUS_READER} in {config.prometheus_token_file}; "
+                f"its certificate is signed by {config.pki_dir / 'ca.crt'})")
     if config.prometheus_auth != "basic":
         return ""
     return (f"\n      (user {PROMETHEUS_USERNAME}, password in {config.prometheus_password_file}; "
@@ -331,21 +372,31 @@ def operator_chart_values(config: SandboxConfig) -> list[str]:
         values += [f"prometheus.basicAuth.username={PROMETHEUS_USERNAME}",
                    f"prometheus.basicAuth.passwordSecret.name={PROMETHEUS_PASSWORD_SECRET}",
                    f"prometheus.tls.ca.name={PROMETHEUS_CA_CONFIG_MAP}"]
+    if config.prometheus_auth == "bearer":
+        # The operator's own projected token, as on OpenShift's Thanos querier.
+        values += ["prometheus.bearerToken.serviceAccountToken=true",
+                   f"prometheus.tls.ca.name={PROMETHEUS_CA_CONFIG_MAP}"]
     return [argument for value in values for argument in ("--set", value)]
 
 
-def operator_prerequisites(config: SandboxConfig, namespace: str) -> list[dict]:
+def operator_prerequisites(config: SandboxConfig, namespace: str, release: str = OPERATOR_RELEASE) -> list[dict]:
     """The release namespace and what `operator_chart_values` names in it: the Prometheus
-    password as a Secret and the sandbox CA as a ConfigMap, as a user keeps them."""
+    password as a Secret and the sandbox CA as a ConfigMap, as a user keeps them. Behind the
+    bearer-token proxy, a RoleBinding in PROMETHEUS_NAMESPACE lets the release's ServiceAccount
+    read Prometheus, as a cluster admin grants it (OpenShift: cluster-monitoring-view)."""
     objects = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}]
     if config.prometheus_auth == "basic":
-        objects += [
+        objects.append(
             {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
              "metadata": {"name": PROMETHEUS_PASSWORD_SECRET, "namespace": namespace},
-             "stringData": {"password": config.prometheus_password_file.read_text().strip()}},
+             "stringData": {"password": config.prometheus_password_file.read_text().strip()}})
+    if config.prometheus_auth == "bearer":
+        objects.append(rbacproxy.reader_binding(namespace, f"{release}-operator"))
+    if config.prometheus_auth != "none":
+        objects.append(
             {"apiVersion": "v1", "kind": "ConfigMap",
              "metadata": {"name": PROMETHEUS_CA_CONFIG_MAP, "namespace": namespace},
-             "data": {"ca.crt": (config.pki_dir / "ca.crt").read_text()}}]
+             "data": {"ca.crt": (config.pki_dir / "ca.crt").read_text()}})
     return objects
 
 

@@ -16,7 +16,9 @@ Pods are scraped every `scrape_interval_seconds` (15 s, the chart's PodMonitor d
 the interval `llmfleet sandbox scrape-interval` set for their namespace, as a PodMonitor with an
 interval of its own would. With `prometheus_auth="basic"` Prometheus serves HTTPS with a
 certificate from the sandbox's CA and asks for basic auth (its own web config), as a Prometheus
-behind authentication does; `client_environment` says how to reach it.
+behind authentication does. With `prometheus_auth="bearer"` it listens on loopback alone, behind
+the sandbox's kube-rbac-proxy (`rbacproxy`), which serves HTTPS at its address and asks for a
+Kubernetes token allowed to read it. `client_environment` says how to reach it.
 """
 
 from __future__ import annotations
@@ -105,12 +107,14 @@ def argv(config: SandboxConfig) -> list[str]:
     config_file = config.state_dir / "prometheus.yml"
     config_file.write_text(yaml.safe_dump(scrape_config(config), sort_keys=False))
     web = [f"--web.config.file={write_web_config(config)}"] if config.prometheus_auth == "basic" else []
+    host, port = config.prometheus_listen_address
     return [
         find_binary(),
         f"--config.file={config_file}",
         f"--storage.tsdb.path={config.state_dir / 'prometheus-data'}",
-        # Pods reach this address: no --web.enable-lifecycle, so none can stop or reload it.
-        f"--web.listen-address={config.prometheus_ip}:{config.ports.prometheus}",
+        # Pods reach this address (or its proxy's): no --web.enable-lifecycle, so none can stop
+        # or reload it.
+        f"--web.listen-address={host}:{port}",
         "--storage.tsdb.retention.time=1d",
         *web,
     ]
@@ -146,6 +150,9 @@ def client_environment(config: SandboxConfig) -> dict[str, str]:
         env.update(LLMFLEET_PROMETHEUS_CA_FILE=str(config.pki_dir / "ca.crt"),
                    LLMFLEET_PROMETHEUS_BASIC_AUTH_USERNAME=PROMETHEUS_USERNAME,
                    LLMFLEET_PROMETHEUS_BASIC_AUTH_PASSWORD_FILE=str(config.prometheus_password_file))
+    if config.prometheus_auth == "bearer":
+        env.update(LLMFLEET_PROMETHEUS_CA_FILE=str(config.pki_dir / "ca.crt"),
+                   LLMFLEET_PROMETHEUS_BEARER_TOKEN_FILE=str(config.prometheus_token_file))
     return env
 
 
@@ -158,6 +165,10 @@ def http_get(env: Mapping[str, str], path: str, params: Mapping[str, str] | None
     context = None
     if "LLMFLEET_PROMETHEUS_CA_FILE" in env:
         context = ssl.create_default_context(cafile=env["LLMFLEET_PROMETHEUS_CA_FILE"])
+    if "LLMFLEET_PROMETHEUS_BEARER_TOKEN_FILE" in env:
+        token = Path(env["LLMFLEET_PROMETHEUS_BEARER_TOKEN_FILE"]).read_text().strip()
+        request.add_header("Authorization", f"Bearer {token}")
+    elif "LLMFLEET_PROMETHEUS_BASIC_AUTH_PASSWORD_FILE" in env:
         password = Path(env["LLMFLEET_PROMETHEUS_BASIC_AUTH_PASSWORD_FILE"]).read_text().strip()
         token = base64.b64encode(f"{env['LLMFLEET_PROMETHEUS_BASIC_AUTH_USERNAME']}:{password}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
