@@ -618,17 +618,18 @@ def _layout_rationale(chosen: _Outcome, others: list[_Outcome]) -> list[str]:
     return lines
 
 
-def _runnable_engine(model: ModelArch, gpu_type: str, tensor_parallel_size: int, quantization: str, kv_dtype: str,
+def _runnable_engine(model: ModelArch, gpu_type: str, parallel: Layout | int, quantization: str, kv_dtype: str,
                      context_tokens: int, catalog: Catalog, *, max_batch_size: int, max_num_tokens: int,
                      kv_cache_free_gpu_mem_fraction: float) -> tuple[_Option, Engine]:
-    """The engine of a fixed configuration; ValueError when it cannot run (unsupported format, bad
-    TP, weights or one request of `context_tokens` do not fit)."""
-    option = _Option(catalog.gpu(gpu_type), Layout(tensor_parallel_size), catalog.quantization(quantization),
+    """The engine of a fixed configuration (`parallel`: its layout, or a TP size alone); ValueError
+    when it cannot run (unsupported format, bad layout, weights or one request of `context_tokens`
+    do not fit)."""
+    option = _Option(catalog.gpu(gpu_type), Layout.of(parallel), catalog.quantization(quantization),
                      catalog.kv_cache_dtype(kv_dtype))
     problem = support_problem(model, option)
     if problem:
         raise ValueError(problem[1])
-    engine = build_engine(model, option.gpu, option.quantization, option.kv_dtype, tensor_parallel_size,
+    engine = build_engine(model, option.gpu, option.quantization, option.kv_dtype, option.layout,
                           catalog.calibration, max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
                           kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction)
     if not engine.fit.weights_fit:
@@ -663,13 +664,13 @@ def estimate(model: ModelArch | str, gpu_type: str, tensor_parallel_size: int, q
     )
 
 
-def max_throughput_tokens_per_sec(model: ModelArch | str, gpu_type: str, tensor_parallel_size: int,
+def max_throughput_tokens_per_sec(model: ModelArch | str, gpu_type: str, parallel: Layout | int,
                                   quantization: str, kv_dtype: str, isl: int, osl: int, *, catalog: Catalog,
                                   max_batch_size: int = 2048, max_num_tokens: int = 8192,
                                   kv_cache_free_gpu_mem_fraction: float = 0.9) -> float:
     """estimate()'s max_throughput_tokens_per_sec alone, without its latencies (the calibration
-    fit evaluates it a hundred thousand times)."""
-    _, engine = _runnable_engine(resolve_model(model, catalog), gpu_type, tensor_parallel_size, quantization,
+    fit evaluates it a hundred thousand times). `parallel`: the replica's layout, or a TP size alone."""
+    _, engine = _runnable_engine(resolve_model(model, catalog), gpu_type, parallel, quantization,
                                  kv_dtype, isl + osl, catalog, max_batch_size=max_batch_size,
                                  max_num_tokens=max_num_tokens,
                                  kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction)
