@@ -155,8 +155,9 @@ def prefix_reuse_enabled(spec: LLMDeploymentSpec) -> bool:
 
 def _engine_build_inputs(spec: LLMDeploymentSpec, plan: Plan) -> dict[str, Any]:
     require_feasible(plan)
-    # The resolved image: omitting spec.engine.image or naming the pinned one is one engine.
-    engine = {**spec.engine.model_dump(mode="json"), "image": serving_image(spec)}
+    # The resolved image: omitting spec.engine.image or naming the pinned one is one engine. The
+    # calibration set is no input of the build yet, so its addition to the API left every key as it was.
+    engine = {**spec.engine.model_dump(mode="json", exclude={"calibration_dataset"}), "image": serving_image(spec)}
     # Weights and tokenizer identity; the token reference does not change the engine. The
     # object store's endpoint counts only when set, so that its addition to the API left every
     # existing key (and engine) as it was.
