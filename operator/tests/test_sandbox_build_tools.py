@@ -6,6 +6,7 @@ the stand-ins on PATH: the sandbox adapts only the image's filesystem, never the
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -414,6 +415,20 @@ def test_pileval_needs_the_internet(llama_8b, tmp_path, capsys, monkeypatch):
     assert "Couldn't reach https://the-eye.eu/" in capsys.readouterr().err
 
 
+def test_build_script_downloads_a_hub_calibration_set(image_bin, tmp_path):
+    """hf://datasets/<org>/<name>: downloaded with the hub stand-in beside the weights, passed as a
+    local directory, and removed before the entry is published."""
+    _, _, container = rendered_build("hf://meta-llama/Llama-3.1-70B-Instruct", "hf://datasets/llmfleet-sandbox/calibration-text")
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert env["CALIBRATION_REPO_ID"] == "llmfleet-sandbox/calibration-text"
+    result = run_build_job(container, image_bin, tmp_path / "engines", tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "downloaded data/train-00000-of-00001.jsonl" in result.stderr
+    assert re.search(rf"Loading calibration dataset \S+/calibration: {hub.CALIBRATION_ROWS} sample", result.stdout)
+    entry = tmp_path / "engines" / env["ENGINE_CACHE_KEY"]
+    assert sorted(path.name for path in entry.iterdir()) == sorted([BUILD_COMPLETE_MARKER, ENGINE_SUBDIR, TOKENIZER_SUBDIR])
+
+
 def test_build_script_without_hub_egress_fails_on_the_default_set(image_bin, tmp_path):
     """The stand-in catches a build that would reach for the hub where the pod has none."""
     _, _, container = rendered_build("hf://meta-llama/Llama-3.1-70B-Instruct")
@@ -548,7 +563,8 @@ def test_build_reads_weights_in_place_from_a_claim(image_bin, tmp_path):
     """pvc://<claim>/<path>: the Job mounts the claim read-only and builds from it; the tokenizer
     files come from the same directory, the FP8 build's calibration set from a claim too; nothing
     is downloaded."""
-    deployment = LLMDeployment.from_manifest(deployment_manifest("pvc://weights/llama-3.1-70b"))
+    deployment = LLMDeployment.from_manifest(deployment_manifest("pvc://weights/llama-3.1-70b",
+                                                                 "pvc://datasets/calibration/text"))
     chosen = plan(plan_request_from_spec(deployment.spec))
     objects = render(deployment, chosen, revision_hash(deployment.spec, chosen), RenderSettings(), serving_replicas=0)
     (job,) = [obj for obj in objects if obj["kind"] == "Job"]
@@ -558,14 +574,19 @@ def test_build_reads_weights_in_place_from_a_claim(image_bin, tmp_path):
     assert {"name": "model-source", "mountPath": "/model-source", "readOnly": True} in container["volumeMounts"]
     env = {item["name"]: item["value"] for item in container["env"]}
     assert env["MODEL_SOURCE_DIR"] == "/model-source/llama-3.1-70b" and "MODEL_REPO_ID" not in env
+    assert env["CALIBRATION_SOURCE_DIR"] == "/calibration-source/calibration/text"
 
     claim_dir = tmp_path / "claim" / "llama-3.1-70b"
     hub.download("meta-llama/Llama-3.1-70B-Instruct", claim_dir)
-    job_env = {**build_job_env(container, image_bin, tmp_path / "engines", tmp_path), "MODEL_SOURCE_DIR": str(claim_dir)}
+    calibration_dir = calibration_set(tmp_path / "datasets" / "calibration" / "text")
+    job_env = {**build_job_env(container, image_bin, tmp_path / "engines", tmp_path), "MODEL_SOURCE_DIR": str(claim_dir),
+               "CALIBRATION_SOURCE_DIR": str(calibration_dir)}
+    del job_env[HUB_EGRESS_VARIABLE]  # nothing here needs the hub
     result = subprocess.run(["bash", "-c", container["command"][2]], env=job_env, cwd=READ_ONLY_WORKING_DIR,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "downloaded" not in result.stderr  # the hub stand-in was never asked
+    assert f"Loading calibration dataset {calibration_dir}: 4 sample(s)" in result.stdout
     entry = tmp_path / "engines" / env["ENGINE_CACHE_KEY"]
     assert (entry / BUILD_COMPLETE_MARKER).is_file() and (entry / ENGINE_SUBDIR / "config.json").is_file()
     assert sorted(path.name for path in (entry / TOKENIZER_SUBDIR).iterdir()) == ["config.json", "tokenizer_config.json"]
