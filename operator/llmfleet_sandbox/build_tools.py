@@ -8,6 +8,10 @@ config.json keys, but with tiny placeholders instead of weights and engines:
     quantize.py  --model_dir HF_DIR ... --output_dir CKPT   CKPT/config.json, CKPT/rank<r>.safetensors
     trtllm-build --checkpoint_dir CKPT --output_dir ENGINE  ENGINE/config.json, ENGINE/rank<r>.engine
 
+quantize.py also reads its calibration set where the real one would (`--calib_dataset`, default
+the hub's cnn_dailymail) and fails as the real one would on one it cannot read or reach; it
+calibrates nothing.
+
 The engine's config.json is what the emulated backend reads (emulator/engine_config.py).
 Sources: NVIDIA/TensorRT-LLM@059c97c10c12e948e91676c8db3c9f137b0a2389:examples/quantization/quantize.py
 (flags), @008b2b8d23af95e4e19fa6f354f9c5f6349b2bfc:tensorrt_llm/commands/build.py and
@@ -19,22 +23,26 @@ commits, not tags.
 from __future__ import annotations
 
 import argparse
+import csv
 import errno
 import json
 import os
+import re
 import struct
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from llmfleet.catalog.release_record import RUNTIME_RELEASES, Calibration, load_release_record
 from llmfleet_sandbox.emulator.engine_config import (
     KV_CACHE_QUANT_ALGO_BY_FLAG,
     QUANT_ALGO_BY_QFORMAT,
     QUANTIZE_ONLY_QUANT_ALGO_BY_QFORMAT,
 )
-from llmfleet_sandbox import faults
+from llmfleet_sandbox import faults, hub
 from llmfleet_sandbox.hub import HF_MODEL_CLASSES
+from llmfleet_sandbox.trtllm_image import HUB_EGRESS_VARIABLE, RELEASE_VARIABLE
 
 CONFIG_FILE = "config.json"
 # TensorRT-LLM in the operator's default image, nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3
@@ -87,12 +95,159 @@ def _require(config: dict[str, Any], key: str, source: Path) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
+# quantize.py's calibration set: get_calib_dataloader's branches, in its order (the release
+# record's quantize.calibration, with sources). The real loader is datasets.load_dataset; this
+# reads what it would read from a local directory, as far as the sandbox can without pyarrow.
+
+# The one name it loads from outside the hub: the Pile's validation set on the-eye.eu.
+PILEVAL = "pileval"
+PILEVAL_URL = "https://the-eye.eu/public/AI/pile/val.jsonl.zst"
+# datasets' packaged builders by file extension (json, csv, text, and the two the sandbox cannot read).
+DATA_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".txt": "text",
+                      ".parquet": "parquet", ".arrow": "arrow"}
+UNREADABLE_BUILDERS = ("parquet", "arrow")
+# datasets' split names in file and directory names (data_files.py), tried in this order; a
+# directory none of whose files names a split is all train.
+SPLIT_KEYWORDS = {"train": ("train", "training"), "validation": ("validation", "valid", "dev", "val"),
+                  "test": ("test", "testing", "eval", "evaluation")}
+SPLIT_SEPARATORS = re.compile(r"[-._ 0-9/]+")
+# The config of cnn_dailymail the loader asks for, and the column it reads.
+HUB_DATASET_CONFIG, HUB_DATASET_COLUMN = "3.0.0", "article"
+
+
+def release_calibration() -> Calibration:
+    """The calibration facts of the image's release (the engine runtime's pinned one by default)."""
+    calibration = load_release_record(os.environ.get(RELEASE_VARIABLE) or RUNTIME_RELEASES["engine"]).calibration
+    if calibration is None:
+        raise ToolError("this image's release runs no quantize.py")
+    return calibration
+
+
+def hub_reachable() -> bool:
+    """Whether this pod reaches the hub. The sandbox's Triton image says so (its hub serves every
+    pod, as the real hub serves a cluster with egress); anywhere else the stand-in assumes a cluster
+    without hub egress, so a build that only works with the hub fails here as it would there rather
+    than passing because the sandbox happens to have a hub."""
+    return os.environ.get(HUB_EGRESS_VARIABLE) == "1"
+
+
+def load_calibration_set(value: str, calibration: Calibration) -> int:
+    """What the real script's get_calib_dataloader loads for --calib_dataset `value`, failing where
+    it fails; the number of rows it would calibrate on."""
+    if value == PILEVAL:
+        raise ToolError(f"ConnectionError: Couldn't reach {PILEVAL_URL} ({PILEVAL}): no network beyond the sandbox's "
+                        "hub reaches a sandbox pod")
+    if calibration.hub_dataset_marker in value:
+        return _load_hub_dataset(value)
+    if os.path.isdir(value):
+        return _load_local_dataset(Path(value), calibration)
+    raise ToolError(f"NotImplementedError: Unsupported dataset name or local repo directory: {value}.")
+
+
+def _load_hub_dataset(value: str) -> int:
+    if not hub_reachable():
+        raise ToolError(
+            f"ConnectionError: Couldn't reach '{value}' on the Hub (no hub egress): quantize.py loads --calib_dataset "
+            f"{value!r} (its default) with datasets.load_dataset from the Hugging Face hub at build time, and this "
+            f"pod cannot reach the hub ({HUB_EGRESS_VARIABLE} is not 1). Give --calib_dataset a local directory "
+            "(LLMDeployment spec.engine.calibrationDataset)")
+    try:
+        files = hub.repo_files(value, repo_type="dataset")
+    except hub.HubError as error:
+        raise ToolError(f"FileNotFoundError: Couldn't find '{value}' on the Hugging Face Hub: {error}") from None
+    rows = [row for path, content in files.items() if path.startswith(f"{HUB_DATASET_CONFIG}/")
+            and "train" in SPLIT_SEPARATORS.split(path) for row in _json_rows(content.decode(), path)]
+    if not rows:
+        raise ToolError(f"ValueError: {value} has no config {HUB_DATASET_CONFIG} with a train split")
+    return len(_column(rows, HUB_DATASET_COLUMN, value))
+
+
+def _data_files(directory: Path) -> list[Path]:
+    """The files datasets considers: not hidden, not under a '.' or '__' directory."""
+    return sorted(path for path in directory.rglob("*") if path.is_file()
+                  and not any(part.startswith((".", "__")) for part in path.relative_to(directory).parts)
+                  and path.suffix.lower() in DATA_FILE_BUILDERS)
+
+
+def _splits(directory: Path, files: list[Path]) -> dict[str, list[Path]]:
+    words = {path: set(SPLIT_SEPARATORS.split(str(path.relative_to(directory)))) for path in files}
+    named: dict[str, list[Path]] = {}
+    for path in files:
+        split = next((split for split, keywords in SPLIT_KEYWORDS.items() if words[path] & set(keywords)), None)
+        if split is not None:
+            named.setdefault(split, []).append(path)
+    return named or {"train": files}
+
+
+def _json_rows(text: str, where: str) -> list[dict[str, Any]]:
+    """JSON lines, or one JSON document holding a list of records (the json builder reads both)."""
+    try:
+        if text.lstrip().startswith("["):
+            rows = json.loads(text)
+        else:
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    except json.JSONDecodeError as error:
+        raise ToolError(f"DatasetGenerationError: cannot read {where} as JSON lines or a JSON list: {error}") from None
+    if not all(isinstance(row, dict) for row in rows):
+        raise ToolError(f"DatasetGenerationError: {where} has records that are not JSON objects")
+    return rows
+
+
+def _rows(path: Path, builder: str) -> list[dict[str, Any]]:
+    text = path.read_text(errors="replace")
+    if builder == "json":
+        return _json_rows(text, str(path))
+    if builder == "csv":
+        return list(csv.DictReader(text.splitlines(), delimiter="\t" if path.suffix.lower() == ".tsv" else ","))
+    return [{"text": line} for line in text.splitlines()]  # the text builder: one row per line
+
+
+def _column(rows: list[dict[str, Any]], column: str, where: str) -> list[str]:
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    if column not in columns:
+        raise ToolError(f'KeyError: "Column {column} not in the dataset. Current columns in the dataset: {columns}" '
+                        f"({where}: quantize.py reads the {column} column)")
+    values = [row.get(column) for row in rows]
+    if not all(isinstance(value, str) for value in values):
+        raise ToolError(f"ValueError: the {column} column of {where} holds values that are not text; the tokenizer "
+                        "takes strings")
+    return values
+
+
+def _load_local_dataset(directory: Path, calibration: Calibration) -> int:
+    files = _data_files(directory)
+    if not files:
+        raise ToolError(f"EmptyDatasetError: The directory at {directory} doesn't contain any data files "
+                        f"(looked for {', '.join(DATA_FILE_BUILDERS)})")
+    splits = _splits(directory, files)
+    split = calibration.local_split
+    if split not in splits:
+        raise ToolError(f'ValueError: Unknown split "{split}". Should be one of {sorted(splits)}. (quantize.py loads '
+                        f'{directory} with split="{split}")')
+    builders = {DATA_FILE_BUILDERS[path.suffix.lower()] for path in splits[split]}
+    if len(builders) > 1:
+        raise ToolError(f"the {split} split of {directory} mixes formats ({', '.join(sorted(builders))}); "
+                        "datasets loads it with one builder")
+    (builder,) = builders
+    if builder in UNREADABLE_BUILDERS:
+        raise ToolError(f"the sandbox's quantize.py cannot read {builder} files (it has no pyarrow; the real "
+                        "datasets can): give the sandbox JSON lines, CSV or text")
+    rows = [row for path in splits[split] for row in _rows(path, builder)]
+    if not rows:
+        raise ToolError(f"the {split} split of {directory} has no rows: nothing to calibrate on")
+    return len(_column(rows, calibration.local_text_column, f"the {split} split of {directory}"))
+
+
+# ---------------------------------------------------------------------------------------------
 # quantize.py
 
 
 def quantize(model_dir: Path, output_dir: Path, *, dtype: str = "auto", qformat: str = "full_prec",
-             kv_cache_dtype: str | None = None, tp_size: int = 1, pp_size: int = 1) -> dict[str, Any]:
-    """Write the TensorRT-LLM checkpoint of the Hugging Face model in `model_dir`; returns its config."""
+             kv_cache_dtype: str | None = None, tp_size: int = 1, pp_size: int = 1,
+             calib_dataset: str | None = None) -> dict[str, Any]:
+    """Write the TensorRT-LLM checkpoint of the Hugging Face model in `model_dir`; returns its config.
+    A build that calibrates first loads `calib_dataset` (None: the real script's default) as the
+    real one would, and fails where it would."""
     if qformat not in QFORMATS:
         raise ToolError(f"invalid qformat {qformat!r}; choose from {', '.join(QFORMATS)}")
     if kv_cache_dtype not in KV_CACHE_QUANT_ALGO_BY_FLAG:
@@ -114,6 +269,12 @@ def quantize(model_dir: Path, output_dir: Path, *, dtype: str = "auto", qformat:
                         "evenly across tensor-parallel ranks)")
     if pp_size > layers:
         raise ToolError(f"pp_size {pp_size} exceeds num_hidden_layers {layers}")
+    calibration = release_calibration()
+    if calibration.calibrates(qformat, kv_cache_dtype):
+        # After the model and tokenizer load, as in quantize_and_export.
+        dataset = calibration.default if calib_dataset is None else calib_dataset
+        rows = load_calibration_set(dataset, calibration)
+        print(f"Loading calibration dataset {dataset}: {rows} sample(s) (the sandbox calibrates nothing)", flush=True)
     if dtype == "auto":
         # quantize.py: the source model's dtype, except that float32 becomes float16.
         source_dtype = hf.get("torch_dtype", "float16")
@@ -153,7 +314,7 @@ def quantize(model_dir: Path, output_dir: Path, *, dtype: str = "auto", qformat:
 
 # The real script's other options: calibration, NeMo input, Medusa and export settings.
 IGNORED_QUANTIZE_OPTIONS: dict[str, type] = {
-    "nemo_ckpt_path": str, "decoder_type": str, "device": str, "device_map": str, "calib_dataset": str,
+    "nemo_ckpt_path": str, "decoder_type": str, "device": str, "device_map": str,
     "calib_tp_size": int, "calib_pp_size": int, "seed": int, "tokenizer_max_seq_length": int, "batch_size": int,
     "calib_size": int, "calib_max_seq_length": int, "cp_size": int, "awq_block_size": int,
     "quantize_lm_head": bool, "export_format": str,
@@ -165,7 +326,8 @@ def _quantize_parser() -> argparse.ArgumentParser:
         prog="quantize.py",
         description="llmfleet sandbox stand-in for TensorRT-LLM's examples/quantization/quantize.py: reads "
                     "MODEL_DIR/config.json and writes a TensorRT-LLM checkpoint (config.json and one placeholder "
-                    "rank<r>.safetensors per rank) to --output_dir. No calibration, no real weights.")
+                    "rank<r>.safetensors per rank) to --output_dir. A calibrating build loads --calib_dataset as the "
+                    "real script would, and fails where it would; nothing is calibrated, no real weights.")
     parser.add_argument("--model_dir", help="directory of the Hugging Face model")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float16", "bfloat16", "float32"],
                         help="dtype of the unquantised parts; auto: the model's torch_dtype (float32 -> float16)")
@@ -174,6 +336,9 @@ def _quantize_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tp_size", type=int, default=1, help="tensor-parallel size of the checkpoint")
     parser.add_argument("--pp_size", type=int, default=1, help="pipeline-parallel size of the checkpoint")
     parser.add_argument("--output_dir", default="exported_model", help="where to write the checkpoint")
+    parser.add_argument("--calib_dataset", default=None,
+                        help="the hub dataset name or the local directory of the calibration set (default: the "
+                             "release's, cnn_dailymail from the hub); read by builds that calibrate")
     ignored = parser.add_argument_group("options of the real script accepted with no effect in the sandbox")
     for name, kind in IGNORED_QUANTIZE_OPTIONS.items():
         if kind is bool:
@@ -196,7 +361,8 @@ def quantize_main(argv: list[str] | None = None) -> int:
     start_s = time.monotonic()
     try:
         checkpoint = quantize(Path(args.model_dir), Path(args.output_dir), dtype=args.dtype, qformat=args.qformat,
-                              kv_cache_dtype=args.kv_cache_dtype, tp_size=args.tp_size, pp_size=args.pp_size)
+                              kv_cache_dtype=args.kv_cache_dtype, tp_size=args.tp_size, pp_size=args.pp_size,
+                              calib_dataset=args.calib_dataset)
     except ToolError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -79,7 +79,7 @@ def resolve(image: str, state_dir: Path) -> Image:
                 + ", ".join(load_release_record(name).image for name in release_names()))
         return Image(trtllm_image.image_filesystem(state_dir),
                      tuple(trtllm_image.IMAGE_PATH) + (ENVIRONMENT_BIN,),
-                     {trtllm_image.RELEASE_VARIABLE: release.release})
+                     {trtllm_image.RELEASE_VARIABLE: release.release, trtllm_image.HUB_EGRESS_VARIABLE: "1"})
     if _matches(image, PYTHON_IMAGE_PATTERNS):
         return Image({}, (ENVIRONMENT_BIN,), dict(PYTHON_ENV), cmd=("python3",))
     if _matches(image, OPERATOR_IMAGE_PATTERNS):

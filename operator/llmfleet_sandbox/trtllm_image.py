@@ -37,6 +37,11 @@ TRITON_HOME = "/opt/tritonserver"
 # The image's environment names its pinned release (as real images carry version variables);
 # the engine stand-in exports that release's metric set.
 RELEASE_VARIABLE = "LLMFLEET_SANDBOX_RELEASE"
+# Whether a pod of the image reaches the Hugging Face hub. The sandbox's hub (llmfleet_sandbox.hub)
+# serves every pod through the huggingface-cli stand-in, so the image says "1": a build with hf://
+# weights downloads them, and quantize.py's default calibration set (the hub's cnn_dailymail) loads
+# from the same hub. quantize.py's stand-in treats anything else as a cluster without hub egress.
+HUB_EGRESS_VARIABLE = "LLMFLEET_SANDBOX_HUB_EGRESS"
 # Directories the image puts first on PATH (tritonserver is found by name, as in the image).
 MPI_HOME = "/opt/hpcx/ompi"
 IMAGE_PATH = (f"{TRITON_HOME}/bin", f"{MPI_HOME}/bin")

@@ -30,7 +30,9 @@ def manifest(runtime: str = "llmapi", **model) -> dict:
             "model": {"name": "llama-3.1-8b", "source": SOURCE,
                       "secretRef": {"name": "s3-credentials", "key": "credentials"},
                       "objectStore": {"endpointUrl": ENDPOINT, "region": "eu-west-1"}, **model},
-            "engine": {"runtime": runtime},
+            # The engine build calibrates (FP8): its set comes from the same store.
+            "engine": {"runtime": runtime,
+                       **({"calibrationDataset": "s3://models/calibration"} if runtime == "engine" else {})},
             "slo": {"ttftP99Ms": 2000, "tpotP99Ms": 100},
             "workload": {"inputTokensMean": 512, "inputTokensP99": 2048, "outputTokensMean": 128,
                          "outputTokensP99": 512, "peakRequestsPerSecond": 2},
@@ -55,7 +57,7 @@ def env_of(container: dict) -> dict[str, str]:
 @pytest.mark.parametrize("runtime", ["llmapi", "engine"])
 def test_the_download_runs_before_the_job_and_matches_the_clients_record(runtime):
     pod = job_of(manifest(runtime))
-    download = pod["initContainers"][-1]
+    (download,) = [container for container in pod["initContainers"] if container["name"] == "download"]
     assert check_download_container(RECORD, download) == []
     env = env_of(download)
     assert (env["MODEL_SOURCE_URI"], env["S3_ENDPOINT_URL"], env["AWS_DEFAULT_REGION"]) == (SOURCE, ENDPOINT,

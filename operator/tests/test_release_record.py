@@ -255,6 +255,34 @@ def test_packaged_record_loads_with_its_sources():
         assert path.source, path.path
 
 
+def test_the_engine_record_says_which_builds_calibrate_and_on_what():
+    record = load_release_record("engine-24.12")
+    calibration = record.calibration
+    assert calibration.flag in record.quantize_flags
+    # The default is the Hub's cnn_dailymail; a local directory is read as its train split's text column.
+    assert (calibration.default, calibration.hub_dataset_marker) == ("cnn_dailymail", "cnn_dailymail")
+    assert (calibration.local_split, calibration.local_text_column) == ("train", "text")
+    for qformat in ("fp8", "int8_sq", "int4_awq", "w4a8_awq"):
+        assert record.calibrates(qformat, None), qformat
+    for qformat in ("full_prec", "int8_wo", "int4_wo"):
+        assert not record.calibrates(qformat, None), qformat
+        assert record.calibrates(qformat, "fp8") and record.calibrates(qformat, "int8"), qformat
+    # The LLM-API runtime runs no quantize.py: nothing calibrates.
+    assert load_release_record("llmapi-25.05").calibration is None
+    assert not load_release_record("llmapi-25.05").calibrates("fp8", "fp8")
+
+
+def test_a_calibration_fact_without_its_source_is_refused():
+    raw = {**RAW, "quantize": {**RAW["quantize"], "calibration": {
+        "flag": "--calib_dataset", "default": "cnn_dailymail", "hub_dataset_marker": "cnn_dailymail",
+        "local_directory": {"split": "train", "text_column": "text"}, "uncalibrated_qformats": ["full_prec"],
+        "default_source": "a@b:c", "loader_source": "a@b:c"}}}
+    with pytest.raises(ValueError, match="quantize.calibration has no calibrates_source"):
+        parse_record(raw)
+    raw["quantize"]["calibration"]["calibrates_source"] = "a@b:c"
+    assert parse_record(raw).calibrates("fp8", None) and not parse_record(raw).calibrates("full_prec", None)
+
+
 def test_release_is_found_by_image_tag_whatever_the_registry():
     assert release_for("engine", None).release == "engine-24.12"
     assert release_for("llmapi", None).release == "llmapi-25.05"

@@ -6,6 +6,7 @@ the stand-ins on PATH: the sandbox adapts only the image's filesystem, never the
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -22,14 +23,14 @@ from llmfleet.render.layout import BUILD_COMPLETE_MARKER, ENGINE_SUBDIR, TOKENIZ
 from llmfleet_sandbox import build_tools, hub
 from llmfleet_sandbox.emulator.engine_config import read_engine_config
 from llmfleet_sandbox.emulator.tokenizer import WordTokenizer
-from llmfleet_sandbox.trtllm_image import BUILD_TOOLS, UPSTREAM_STAND_INS
+from llmfleet_sandbox.trtllm_image import BUILD_TOOLS, HUB_EGRESS_VARIABLE, UPSTREAM_STAND_INS
 
 TOOL_PATHS = ("/usr/local/bin/huggingface-cli", "/usr/local/bin/trtllm-build")
 # quantize.py is not in the image: the build Job's init container copies it from the operator's.
 QUANTIZE_STAND_IN = UPSTREAM_STAND_INS["examples/quantization/quantize.py"]
 
 
-def deployment_manifest(source: str) -> dict:
+def deployment_manifest(source: str, calibration_dataset: str | None = None) -> dict:
     return {
         "apiVersion": "llmfleet.io/v1alpha1",
         "kind": "LLMDeployment",
@@ -37,7 +38,8 @@ def deployment_manifest(source: str) -> dict:
         "spec": {
             "model": {"name": "llama-3.1-70b", "source": source,
                       "secretRef": {"name": "hub-token", "key": "token"}},
-            "engine": {"runtime": "engine"},
+            "engine": {"runtime": "engine",
+                       **({"calibrationDataset": calibration_dataset} if calibration_dataset else {})},
             "slo": {"ttftP99Ms": 2000, "tpotP99Ms": 100},
             "workload": {"inputTokensMean": 512, "inputTokensP99": 2048, "outputTokensMean": 128,
                          "outputTokensP99": 512, "peakRequestsPerSecond": 2, "prefixSharingFraction": 0.25},
@@ -47,9 +49,9 @@ def deployment_manifest(source: str) -> dict:
     }
 
 
-def rendered_build(source: str):
+def rendered_build(source: str, calibration_dataset: str | None = None):
     """(deployment, plan, the build Job's container) as the operator renders them."""
-    deployment = LLMDeployment.from_manifest(deployment_manifest(source))
+    deployment = LLMDeployment.from_manifest(deployment_manifest(source, calibration_dataset))
     chosen = plan(plan_request_from_spec(deployment.spec))
     assert chosen.feasible, chosen.rationale
     objects = render(deployment, chosen, revision_hash(deployment.spec, chosen), RenderSettings(),
@@ -67,7 +69,9 @@ def image_bin(tmp_path: Path) -> Path:
     for image_path in TOOL_PATHS[:2]:
         (bin_dir / Path(image_path).name).symlink_to(BUILD_TOOLS[image_path])
     python3 = bin_dir / "python3"
-    python3.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    # This Python, importing this checkout's packages (not whichever one the environment installed).
+    packages = Path(build_tools.__file__).resolve().parents[1]
+    python3.write_text(f'#!/bin/sh\nPYTHONPATH="{packages}" exec "{sys.executable}" "$@"\n')
     python3.chmod(0o755)
     return bin_dir
 
@@ -81,7 +85,9 @@ def build_job_env(container: dict, image_bin: Path, cache_dir: Path, tmp_path: P
                   hostname: str = "chat-engine-build-x7k2p") -> dict[str, str]:
     env = {item["name"]: item["value"] for item in container["env"]}
     env.update({
-        # What the sandbox's node agent provides instead of the image and the volumes.
+        # What the sandbox's node agent provides instead of the image and the volumes (the
+        # image's environment says its pods reach the sandbox's hub).
+        HUB_EGRESS_VARIABLE: "1",
         "PATH": f"{image_bin}:/usr/bin:/bin",
         "QUANTIZE_SCRIPT": str(QUANTIZE_STAND_IN),
         "ENGINE_CACHE_DIR": str(cache_dir),
@@ -242,6 +248,15 @@ def test_cli_prints_the_local_dir(tmp_path, capsys):
 # quantize.py
 
 
+def calibration_set(directory: Path, files: dict[str, str] | None = None) -> Path:
+    """A directory as quantize.py reads one: a train split with a text column (JSON lines)."""
+    for name, content in (files if files is not None else {
+            "train.jsonl": "".join(json.dumps({"text": f"sample {row}"}) + "\n" for row in range(4))}).items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_text(content)
+    return directory
+
+
 @pytest.fixture
 def llama_8b(tmp_path: Path) -> Path:
     hub.download("meta-llama/Llama-3.1-8B-Instruct", tmp_path / "weights")
@@ -281,7 +296,9 @@ def test_quantize_needs_a_model_config(tmp_path, capsys):
     ("int4_awq", None, "W4A16_AWQ", None),
     ("full_prec", None, None, None),
 ])
-def test_quantize_writes_the_checkpoint_layout(qformat, kv_flag, quant_algo, kv_algo, llama_8b, tmp_path, capsys):
+def test_quantize_writes_the_checkpoint_layout(qformat, kv_flag, quant_algo, kv_algo, llama_8b, tmp_path, capsys,
+                                              monkeypatch):
+    monkeypatch.setenv(HUB_EGRESS_VARIABLE, "1")  # the calibrating formats load the default set from the hub
     argv = ["--model_dir", str(llama_8b), "--qformat", qformat, "--tp_size", "2", "--pp_size", "2",
             "--output_dir", str(tmp_path / "ckpt"), "--calib_size", "32"]
     argv += ["--kv_cache_dtype", kv_flag] if kv_flag else []
@@ -293,6 +310,134 @@ def test_quantize_writes_the_checkpoint_layout(qformat, kv_flag, quant_algo, kv_
     assert checkpoint["dtype"] == "bfloat16"  # auto: the model's torch_dtype
     assert sorted(path.name for path in (tmp_path / "ckpt").glob("rank*")) == [
         f"rank{rank}.safetensors" for rank in range(4)]
+
+
+def test_cli_downloads_a_dataset_repo(tmp_path, capsys):
+    assert hub.huggingface_cli_main(["download", "llmfleet-sandbox/calibration-text", "--repo-type", "dataset",
+                                     "--local-dir", str(tmp_path)]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "data" / "train-00000-of-00001.jsonl").read_text().splitlines()]
+    assert len(rows) == hub.CALIBRATION_ROWS and all(set(row) == {"text"} for row in rows)
+    # A dataset id is no model repo, nor the other way round.
+    assert hub.huggingface_cli_main(["download", "llmfleet-sandbox/calibration-text",
+                                     "--local-dir", str(tmp_path / "model")]) == 1
+    assert "Repository Not Found" in capsys.readouterr().err
+
+
+# quantize.py's calibration set: it fails where the real one would, never kinder
+
+CALIBRATING = [("fp8", None), ("int8_sq", None), ("int4_awq", None), ("full_prec", "fp8"), ("int8_wo", "int8")]
+
+
+def quantize_argv(llama_8b: Path, tmp_path: Path, qformat: str, kv_flag: str | None, *extra: str) -> list[str]:
+    return ["--model_dir", str(llama_8b), "--qformat", qformat, "--output_dir", str(tmp_path / "ckpt"),
+            *(["--kv_cache_dtype", kv_flag] if kv_flag else []), *extra]
+
+
+@pytest.mark.parametrize(("qformat", "kv_flag"), CALIBRATING)
+def test_without_hub_egress_a_calibrating_build_cannot_fetch_cnn_dailymail(qformat, kv_flag, llama_8b, tmp_path,
+                                                                           capsys, monkeypatch):
+    monkeypatch.delenv(HUB_EGRESS_VARIABLE, raising=False)
+    assert build_tools.quantize_main(quantize_argv(llama_8b, tmp_path, qformat, kv_flag)) == 1
+    err = capsys.readouterr().err
+    assert "Couldn't reach 'cnn_dailymail' on the Hub (no hub egress)" in err and "spec.engine.calibrationDataset" in err
+    assert not (tmp_path / "ckpt").exists()
+
+
+@pytest.mark.parametrize("qformat", ["full_prec", "int8_wo", "int4_wo"])
+def test_a_build_that_does_not_calibrate_reads_no_calibration_set(qformat, llama_8b, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(HUB_EGRESS_VARIABLE, raising=False)
+    assert build_tools.quantize_main(quantize_argv(llama_8b, tmp_path, qformat, None)) == 0
+    assert "calibration" not in capsys.readouterr().out
+
+
+def test_with_hub_egress_the_default_set_loads_from_the_sandbox_hub(llama_8b, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(HUB_EGRESS_VARIABLE, "1")
+    assert build_tools.quantize_main(quantize_argv(llama_8b, tmp_path, "fp8", "fp8")) == 0
+    assert f"Loading calibration dataset cnn_dailymail: {hub.CALIBRATION_ROWS} sample(s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("files", "rows"), [
+    ({"train.jsonl": '{"text": "a"}\n{"text": "b", "meta": 1}\n'}, 2),
+    ({"data/train-00000-of-00001.jsonl": '{"text": "a"}\n', "data/test-00000-of-00001.jsonl": '{"text": "t"}\n'}, 1),
+    ({"samples.json": '[{"text": "a"}, {"text": "b"}, {"text": "c"}]'}, 3),  # no split named: all train
+    ({"train.csv": "id,text\n1,hello\n2,world\n"}, 2),
+    ({"corpus.txt": "one line\nanother line\n", ".hidden.jsonl": "not json"}, 2),
+], ids=["json-lines", "named-splits", "json-list", "csv", "text"])
+def test_a_local_directory_is_read_as_its_train_splits_text_column(files, rows, llama_8b, tmp_path, capsys,
+                                                                   monkeypatch):
+    monkeypatch.delenv(HUB_EGRESS_VARIABLE, raising=False)
+    directory = calibration_set(tmp_path / "calibration", files)
+    assert build_tools.quantize_main(quantize_argv(llama_8b, tmp_path, "int8_sq", None,
+                                                   "--calib_dataset", str(directory))) == 0
+    assert f"Loading calibration dataset {directory}: {rows} sample(s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("files", "message"), [
+    (None, "Unsupported dataset name or local repo directory: "),
+    ({}, "doesn't contain any data files"),
+    ({"README.md": "# a card, no data"}, "doesn't contain any data files"),
+    ({"test.jsonl": '{"text": "a"}\n', "validation.jsonl": '{"text": "b"}\n'},
+     'Unknown split "train". Should be one of [\'test\', \'validation\']'),
+    ({"train.jsonl": '{"article": "a", "id": "1"}\n'},
+     "Column text not in the dataset. Current columns in the dataset: ['article', 'id']"),
+    ({"train.jsonl": '{"text": 3}\n'}, "holds values that are not text"),
+    ({"train.jsonl": ""}, "has no rows"),
+    ({"train.jsonl": "{not json"}, "cannot read"),
+    ({"train.parquet": "PAR1"}, "cannot read parquet files"),
+    ({"train.jsonl": '{"text": "a"}\n', "train.csv": "text\nb\n"}, "mixes formats"),
+], ids=["missing", "empty", "no-data-files", "no-train-split", "no-text-column", "not-text", "no-rows",
+        "not-json", "parquet", "mixed"])
+def test_a_local_directory_the_real_loader_refuses_fails_the_build(files, message, llama_8b, tmp_path, capsys,
+                                                                   monkeypatch):
+    monkeypatch.setenv(HUB_EGRESS_VARIABLE, "1")
+    directory = tmp_path / "calibration"
+    if files is not None:
+        directory.mkdir()
+        calibration_set(directory, files)
+    assert build_tools.quantize_main(quantize_argv(llama_8b, tmp_path, "fp8", None,
+                                                   "--calib_dataset", str(directory))) == 1
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_a_directory_named_like_the_hub_dataset_is_fetched_from_the_hub(llama_8b, tmp_path, capsys, monkeypatch):
+    """quantize.py checks for 'cnn_dailymail' in the value before it checks for a directory."""
+    monkeypatch.delenv(HUB_EGRESS_VARIABLE, raising=False)
+    directory = calibration_set(tmp_path / "cnn_dailymail")
+    assert build_tools.quantize_main(quantize_argv(llama_8b, tmp_path, "fp8", None,
+                                                   "--calib_dataset", str(directory))) == 1
+    assert "on the Hub (no hub egress)" in capsys.readouterr().err
+
+
+def test_pileval_needs_the_internet(llama_8b, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(HUB_EGRESS_VARIABLE, "1")
+    assert build_tools.quantize_main(quantize_argv(llama_8b, tmp_path, "fp8", None, "--calib_dataset", "pileval")) == 1
+    assert "Couldn't reach https://the-eye.eu/" in capsys.readouterr().err
+
+
+def test_build_script_downloads_a_hub_calibration_set(image_bin, tmp_path):
+    """hf://datasets/<org>/<name>: downloaded with the hub stand-in beside the weights, passed as a
+    local directory, and removed before the entry is published."""
+    _, _, container = rendered_build("hf://meta-llama/Llama-3.1-70B-Instruct", "hf://datasets/llmfleet-sandbox/calibration-text")
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert env["CALIBRATION_REPO_ID"] == "llmfleet-sandbox/calibration-text"
+    result = run_build_job(container, image_bin, tmp_path / "engines", tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "downloaded data/train-00000-of-00001.jsonl" in result.stderr
+    assert re.search(rf"Loading calibration dataset \S+/calibration: {hub.CALIBRATION_ROWS} sample", result.stdout)
+    entry = tmp_path / "engines" / env["ENGINE_CACHE_KEY"]
+    assert sorted(path.name for path in entry.iterdir()) == sorted([BUILD_COMPLETE_MARKER, ENGINE_SUBDIR, TOKENIZER_SUBDIR])
+
+
+def test_build_script_without_hub_egress_fails_on_the_default_set(image_bin, tmp_path):
+    """The stand-in catches a build that would reach for the hub where the pod has none."""
+    _, _, container = rendered_build("hf://meta-llama/Llama-3.1-70B-Instruct")
+    env = {**build_job_env(container, image_bin, tmp_path / "engines", tmp_path), HUB_EGRESS_VARIABLE: "0"}
+    result = subprocess.run(["bash", "-c", container["command"][2]], env=env, cwd=READ_ONLY_WORKING_DIR,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "Couldn't reach 'cnn_dailymail' on the Hub" in result.stderr
+    assert not list((tmp_path / "engines").glob(f"*/{BUILD_COMPLETE_MARKER}"))
 
 
 # trtllm-build
@@ -315,7 +460,8 @@ def build_dir(tmp_path: Path, monkeypatch) -> Path:
 
 @pytest.fixture
 def checkpoint(llama_8b: Path, tmp_path: Path, build_dir: Path) -> Path:
-    build_tools.quantize(llama_8b, tmp_path / "ckpt", qformat="fp8", kv_cache_dtype="int8")
+    build_tools.quantize(llama_8b, tmp_path / "ckpt", qformat="fp8", kv_cache_dtype="int8",
+                         calib_dataset=str(calibration_set(tmp_path / "calibration")))
     return tmp_path / "ckpt"
 
 
@@ -415,8 +561,10 @@ def test_racing_builds_of_one_key_leave_the_first_complete_entry_untouched(image
 
 def test_build_reads_weights_in_place_from_a_claim(image_bin, tmp_path):
     """pvc://<claim>/<path>: the Job mounts the claim read-only and builds from it; the tokenizer
-    files come from the same directory; nothing is downloaded."""
-    deployment = LLMDeployment.from_manifest(deployment_manifest("pvc://weights/llama-3.1-70b"))
+    files come from the same directory, the FP8 build's calibration set from a claim too; nothing
+    is downloaded."""
+    deployment = LLMDeployment.from_manifest(deployment_manifest("pvc://weights/llama-3.1-70b",
+                                                                 "pvc://datasets/calibration/text"))
     chosen = plan(plan_request_from_spec(deployment.spec))
     objects = render(deployment, chosen, revision_hash(deployment.spec, chosen), RenderSettings(), serving_replicas=0)
     (job,) = [obj for obj in objects if obj["kind"] == "Job"]
@@ -426,14 +574,19 @@ def test_build_reads_weights_in_place_from_a_claim(image_bin, tmp_path):
     assert {"name": "model-source", "mountPath": "/model-source", "readOnly": True} in container["volumeMounts"]
     env = {item["name"]: item["value"] for item in container["env"]}
     assert env["MODEL_SOURCE_DIR"] == "/model-source/llama-3.1-70b" and "MODEL_REPO_ID" not in env
+    assert env["CALIBRATION_SOURCE_DIR"] == "/calibration-source/calibration/text"
 
     claim_dir = tmp_path / "claim" / "llama-3.1-70b"
     hub.download("meta-llama/Llama-3.1-70B-Instruct", claim_dir)
-    job_env = {**build_job_env(container, image_bin, tmp_path / "engines", tmp_path), "MODEL_SOURCE_DIR": str(claim_dir)}
+    calibration_dir = calibration_set(tmp_path / "datasets" / "calibration" / "text")
+    job_env = {**build_job_env(container, image_bin, tmp_path / "engines", tmp_path), "MODEL_SOURCE_DIR": str(claim_dir),
+               "CALIBRATION_SOURCE_DIR": str(calibration_dir)}
+    del job_env[HUB_EGRESS_VARIABLE]  # nothing here needs the hub
     result = subprocess.run(["bash", "-c", container["command"][2]], env=job_env, cwd=READ_ONLY_WORKING_DIR,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "downloaded" not in result.stderr  # the hub stand-in was never asked
+    assert f"Loading calibration dataset {calibration_dir}: 4 sample(s)" in result.stdout
     entry = tmp_path / "engines" / env["ENGINE_CACHE_KEY"]
     assert (entry / BUILD_COMPLETE_MARKER).is_file() and (entry / ENGINE_SUBDIR / "config.json").is_file()
     assert sorted(path.name for path in (entry / TOKENIZER_SUBDIR).iterdir()) == ["config.json", "tokenizer_config.json"]

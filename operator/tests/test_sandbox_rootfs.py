@@ -178,7 +178,7 @@ def test_triton_image_brings_its_server_at_its_path(tmp_path):
     assert rootfs.find_program("python3", image.search_path) == f"{images.ENVIRONMENT_BIN}/python3"
     assert image.argv(["/bin/sh", "-c"], ["exec tritonserver"]) == ["/bin/sh", "-c", "exec tritonserver"]
     # Its environment names the pinned release whose metric set the engine stand-in exports.
-    assert image.env == {trtllm_image.RELEASE_VARIABLE: "engine-24.12"}
+    assert image.env == {trtllm_image.RELEASE_VARIABLE: "engine-24.12", trtllm_image.HUB_EGRESS_VARIABLE: "1"}
 
 
 def test_an_unpinned_triton_release_is_not_runnable(tmp_path):

@@ -158,6 +158,29 @@ class ReleaseRequirement:
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """quantize.py's calibration set at the release (quantize.calibration, each fact with its
+    source): the flag, its default (a Hugging Face Hub dataset, downloaded at build time), what a
+    local directory given instead must hold, and which builds calibrate at all."""
+
+    flag: str
+    default: str
+    # A --calib_dataset containing this is loaded from the Hub, even when it names a directory.
+    hub_dataset_marker: str
+    local_split: str
+    local_text_column: str
+    uncalibrated_qformats: tuple[str, ...]
+    # The formats above calibrate after all when a --kv_cache_dtype is given.
+    uncalibrated_requires_no_kv_cache_dtype: bool
+
+    def calibrates(self, qformat: str, kv_cache_dtype_flag: str | None) -> bool:
+        """Whether quantize.py loads a calibration set for this --qformat and --kv_cache_dtype."""
+        if qformat not in self.uncalibrated_qformats:
+            return True
+        return bool(kv_cache_dtype_flag) and self.uncalibrated_requires_no_kv_cache_dtype
+
+
+@dataclass(frozen=True)
 class ReleaseSupport:
     """What a release can build and run, in catalog names; the planner pairs nothing else."""
 
@@ -264,7 +287,13 @@ class ReleaseRecord:
     # Upstream files the rendered pods copy from the operator's image.
     model_code: tuple[UpstreamFile, ...] = ()
     published_checkpoints: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    # quantize.py's calibration set (engine runtime); None: the release runs no quantize.py.
+    calibration: Calibration | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def calibrates(self, qformat: str, kv_cache_dtype_flag: str | None) -> bool:
+        """Whether this release's build of the format loads a calibration set."""
+        return self.calibration is not None and self.calibration.calibrates(qformat, kv_cache_dtype_flag)
 
     def checkpoint_repo(self, source_repo: str, quantization: str) -> str | None:
         """The repo to serve `quantization` of `source_repo` from: the source itself unquantised,
@@ -347,8 +376,26 @@ def parse_record(raw: Mapping[str, Any]) -> ReleaseRecord:
         model_yaml_keys={entry["key"]: entry for entry in (raw.get("model_yaml") or {}).get("keys") or ()},
         published_checkpoints={(entry["source_repo"], entry["quantization"]): entry["repo"]
                                for entry in (raw.get("published_checkpoints") or {}).get("checkpoints") or ()},
+        calibration=_calibration(quantize.get("calibration")),
         raw=raw,
     )
+
+
+CALIBRATION_SOURCES = ("default_source", "loader_source", "calibrates_source")
+
+
+def _calibration(raw: Mapping[str, Any] | None) -> Calibration | None:
+    if raw is None:
+        return None
+    for key in CALIBRATION_SOURCES:
+        if not str(raw.get(key, "")).strip():
+            raise ValueError(f"quantize.calibration has no {key}")
+    local = raw["local_directory"]
+    return Calibration(
+        flag=raw["flag"], default=raw["default"], hub_dataset_marker=raw["hub_dataset_marker"],
+        local_split=local["split"], local_text_column=local["text_column"],
+        uncalibrated_qformats=tuple(raw.get("uncalibrated_qformats") or ()),
+        uncalibrated_requires_no_kv_cache_dtype=bool(raw.get("uncalibrated_requires_no_kv_cache_dtype", True)))
 
 
 def _architecture(key: str, raw: Mapping[str, Any], record_version: str) -> ArchitectureSupport:

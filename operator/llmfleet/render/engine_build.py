@@ -10,15 +10,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmfleet.api import LLMDeployment, Runtime, hub_repo_id, in_object_store, volume_source
-from llmfleet.api.spec import HUGGING_FACE_SCHEME, SOURCE_REQUIRED_MESSAGE
+from llmfleet.api import LLMDeployment, Runtime, hub_dataset_id, hub_repo_id, in_object_store, volume_source
+from llmfleet.api.spec import (
+    CALIBRATION_DATASET_FIELD,
+    CALIBRATION_DATASET_SOURCES,
+    HUGGING_FACE_SCHEME,
+    SOURCE_REQUIRED_MESSAGE,
+)
+from llmfleet.api.spec.engine import CALIBRATION_DATASET_FORMAT
 from llmfleet.catalog import load_catalog
 from llmfleet.catalog.client_record import load_client_record
 from llmfleet.catalog.release_record import ReleaseRecord, UpstreamFile
 from llmfleet.gpu_discovery import GPU_RESOURCE
 from llmfleet.planner.types import Plan
 from llmfleet.render import layout, llmapi, pod
-from llmfleet.render.identity import serving_image
+from llmfleet.render.identity import build_calibrates, serving_image
 from llmfleet.render.settings import RenderError, RenderSettings
 
 COMPONENT = "engine-build"
@@ -80,16 +86,26 @@ VOLUME_TOKENIZER = f"""mkdir -p "$work/{layout.TOKENIZER_SUBDIR}"
 find "$MODEL_SOURCE_DIR" -maxdepth 1 -type f \\( -name '*.json' ! -name '*.index.json' -o -name tokenizer.model \\) \\
   -exec cp {{}} "$work/{layout.TOKENIZER_SUBDIR}/" \\;
 """
+# How the calibration set arrives in "$calibration" (spec.engine.calibrationDataset), by source,
+# as the weights do: a hub dataset repo downloaded, a claim's directory or an s3:// download read in
+# place. Unset (no calibrating build, or hf:// weights and quantize.py's default from the hub), the
+# build passes no --calib_dataset.
+CALIBRATION_SUBDIR = "calibration"
+HUB_CALIBRATION = f"""huggingface-cli download "$CALIBRATION_REPO_ID" --repo-type dataset --local-dir "$work/{CALIBRATION_SUBDIR}"
+calibration="$work/{CALIBRATION_SUBDIR}"
+"""
+VOLUME_CALIBRATION = """calibration="$CALIBRATION_SOURCE_DIR"
+"""
 # The engine runtime: quantize.py and trtllm-build. The timing cache goes to the work directory
 # because the working directory is read-only.
 ENGINE_BUILD = f"""python3 "$QUANTIZE_SCRIPT" --model_dir "$weights" --dtype "$DTYPE" --qformat "$QFORMAT" \\
-  ${{KV_CACHE_DTYPE:+--kv_cache_dtype "$KV_CACHE_DTYPE"}} \\
+  ${{KV_CACHE_DTYPE:+--kv_cache_dtype "$KV_CACHE_DTYPE"}} ${{calibration:+--calib_dataset "$calibration"}} \\
   --tp_size "$TP_SIZE" --pp_size "$PP_SIZE" --output_dir "$work/checkpoint"
 trtllm-build --checkpoint_dir "$work/checkpoint" --output_dir "$work/{layout.ENGINE_SUBDIR}" \\
   --max_batch_size "$MAX_BATCH_SIZE" --max_input_len "$MAX_INPUT_LEN" --max_seq_len "$MAX_SEQ_LEN" \\
   --max_num_tokens "$MAX_NUM_TOKENS" --kv_cache_type paged --use_paged_context_fmha enable \\
   --gemm_plugin auto --output_timing_cache "$work/timing.cache"
-rm -rf "$work/weights" "$work/checkpoint" "$work/timing.cache"
+rm -rf "$work/weights" "$work/{CALIBRATION_SUBDIR}" "$work/checkpoint" "$work/timing.cache"
 """
 # The LLM-API runtime: the checkpoint as published (or as on the claim), loaded as is by the
 # PyTorch backend.
@@ -102,18 +118,34 @@ cp -R "$MODEL_SOURCE_DIR/." "$work/{layout.CHECKPOINT_SUBDIR}/"
 MODEL_SOURCE_VOLUME = "model-source"
 MODEL_SOURCE_PATH = "/model-source"
 DOWNLOAD_CONTAINER = "download"
-# Runs in the object-store client's image before the Job's main container: an s3:// source is
-# synced into the model-source emptyDir, then read like a checkpoint on a claim. Skipped when
-# the cache entry is complete, where the main container does nothing either.
-OBJECT_STORE_DOWNLOAD = f"""set -eu
+# The calibration set's volume (its claim, or the emptyDir its s3:// prefix is synced into) and
+# that download's init container.
+CALIBRATION_SOURCE_VOLUME = "calibration-source"
+CALIBRATION_SOURCE_PATH = "/calibration-source"
+CALIBRATION_DOWNLOAD_CONTAINER = "download-calibration"
+# The weights' download leaves out Meta's own-format copy in the Llama repos (unused here).
+WEIGHTS_SYNC_EXCLUDE = "original/*"
+
+
+def object_store_download(variable: str, exclude: str | None = None) -> str:
+    """The script of an init container in the object-store client's image, before the Job's main
+    container: the s3:// prefix in $<variable>_URI is synced into $<variable>_DIR (an emptyDir),
+    then read like a directory on a claim. Skipped when the cache entry is complete, where the main
+    container does nothing either."""
+    skip = "" if exclude is None else f" --exclude '{exclude}'"
+    return f"""set -eu
 if [ -f "$ENGINE_CACHE_DIR/$ENGINE_CACHE_KEY/{layout.BUILD_COMPLETE_MARKER}" ]; then
   echo "$ENGINE_CACHE_KEY is already in the cache; nothing to download"
   exit 0
 fi
-aws s3 sync "$MODEL_SOURCE_URI" "$MODEL_SOURCE_DIR" --exclude 'original/*' --only-show-errors \\
+aws s3 sync "${variable}_URI" "${variable}_DIR"{skip} --only-show-errors \\
   ${{S3_ENDPOINT_URL:+--endpoint-url "$S3_ENDPOINT_URL"}}
-echo "downloaded $MODEL_SOURCE_URI"
+echo "downloaded ${variable}_URI"
 """
+
+
+OBJECT_STORE_DOWNLOAD = object_store_download("MODEL_SOURCE", WEIGHTS_SYNC_EXCLUDE)
+CALIBRATION_DOWNLOAD = object_store_download("CALIBRATION_SOURCE")
 
 
 def publish_script(produce: str) -> str:
@@ -193,16 +225,19 @@ def _source_env(deployment: LLMDeployment) -> dict[str, str]:
     return {} if claim is None else {"MODEL_SOURCE_DIR": f"{MODEL_SOURCE_PATH}/{claim[1]}"}
 
 
-def _download_container(deployment: LLMDeployment, key: str, settings: RenderSettings) -> dict[str, Any]:
-    """Init container: sync an s3:// source into the model-source volume with the AWS CLI,
-    authenticated by the credentials file from secretRef (else the client's default chain)."""
+def _download_container(deployment: LLMDeployment, key: str, settings: RenderSettings, *, name: str = DOWNLOAD_CONTAINER,
+                        variable: str = "MODEL_SOURCE", uri: str | None = None, volume: str = MODEL_SOURCE_VOLUME,
+                        path: str = MODEL_SOURCE_PATH, script: str = OBJECT_STORE_DOWNLOAD) -> dict[str, Any]:
+    """Init container: sync an s3:// prefix (the weights, or the calibration set) into its volume
+    with the AWS CLI, authenticated by the credentials file from secretRef (else the client's
+    default chain), at spec.model.objectStore's endpoint and region."""
     model = deployment.spec.model
     options = model.object_store
     env = {
         "ENGINE_CACHE_DIR": layout.ENGINE_CACHE_PATH,
         "ENGINE_CACHE_KEY": key,
-        "MODEL_SOURCE_URI": model.source,
-        "MODEL_SOURCE_DIR": MODEL_SOURCE_PATH,
+        f"{variable}_URI": model.source if uri is None else uri,
+        f"{variable}_DIR": path,
         **({"S3_ENDPOINT_URL": options.endpoint_url} if options and options.endpoint_url else {}),
         **({"AWS_DEFAULT_REGION": options.region} if options and options.region else {}),
         **({"AWS_SHARED_CREDENTIALS_FILE": f"{layout.MODEL_TOKEN_PATH}/{layout.OBJECT_STORE_CREDENTIALS_FILE}"}
@@ -210,18 +245,72 @@ def _download_container(deployment: LLMDeployment, key: str, settings: RenderSet
     }
     token_mounts = _token_volume(deployment)[1]
     return {
-        "name": DOWNLOAD_CONTAINER,
+        "name": name,
         "image": settings.object_store_client_image,
-        "command": [load_client_record().shell, "-c", OBJECT_STORE_DOWNLOAD],
+        "command": [load_client_record().shell, "-c", script],
         "env": pod.writable_home_env() + _env(env),
         "resources": {"requests": {"cpu": str(PREPARE_CPU), "memory": f"{PREPARE_MEMORY_GIB}Gi"}},
         "volumeMounts": [pod.engine_cache_mount(read_only=True), pod.tmp_mount(), *token_mounts,
-                         {"name": MODEL_SOURCE_VOLUME, "mountPath": MODEL_SOURCE_PATH}],
+                         {"name": volume, "mountPath": path}],
         **pod.container_defaults(),
     }
 
 
-def _build_container(deployment: LLMDeployment, plan: Plan, key: str) -> dict[str, Any]:
+def calibration_dataset(deployment: LLMDeployment, plan: Plan, release: ReleaseRecord) -> str | None:
+    """The calibration set the build passes to quantize.py (spec.engine.calibrationDataset); None
+    when the build calibrates nothing, or with hf:// weights and no set, where quantize.py
+    downloads its default from the hub as it always did. A calibrating build whose weights come
+    from elsewhere and that names no set is refused: that cluster may have no hub egress."""
+    if not build_calibrates(deployment.spec, plan):
+        return None
+    dataset = deployment.spec.engine.calibration_dataset
+    source = deployment.spec.model.source
+    if dataset is not None or hub_repo_id(source) is not None:
+        return dataset
+    if source is None:
+        raise RenderError(SOURCE_REQUIRED_MESSAGE)
+    raise RenderError(_no_calibration_set(plan, release, source))
+
+
+def _no_calibration_set(plan: Plan, release: ReleaseRecord, source: str) -> str:
+    catalog = load_catalog()
+    calibration = release.calibration
+    assert calibration is not None  # build_calibrates: only a release that runs quantize.py calibrates
+    qformat = catalog.quantization(plan.quantization).qformat
+    kv_flag = catalog.kv_cache_dtype(plan.kv_cache_dtype).kv_cache_dtype_flag
+    calibrated = ([f"{plan.quantization} weights (--qformat {qformat})"] if calibration.calibrates(qformat, None) else []) + (
+        [f"its {plan.kv_cache_dtype} KV cache (--kv_cache_dtype {kv_flag})"] if kv_flag else [])
+    plain = [name for name in release.support.quantizations
+             if not calibration.calibrates(catalog.quantization(name).qformat, None)]
+    plain_kv = [name for name in release.support.kv_cache_dtypes if not catalog.kv_cache_dtype(name).kv_cache_dtype_flag]
+    return (f"the plan's engine build quantises {' and '.join(calibrated)}, which {release.release}'s quantize.py "
+            f"calibrates on a dataset run through the model; without {calibration.flag} it downloads "
+            f"{calibration.default} from the Hugging Face hub at build time, and a cluster whose weights come "
+            f"from {source} may have no hub egress. Set {CALIBRATION_DATASET_FIELD} to {CALIBRATION_DATASET_SOURCES}, "
+            f"a directory holding {CALIBRATION_DATASET_FORMAT}; or leave the planner only formats that need no "
+            f"calibration ({', '.join(plain)} with a {' or '.join(plain_kv)} KV cache) in "
+            "spec.slo.quality.allowedQuantizations and spec.resources.allowedKvCacheDtypes")
+
+
+def _calibration_env(dataset: str | None) -> dict[str, str]:
+    """Where the calibration set is for the script: its hub repo, its claim's directory, or the
+    downloaded prefix."""
+    repo = hub_dataset_id(dataset)
+    if repo is not None:
+        return {"CALIBRATION_REPO_ID": repo}
+    if in_object_store(dataset):
+        return {"CALIBRATION_SOURCE_DIR": CALIBRATION_SOURCE_PATH}
+    claim = volume_source(dataset)
+    return {} if claim is None else {"CALIBRATION_SOURCE_DIR": f"{CALIBRATION_SOURCE_PATH}/{claim[1]}"}
+
+
+def _calibration_script(dataset: str | None) -> str:
+    if dataset is None:
+        return ""
+    return HUB_CALIBRATION if hub_dataset_id(dataset) is not None else VOLUME_CALIBRATION
+
+
+def _build_container(deployment: LLMDeployment, plan: Plan, key: str, dataset: str | None) -> dict[str, Any]:
     catalog = load_catalog()
     spec = deployment.spec
     on_volume = _has_local_source(deployment)
@@ -233,6 +322,7 @@ def _build_container(deployment: LLMDeployment, plan: Plan, key: str) -> dict[st
         **({} if weights is None else {"MODEL_REPO_ID": weights}),
         **_source_env(deployment),
         **({} if tokenizer is None else {"TOKENIZER_REPO_ID": tokenizer}),
+        **_calibration_env(dataset),
         "QUANTIZE_SCRIPT": f"{UPSTREAM_CODE_PATH}/{QUANTIZE_SCRIPT.rsplit('/', 1)[1]}",
         # Unquantised parts keep the precision the plan names (FP16 only when asked for).
         "DTYPE": "float16" if plan.quantization == "FP16" else "bfloat16",
@@ -247,7 +337,8 @@ def _build_container(deployment: LLMDeployment, plan: Plan, key: str) -> dict[st
         **_token_env(deployment),
     }
     script = publish_script((VOLUME_WEIGHTS if on_volume else HUB_WEIGHTS)
-                            + (VOLUME_TOKENIZER if tokenizer is None else HUB_TOKENIZER) + ENGINE_BUILD)
+                            + (VOLUME_TOKENIZER if tokenizer is None else HUB_TOKENIZER)
+                            + _calibration_script(dataset) + ENGINE_BUILD)
     return {"command": ["/bin/bash", "-c", script], "env": pod.writable_home_env() + _env(env)}
 
 
@@ -278,6 +369,19 @@ def _source_volume(deployment: LLMDeployment) -> tuple[list[dict[str, Any]], lis
     return [volume], [{"name": MODEL_SOURCE_VOLUME, "mountPath": MODEL_SOURCE_PATH, "readOnly": True}]
 
 
+def _calibration_volume(dataset: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, main container's read-only mounts) for the calibration set: a pvc:// set's claim,
+    or the emptyDir an s3:// set is downloaded into; none for a hub dataset or none at all."""
+    claim = volume_source(dataset)
+    if claim is not None:
+        volume = {"name": CALIBRATION_SOURCE_VOLUME, "persistentVolumeClaim": {"claimName": claim[0], "readOnly": True}}
+    elif in_object_store(dataset):
+        volume = {"name": CALIBRATION_SOURCE_VOLUME, "emptyDir": {}}
+    else:
+        return [], []
+    return [volume], [{"name": CALIBRATION_SOURCE_VOLUME, "mountPath": CALIBRATION_SOURCE_PATH, "readOnly": True}]
+
+
 def _token_volume(deployment: LLMDeployment) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(volumes, mounts) for the hub token Secret, mounted as a file; none without secretRef."""
     ref = deployment.spec.model.secret_ref
@@ -300,20 +404,27 @@ def engine_build_job(deployment: LLMDeployment, plan: Plan, key: str, metadata: 
     builds = release.runtime == Runtime.ENGINE.value
     gpus = pod.gpus_per_replica(plan) if builds else 0
     downloads = in_object_store(deployment.spec.model.source)
+    dataset = calibration_dataset(deployment, plan, release) if builds else None
     token_volumes, token_mounts = _token_volume(deployment)
     source_volumes, source_mounts = _source_volume(deployment)
+    calibration_volumes, calibration_mounts = _calibration_volume(dataset)
     init_containers = ([_upstream_code(release, settings)] if builds else []) + (
-        [_download_container(deployment, key, settings)] if downloads else [])
+        [_download_container(deployment, key, settings)] if downloads else []) + (
+        [_download_container(deployment, key, settings, name=CALIBRATION_DOWNLOAD_CONTAINER,
+                             variable="CALIBRATION_SOURCE", uri=dataset, volume=CALIBRATION_SOURCE_VOLUME,
+                             path=CALIBRATION_SOURCE_PATH, script=CALIBRATION_DOWNLOAD)]
+        if in_object_store(dataset) else [])
     requests = ({"cpu": str(CPU_PER_GPU * gpus), "memory": f"{MEMORY_PER_GPU_GIB * gpus}Gi",
                  GPU_RESOURCE: str(gpus)} if builds else
                 {"cpu": str(PREPARE_CPU), "memory": f"{PREPARE_MEMORY_GIB}Gi"})
     job_container = {
         "name": CONTAINER if builds else PREPARE_CONTAINER,
         "image": serving_image(deployment.spec),
-        **(_build_container(deployment, plan, key) if builds else _prepare_container(deployment, plan, key, release)),
+        **(_build_container(deployment, plan, key, dataset) if builds
+           else _prepare_container(deployment, plan, key, release)),
         "resources": {"requests": requests, **({"limits": {GPU_RESOURCE: str(gpus)}} if builds else {})},
         "volumeMounts": [pod.engine_cache_mount(read_only=False), pod.tmp_mount(),
-                         *([] if downloads else token_mounts), *source_mounts,
+                         *([] if downloads else token_mounts), *source_mounts, *calibration_mounts,
                          *([{"name": UPSTREAM_CODE_VOLUME, "mountPath": UPSTREAM_CODE_PATH, "readOnly": True}]
                            if builds else [])],
         **pod.container_defaults(),
@@ -334,7 +445,7 @@ def engine_build_job(deployment: LLMDeployment, plan: Plan, key: str, metadata: 
                     **({"initContainers": init_containers} if init_containers else {}),
                     "containers": [job_container],
                     "volumes": [pod.engine_cache_volume(settings, read_only=False), pod.tmp_volume(),
-                                *token_volumes, *source_volumes,
+                                *token_volumes, *source_volumes, *calibration_volumes,
                                 *([{"name": UPSTREAM_CODE_VOLUME, "emptyDir": {}}] if builds else [])],
                 },
             },

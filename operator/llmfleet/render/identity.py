@@ -153,10 +153,22 @@ def prefix_reuse_enabled(spec: LLMDeploymentSpec) -> bool:
     return (spec.workload.prefix_sharing_fraction or 0.0) > 0.0
 
 
+def build_calibrates(spec: LLMDeploymentSpec, plan: Plan) -> bool:
+    """Whether the plan's build runs a calibration set through the model (the release record's
+    quantize.calibration: the quantised formats and any quantised KV cache; never llmapi)."""
+    catalog = load_catalog()
+    release = release_for(spec.engine.runtime.value, spec.engine.image)
+    return release.calibrates(catalog.quantization(plan.quantization).qformat,
+                              catalog.kv_cache_dtype(plan.kv_cache_dtype).kv_cache_dtype_flag)
+
+
 def _engine_build_inputs(spec: LLMDeploymentSpec, plan: Plan) -> dict[str, Any]:
     require_feasible(plan)
-    # The resolved image: omitting spec.engine.image or naming the pinned one is one engine.
-    engine = {**spec.engine.model_dump(mode="json"), "image": serving_image(spec)}
+    # The resolved image: omitting spec.engine.image or naming the pinned one is one engine. The
+    # calibration set counts only where the build reads it (below), so that its addition to the
+    # API left every existing key as it was and a BF16 build ignores it.
+    engine = {**spec.engine.model_dump(mode="json", exclude={"calibration_dataset"}), "image": serving_image(spec)}
+    calibration = spec.engine.calibration_dataset if build_calibrates(spec, plan) else None
     # Weights and tokenizer identity; the token reference does not change the engine. The
     # object store's endpoint counts only when set, so that its addition to the API left every
     # existing key (and engine) as it was.
@@ -174,6 +186,7 @@ def _engine_build_inputs(spec: LLMDeploymentSpec, plan: Plan) -> dict[str, Any]:
         **({"attentionDataParallel": True} if plan.attention_data_parallel else {}),
         "quantization": plan.quantization,
         "kvCacheDtype": plan.kv_cache_dtype,
+        **({"calibrationDataset": calibration} if calibration is not None else {}),
     }
 
 

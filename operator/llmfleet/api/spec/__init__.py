@@ -7,7 +7,7 @@ into a plan (GPU type, tensor parallelism, quantisation, KV dtype, replicas).
 from llmfleet.api.spec.architecture import LatentAttention, LocalAttention, ModelArchitecture
 from llmfleet.api.spec.autoscaling import AutoscalingSpec
 from llmfleet.api.spec.deployment import LLMDeploymentSpec
-from llmfleet.api.spec.engine import EngineSpec
+from llmfleet.api.spec.engine import CALIBRATION_DATASET_FIELD, CALIBRATION_DATASET_SOURCES, EngineSpec
 from llmfleet.api.spec.model import (
     HTTP_ENDPOINT_PATTERN,
     HUGGING_FACE_SCHEME,
@@ -22,6 +22,7 @@ from llmfleet.api.spec.model import (
     ModelSpec,
     ObjectStoreOptions,
     SecretKeyReference,
+    hub_dataset_id,
     hub_repo_id,
     in_object_store,
     volume_source,
@@ -56,6 +57,8 @@ from llmfleet.api.spec.routing import GatewayParentReference, HttpRouteSpec, Inf
 
 __all__ = [
     "AnalysisStep",
+    "CALIBRATION_DATASET_FIELD",
+    "CALIBRATION_DATASET_SOURCES",
     "AutoscalingSpec",
     "ConfigMapKeyReference",
     "EngineSpec",
@@ -98,6 +101,7 @@ __all__ = [
     "WEIGHTS_SOURCE_MESSAGE",
     "WEIGHTS_SOURCE_PATTERN",
     "WorkloadSpec",
+    "hub_dataset_id",
     "hub_repo_id",
     "in_object_store",
     "volume_source",

@@ -7,8 +7,8 @@ from pydantic import Field
 
 from llmfleet.api.base import ApiModel, CelRule, defaulted_model_field
 from llmfleet.api.spec.autoscaling import AutoscalingSpec
-from llmfleet.api.spec.engine import EngineSpec
-from llmfleet.api.spec.model import ModelSpec
+from llmfleet.api.spec.engine import CALIBRATION_DATASET_FIELD, EngineSpec
+from llmfleet.api.spec.model import OBJECT_STORE_SCHEME, ModelSpec, in_object_store
 from llmfleet.api.spec.network_policy import NetworkPolicySpec
 from llmfleet.api.spec.planning import PlanOverrides, ResourcesSpec, SloSpec, WorkloadSpec
 from llmfleet.api.spec.rollout import RolloutSpec
@@ -115,5 +115,16 @@ class LLMDeploymentSpec(ApiModel):
             holds=lambda s: s.engine.max_seq_len
             >= s.workload.input_tokens_p99 + s.workload.output_tokens_p99,
             field_path=".engine.maxSeqLen",
+        ),
+        CelRule(
+            rule=f"!has(self.engine.calibrationDataset) || "
+            f"!self.engine.calibrationDataset.startsWith('{OBJECT_STORE_SCHEME}') || "
+            f"has(self.model.source) && self.model.source.startsWith('{OBJECT_STORE_SCHEME}')",
+            message=f"{CALIBRATION_DATASET_FIELD}: an {OBJECT_STORE_SCHEME} calibration set is synced with the "
+            "weights' object store settings and credentials (spec.model.objectStore, secretRef), so "
+            f"spec.model.source must be {OBJECT_STORE_SCHEME} too; put the set in that store, on a claim "
+            "(pvc://) or in a hub dataset repo (hf://datasets/)",
+            holds=lambda s: not in_object_store(s.engine.calibration_dataset) or in_object_store(s.model.source),
+            field_path=".engine.calibrationDataset",
         ),
     )

@@ -25,9 +25,10 @@ OBJECT_STORE_SCHEME = "s3://"
 # Where weights can come from: a Hugging Face hub repo, a directory on a PersistentVolumeClaim
 # of the deployment's namespace, or a prefix in an S3 bucket (AWS or any S3-compatible store;
 # bucket names follow S3's rules: 3-63 lower-case letters, digits, dots and hyphens).
-WEIGHTS_SOURCE_PATTERN = (r"^(hf://[A-Za-z0-9][-A-Za-z0-9_.]*/[-A-Za-z0-9_.]+"
-                          r"|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+"
-                          r"|s3://[a-z0-9][-a-z0-9.]{1,61}[a-z0-9](/.*)?)$")
+HUB_REPO_PATTERN = r"[A-Za-z0-9][-A-Za-z0-9_.]*/[-A-Za-z0-9_.]+"
+VOLUME_URI_PATTERN = r"pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+"
+OBJECT_STORE_URI_PATTERN = r"s3://[a-z0-9][-a-z0-9.]{1,61}[a-z0-9](/.*)?"
+WEIGHTS_SOURCE_PATTERN = f"^(hf://{HUB_REPO_PATTERN}|{VOLUME_URI_PATTERN}|{OBJECT_STORE_URI_PATTERN})$"
 WEIGHTS_SOURCES = ("hf://<org>/<repo> (a Hugging Face hub repo), pvc://<claim>/<path> (a checkpoint "
                    "directory on a PersistentVolumeClaim in the namespace) or s3://<bucket>/<prefix> (a "
                    "checkpoint directory in an S3-compatible object store)")
@@ -38,6 +39,14 @@ SOURCE_REQUIRED_MESSAGE = f"spec.model.source is required to serve: {WEIGHTS_SOU
 def hub_repo_id(uri: str | None) -> str | None:
     """The Hugging Face hub repo id of an hf://<org>/<repo> URI; None for any other URI or none."""
     return uri.removeprefix(HUGGING_FACE_SCHEME) if uri and uri.startswith(HUGGING_FACE_SCHEME) else None
+
+
+HUB_DATASET_PREFIX = f"{HUGGING_FACE_SCHEME}datasets/"
+
+
+def hub_dataset_id(uri: str | None) -> str | None:
+    """The Hugging Face hub dataset repo id of an hf://datasets/<org>/<name> URI; None otherwise."""
+    return uri.removeprefix(HUB_DATASET_PREFIX) if uri and uri.startswith(HUB_DATASET_PREFIX) else None
 
 
 def volume_source(uri: str | None) -> tuple[str, str] | None:
