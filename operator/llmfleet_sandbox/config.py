@@ -172,6 +172,12 @@ class SandboxConfig:
         return f"prometheus.sandbox-{self.instance}.llmfleet"
 
     @property
+    def cluster_dns_ip(self) -> str:
+        """Where the cluster's DNS answers (port 53), on the bridge's gateway: the kubelet's
+        --cluster-dns, the nameserver of every pod's resolv.conf."""
+        return self.network.gateway_ip
+
+    @property
     def object_store_url(self) -> str:
         """The S3 endpoint, on the bridge's gateway: the host and pods reach it there."""
         return f"http://{self.network.gateway_ip}:{self.ports.object_store}"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from llmfleet_sandbox import certs, controlplane, network, objectstore, prometheus
+from llmfleet_sandbox import certs, clusterdns, controlplane, network, objectstore, prometheus
 from llmfleet_sandbox.config import (
     CLUSTER_DOMAIN,
     PROMETHEUS_USERNAME,
@@ -25,7 +25,8 @@ from llmfleet_sandbox.processes import ProcessTable
 
 # Start order; `down` stops in reverse so pods end before the apiserver does.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-              "node-agent", "service-proxy", "pod-discovery", "volume-provisioner", "prometheus", "object-store")
+              "cluster-dns", "node-agent", "service-proxy", "pod-discovery", "volume-provisioner", "prometheus",
+              "object-store")
 NODE_AGENT_STOP_SECONDS = 60
 DEMO_MANIFEST = controlplane.REPO_ROOT / "examples" / "sandbox-chat.yaml"
 # The load the demo's instructions print (benchmarks/bench_routing.py drives the same): a step
@@ -129,6 +130,8 @@ def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     python_components = {
+        "cluster-dns": ["llmfleet_sandbox.clusterdns", "--kubeconfig", str(config.admin_kubeconfig),
+                        "--address", config.cluster_dns_ip],
         "node-agent": ["llmfleet_sandbox.agent", "--settings", str(config.settings_file)],
         "service-proxy": ["llmfleet_sandbox.serviceproxy", "--kubeconfig", str(config.admin_kubeconfig),
                           "--scheduler", config.service_proxy_scheduler],
@@ -146,6 +149,8 @@ def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
         table.start("object-store", objectstore.argv(config, objectstore.ensure_environment()),
                     env=objectstore.server_env())
     _wait_for_nodes(config, bin_dir, timeout_seconds=60)
+    clusterdns.wait_until_serving(config.cluster_dns_ip, f"kubernetes.default.svc.{CLUSTER_DOMAIN}",
+                                  config.network.kubernetes_service_ip, timeout_seconds=30)
     if "kube-apiserver" in wanted:
         progress("installing the Gateway API, InferencePool, PodMonitor and PrometheusRule CRDs")
         _run([str(bin_dir / "kubectl"), "--kubeconfig", str(config.admin_kubeconfig), "apply", "--server-side",
@@ -162,6 +167,7 @@ def ports_in_use(config: SandboxConfig) -> list[str]:
     ports = config.ports
     wanted = [("127.0.0.1", ports.etcd_client), ("127.0.0.1", ports.etcd_peer),
               ("127.0.0.1", ports.controller_manager), ("127.0.0.1", ports.scheduler),
+              (config.cluster_dns_ip, clusterdns.DNS_PORT),
               (config.prometheus_ip, ports.prometheus), ("127.0.0.1", ports.pod_discovery),
               (config.network.gateway_ip, ports.object_store),
               (config.network.gateway_ip, ports.apiserver)]
@@ -263,6 +269,7 @@ def status(config: SandboxConfig) -> tuple[bool, str]:
             f"{'object store (S3)':24} {config.object_store_url}, credentials "
             f"{config.object_store_credentials_file}",
             f"{'services':24} http://<clusterIP>:<port> from the host and from pods",
+            f"{'cluster DNS':24} {config.cluster_dns_ip}:53, zone {CLUSTER_DOMAIN} (every pod's nameserver)",
             f"{'pod logs':24} {config.pods_dir}/<namespace>_<pod>_<uid8>/logs/<container>.log",
             f"{'audit log':24} {controlplane.audit_log(config)} (writes and lists of llmfleet's kinds)",
             f"{'state':24} {config.state_dir}",
