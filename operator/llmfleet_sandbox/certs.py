@@ -32,7 +32,9 @@ class ClientIdentity:
 ADMIN = ClientIdentity("admin", "llmfleet-sandbox-admin", "system:masters")
 CONTROLLER_MANAGER = ClientIdentity("controller-manager", "system:kube-controller-manager")
 SCHEDULER = ClientIdentity("scheduler", "system:kube-scheduler")
-CLIENT_IDENTITIES = (ADMIN, CONTROLLER_MANAGER, SCHEDULER)
+# The LeaderWorkerSet controller, bound to its upstream ClusterRoles (`leaderworkerset`).
+LWS_CONTROLLER_MANAGER = ClientIdentity("lws-controller-manager", "lws-controller-manager")
+CLIENT_IDENTITIES = (ADMIN, CONTROLLER_MANAGER, SCHEDULER, LWS_CONTROLLER_MANAGER)
 
 
 def _write_key(path: Path, key) -> None:
@@ -90,10 +92,13 @@ def generate_pki(pki_dir: Path, serving_ips: list[str], serving_dns: list[str]) 
     """Write ca, apiserver serving, client and service-account keys into pki_dir.
 
     Existing material is kept so that kubeconfigs handed out earlier stay valid
-    across `down`/`up`.
+    across `down`/`up`; a client identity added since gets its certificate from that CA.
     """
     pki_dir.mkdir(parents=True, exist_ok=True)
     if (pki_dir / "ca.crt").exists() and (pki_dir / "sa.key").exists():
+        ca_key = serialization.load_pem_private_key((pki_dir / "ca.key").read_bytes(), password=None)
+        ca_name = x509.load_pem_x509_certificate((pki_dir / "ca.crt").read_bytes()).subject
+        _issue_client_certificates(pki_dir, ca_name, ca_key)
         return
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = _name("llmfleet-sandbox-ca")
@@ -111,14 +116,7 @@ def generate_pki(pki_dir: Path, serving_ips: list[str], serving_dns: list[str]) 
     _write_key(pki_dir / "apiserver.key", serving_key)
     _write_cert(pki_dir / "apiserver.crt", serving_cert)
 
-    for identity in CLIENT_IDENTITIES:
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert = _issue(
-            _name(identity.common_name, identity.organization), key.public_key(), ca_name, ca_key,
-            is_ca=False, usages=[ExtendedKeyUsageOID.CLIENT_AUTH],
-        )
-        _write_key(pki_dir / f"{identity.file_stem}.key", key)
-        _write_cert(pki_dir / f"{identity.file_stem}.crt", cert)
+    _issue_client_certificates(pki_dir, ca_name, ca_key)
 
     # Service-account tokens are signed with RSA, which every consumer accepts.
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -128,6 +126,20 @@ def generate_pki(pki_dir: Path, serving_ips: list[str], serving_dns: list[str]) 
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
+
+
+def _issue_client_certificates(pki_dir: Path, ca_name: x509.Name, ca_key) -> None:
+    """A certificate for each client identity that has none yet."""
+    for identity in CLIENT_IDENTITIES:
+        if (pki_dir / f"{identity.file_stem}.crt").exists():
+            continue
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = _issue(
+            _name(identity.common_name, identity.organization), key.public_key(), ca_name, ca_key,
+            is_ca=False, usages=[ExtendedKeyUsageOID.CLIENT_AUTH],
+        )
+        _write_key(pki_dir / f"{identity.file_stem}.key", key)
+        _write_cert(pki_dir / f"{identity.file_stem}.crt", cert)
 
 
 def issue_serving_certificate(pki_dir: Path, stem: Path, common_name: str, ips: list[str],

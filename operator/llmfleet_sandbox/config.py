@@ -77,6 +77,10 @@ class Ports:
     prometheus: int = 19090
     pod_discovery: int = 19091
     object_store: int = 19000
+    # The LeaderWorkerSet controller's webhook server, metrics and health probes (loopback).
+    lws_webhook: int = 19443
+    lws_metrics: int = 18443
+    lws_health: int = 18081
 
     @classmethod
     def for_instance(cls, instance: int) -> "Ports":
@@ -213,6 +217,8 @@ class SandboxConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "SandboxConfig":
-        return cls(**{**data, "state_dir": Path(data["state_dir"]), "ports": Ports(**data["ports"])
-                      if data.get("ports") else None,
+        # Ports added since the sandbox was started take the instance's defaults.
+        ports = ({**asdict(Ports.for_instance(data.get("instance", 0))), **data["ports"]}
+                 if data.get("ports") else None)
+        return cls(**{**data, "state_dir": Path(data["state_dir"]), "ports": Ports(**ports) if ports else None,
                       "extra_node_pools": tuple(tuple(pool) for pool in data.get("extra_node_pools") or ())})

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from llmfleet_sandbox import certs, clusterdns, controlplane, network, objectstore, prometheus
+from llmfleet_sandbox import certs, clusterdns, controlplane, leaderworkerset, network, objectstore, prometheus
 from llmfleet_sandbox.config import (
     CLUSTER_DOMAIN,
     PROMETHEUS_USERNAME,
@@ -24,7 +24,7 @@ from llmfleet_sandbox.config import (
 from llmfleet_sandbox.processes import ProcessTable
 
 # Start order; `down` stops in reverse so pods end before the apiserver does.
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "lws-controller-manager",
               "cluster-dns", "node-agent", "service-proxy", "pod-discovery", "volume-provisioner", "prometheus",
               "object-store")
 NODE_AGENT_STOP_SECONDS = 60
@@ -82,8 +82,11 @@ def up(config: SandboxConfig) -> SandboxConfig:
         config = configured(config.state_dir)
         missing = [name for name in COMPONENTS if name not in running]
         progress(f"partly running; starting {', '.join(missing)}")
-        bin_dir = Path(load_settings(config)["binDir"])
-        _start_components(config, process_table(config), bin_dir, set(missing))
+        settings = load_settings(config)
+        bin_dir = Path(settings["binDir"])
+        # A sandbox started before the LeaderWorkerSet controller was part of it builds it now.
+        lws_dir = Path(settings["lwsDir"]) if settings.get("lwsDir") else leaderworkerset.ensure_build()
+        _start_components(config, process_table(config), bin_dir, lws_dir, set(missing))
         return config
     stop_everything(config, quiet=True)
     busy = ports_in_use(config)
@@ -96,6 +99,8 @@ def up(config: SandboxConfig) -> SandboxConfig:
     progress("building or reusing the control-plane binaries")
     bin_dir = controlplane.ensure_binaries()
     kubernetes_version = _binary_version(bin_dir)
+    progress("building or reusing the LeaderWorkerSet controller")
+    lws_dir = leaderworkerset.ensure_build()
     config.state_dir.mkdir(parents=True, exist_ok=True)
     network.setup_host_network(config.network, str(config.state_dir))
     certs.generate_pki(
@@ -109,9 +114,10 @@ def up(config: SandboxConfig) -> SandboxConfig:
                                config.apiserver_url, config.pki_dir, identity)
     config.settings_file.write_text(json.dumps({
         "config": config.to_dict(), "kubernetesVersion": kubernetes_version,
-        "binDir": str(bin_dir)}, indent=2))
+        "binDir": str(bin_dir), "lwsDir": str(lws_dir), "lwsVersion": leaderworkerset.version(lws_dir)},
+        indent=2))
     try:
-        _start_components(config, process_table(config), bin_dir, set(COMPONENTS))
+        _start_components(config, process_table(config), bin_dir, lws_dir, set(COMPONENTS))
     except Exception:
         progress(f"start failed; logs are in {config.logs_dir}; stopping what was started")
         stop_everything(config, quiet=True)
@@ -122,7 +128,7 @@ def up(config: SandboxConfig) -> SandboxConfig:
     return config
 
 
-def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
+def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path, lws_dir: Path,
                       wanted: set[str]) -> None:
     """Start the wanted components in dependency order, each once it can work."""
     # Here, not at the top: it loads the kubernetes client, which status and down do not need.
@@ -140,6 +146,7 @@ def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
         "volume-provisioner": ["llmfleet_sandbox.provisioner", "--settings", str(config.settings_file)],
     }
     _start_control_plane(config, table, bin_dir, wanted)
+    _start_leaderworkerset(config, table, bin_dir, lws_dir, wanted)
     for name, module_args in python_components.items():
         if name in wanted:
             table.start(name, [sys.executable, "-m", *module_args], env=env)
@@ -167,6 +174,7 @@ def ports_in_use(config: SandboxConfig) -> list[str]:
     ports = config.ports
     wanted = [("127.0.0.1", ports.etcd_client), ("127.0.0.1", ports.etcd_peer),
               ("127.0.0.1", ports.controller_manager), ("127.0.0.1", ports.scheduler),
+              ("127.0.0.1", ports.lws_webhook), ("127.0.0.1", ports.lws_metrics), ("127.0.0.1", ports.lws_health),
               (config.cluster_dns_ip, clusterdns.DNS_PORT),
               (config.prometheus_ip, ports.prometheus), ("127.0.0.1", ports.pod_discovery),
               (config.network.gateway_ip, ports.object_store),
@@ -209,6 +217,20 @@ def _start_control_plane(config: SandboxConfig, table: ProcessTable, bin_dir: Pa
             table.start(name, argv)
         controlplane.wait_for_https_ok(f"https://127.0.0.1:{port}/healthz", config, 60, name,
                                        authenticated=False)
+
+
+def _start_leaderworkerset(config: SandboxConfig, table: ProcessTable, bin_dir: Path, lws_dir: Path,
+                           wanted: set[str]) -> None:
+    """The LeaderWorkerSet controller: its CRDs, RBAC and webhook configurations first."""
+    if "lws-controller-manager" not in wanted:
+        return
+    kubectl = [str(bin_dir / "kubectl"), "--kubeconfig", str(config.admin_kubeconfig)]
+    progress("installing the LeaderWorkerSet CRDs, RBAC and webhooks; starting lws-controller-manager")
+    leaderworkerset.install(kubectl, lws_dir, config)
+    table.start("lws-controller-manager", leaderworkerset.argv(lws_dir, config))
+    controlplane.wait_for_http_ok(f"http://127.0.0.1:{config.ports.lws_health}/healthz", 60,
+                                  "lws-controller-manager")
+    leaderworkerset.wait_until_serving(kubectl, timeout_seconds=60)
 
 
 def _wait_for_nodes(config: SandboxConfig, bin_dir: Path, timeout_seconds: float) -> None:
@@ -263,6 +285,7 @@ def status(config: SandboxConfig) -> tuple[bool, str]:
     if settings:
         lines += [
             f"{'kubernetes':24} {settings['kubernetesVersion']}",
+            f"{'leaderworkersets':24} sigs.k8s.io/lws {settings.get('lwsVersion', 'not installed')}",
             f"{'apiserver':24} {config.apiserver_url}",
             f"{'kubeconfig':24} {config.admin_kubeconfig}",
             f"{'prometheus':24} {config.prometheus_url}",
