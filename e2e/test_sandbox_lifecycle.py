@@ -109,7 +109,7 @@ def test_down_after_a_crash_leaves_no_process_and_frees_ports(sandbox):
     settings = json.loads((sandbox.state_dir / "sandbox.json").read_text())
     ports = settings["config"]["ports"]
     for name in ("etcd_client", "etcd_peer", "controller_manager", "scheduler", "prometheus",
-                 "pod_discovery"):
+                 "pod_discovery", "lws_webhook", "lws_metrics", "lws_health"):
         assert _port_free("127.0.0.1", ports[name]), name
     instance = settings["config"]["instance"]
     assert not list(Path("/run/netns").glob(f"llmf{instance}-*")) if Path("/run/netns").exists() else True

@@ -32,11 +32,13 @@ class ClientIdentity:
 ADMIN = ClientIdentity("admin", "llmfleet-sandbox-admin", "system:masters")
 CONTROLLER_MANAGER = ClientIdentity("controller-manager", "system:kube-controller-manager")
 SCHEDULER = ClientIdentity("scheduler", "system:kube-scheduler")
-CLIENT_IDENTITIES = (ADMIN, CONTROLLER_MANAGER, SCHEDULER)
 # The bearer-token proxy in front of Prometheus (llmfleet_sandbox.rbacproxy): a user of no group,
 # bound to system:auth-delegator for its token and access reviews, as kube-rbac-proxy's
-# ServiceAccount is. Issued on demand (`issue_client_certificate`), not by generate_pki.
+# ServiceAccount is.
 PROMETHEUS_PROXY = ClientIdentity("prometheus-proxy", "llmfleet-sandbox-prometheus-proxy")
+# The LeaderWorkerSet controller, bound to its upstream ClusterRoles (`leaderworkerset`).
+LWS_CONTROLLER_MANAGER = ClientIdentity("lws-controller-manager", "lws-controller-manager")
+CLIENT_IDENTITIES = (ADMIN, CONTROLLER_MANAGER, SCHEDULER, PROMETHEUS_PROXY, LWS_CONTROLLER_MANAGER)
 
 
 def _write_key(path: Path, key) -> None:
@@ -94,10 +96,12 @@ def generate_pki(pki_dir: Path, serving_ips: list[str], serving_dns: list[str]) 
     """Write ca, apiserver serving, client and service-account keys into pki_dir.
 
     Existing material is kept so that kubeconfigs handed out earlier stay valid
-    across `down`/`up`.
+    across `down`/`up`; a client identity added since gets its certificate from that CA.
     """
     pki_dir.mkdir(parents=True, exist_ok=True)
     if (pki_dir / "ca.crt").exists() and (pki_dir / "sa.key").exists():
+        for identity in CLIENT_IDENTITIES:
+            issue_client_certificate(pki_dir, identity)
         return
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = _name("llmfleet-sandbox-ca")
@@ -116,13 +120,7 @@ def generate_pki(pki_dir: Path, serving_ips: list[str], serving_dns: list[str]) 
     _write_cert(pki_dir / "apiserver.crt", serving_cert)
 
     for identity in CLIENT_IDENTITIES:
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert = _issue(
-            _name(identity.common_name, identity.organization), key.public_key(), ca_name, ca_key,
-            is_ca=False, usages=[ExtendedKeyUsageOID.CLIENT_AUTH],
-        )
-        _write_key(pki_dir / f"{identity.file_stem}.key", key)
-        _write_cert(pki_dir / f"{identity.file_stem}.crt", cert)
+        issue_client_certificate(pki_dir, identity)
 
     # Service-account tokens are signed with RSA, which every consumer accepts.
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)

@@ -79,6 +79,10 @@ class Ports:
     # Prometheus itself, on loopback, behind the bearer-token proxy (prometheus_auth "bearer").
     prometheus_upstream: int = 19092
     object_store: int = 19000
+    # The LeaderWorkerSet controller's webhook server, metrics and health probes (loopback).
+    lws_webhook: int = 19443
+    lws_metrics: int = 18443
+    lws_health: int = 18081
 
     @classmethod
     def for_instance(cls, instance: int) -> "Ports":
@@ -202,6 +206,12 @@ class SandboxConfig:
         return f"prometheus.sandbox-{self.instance}.llmfleet"
 
     @property
+    def cluster_dns_ip(self) -> str:
+        """Where the cluster's DNS answers (port 53), on the bridge's gateway: the kubelet's
+        --cluster-dns, the nameserver of every pod's resolv.conf."""
+        return self.network.gateway_ip
+
+    @property
     def object_store_url(self) -> str:
         """The S3 endpoint, on the bridge's gateway: the host and pods reach it there."""
         return f"http://{self.network.gateway_ip}:{self.ports.object_store}"
@@ -237,7 +247,7 @@ class SandboxConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "SandboxConfig":
-        # A port added since the file was written: the instance's.
+        # Ports added since the sandbox was started take the instance's defaults.
         ports = ({**asdict(Ports.for_instance(data.get("instance", 0))), **data["ports"]}
                  if data.get("ports") else None)
         return cls(**{**data, "state_dir": Path(data["state_dir"]), "ports": Ports(**ports) if ports else None,

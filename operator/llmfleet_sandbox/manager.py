@@ -15,7 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from llmfleet_sandbox import certs, controlplane, network, objectstore, prometheus, rbacproxy
+from llmfleet_sandbox import (certs, clusterdns, controlplane, leaderworkerset, network, objectstore, prometheus,
+                              rbacproxy)
 from llmfleet_sandbox.config import (
     CLUSTER_DOMAIN,
     PROMETHEUS_NAMESPACE,
@@ -27,8 +28,8 @@ from llmfleet_sandbox.processes import ProcessTable
 
 # Start order; `down` stops in reverse so pods end before the apiserver does. The
 # prometheus-proxy runs with --prometheus-auth bearer alone (`components`).
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-              "node-agent", "service-proxy", "pod-discovery", "volume-provisioner", "prometheus",
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "lws-controller-manager",
+              "cluster-dns", "node-agent", "service-proxy", "pod-discovery", "volume-provisioner", "prometheus",
               "prometheus-proxy", "object-store")
 # How long the token `sandbox env` hands out for PROMETHEUS_READER lasts: as long as the
 # sandbox's certificates (`kubectl create token` gives an hour by default).
@@ -93,8 +94,11 @@ def up(config: SandboxConfig) -> SandboxConfig:
         config = configured(config.state_dir)
         missing = [name for name in components(config) if name not in running]
         progress(f"partly running; starting {', '.join(missing)}")
-        bin_dir = Path(load_settings(config)["binDir"])
-        _start_components(config, process_table(config), bin_dir, set(missing))
+        settings = load_settings(config)
+        bin_dir = Path(settings["binDir"])
+        # A sandbox started before the LeaderWorkerSet controller was part of it builds it now.
+        lws_dir = Path(settings["lwsDir"]) if settings.get("lwsDir") else leaderworkerset.ensure_build()
+        _start_components(config, process_table(config), bin_dir, lws_dir, set(missing))
         return config
     stop_everything(config, quiet=True)
     busy = ports_in_use(config)
@@ -107,6 +111,8 @@ def up(config: SandboxConfig) -> SandboxConfig:
     progress("building or reusing the control-plane binaries")
     bin_dir = controlplane.ensure_binaries()
     kubernetes_version = _binary_version(bin_dir)
+    progress("building or reusing the LeaderWorkerSet controller")
+    lws_dir = leaderworkerset.ensure_build()
     config.state_dir.mkdir(parents=True, exist_ok=True)
     network.setup_host_network(config.network, str(config.state_dir))
     certs.generate_pki(
@@ -120,9 +126,10 @@ def up(config: SandboxConfig) -> SandboxConfig:
                                config.apiserver_url, config.pki_dir, identity)
     config.settings_file.write_text(json.dumps({
         "config": config.to_dict(), "kubernetesVersion": kubernetes_version,
-        "binDir": str(bin_dir)}, indent=2))
+        "binDir": str(bin_dir), "lwsDir": str(lws_dir), "lwsVersion": leaderworkerset.version(lws_dir)},
+        indent=2))
     try:
-        _start_components(config, process_table(config), bin_dir, set(components(config)))
+        _start_components(config, process_table(config), bin_dir, lws_dir, set(components(config)))
     except Exception:
         progress(f"start failed; logs are in {config.logs_dir}; stopping what was started")
         stop_everything(config, quiet=True)
@@ -133,7 +140,7 @@ def up(config: SandboxConfig) -> SandboxConfig:
     return config
 
 
-def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
+def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path, lws_dir: Path,
                       wanted: set[str]) -> None:
     """Start the wanted components in dependency order, each once it can work."""
     # Here, not at the top: it loads the kubernetes client, which status and down do not need.
@@ -141,6 +148,8 @@ def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     python_components = {
+        "cluster-dns": ["llmfleet_sandbox.clusterdns", "--kubeconfig", str(config.admin_kubeconfig),
+                        "--address", config.cluster_dns_ip],
         "node-agent": ["llmfleet_sandbox.agent", "--settings", str(config.settings_file)],
         "service-proxy": ["llmfleet_sandbox.serviceproxy", "--kubeconfig", str(config.admin_kubeconfig),
                           "--scheduler", config.service_proxy_scheduler],
@@ -149,6 +158,7 @@ def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
         "volume-provisioner": ["llmfleet_sandbox.provisioner", "--settings", str(config.settings_file)],
     }
     _start_control_plane(config, table, bin_dir, wanted)
+    _start_leaderworkerset(config, table, bin_dir, lws_dir, wanted)
     for name, module_args in python_components.items():
         if name in wanted:
             table.start(name, [sys.executable, "-m", *module_args], env=env)
@@ -160,6 +170,8 @@ def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
         table.start("object-store", objectstore.argv(config, objectstore.ensure_environment()),
                     env=objectstore.server_env())
     _wait_for_nodes(config, bin_dir, timeout_seconds=60)
+    clusterdns.wait_until_serving(config.cluster_dns_ip, f"kubernetes.default.svc.{CLUSTER_DOMAIN}",
+                                  config.network.kubernetes_service_ip, timeout_seconds=30)
     if "kube-apiserver" in wanted:
         progress("installing the Gateway API, InferencePool, PodMonitor and PrometheusRule CRDs")
         _run([str(bin_dir / "kubectl"), "--kubeconfig", str(config.admin_kubeconfig), "apply", "--server-side",
@@ -196,6 +208,8 @@ def ports_in_use(config: SandboxConfig) -> list[str]:
     ports = config.ports
     wanted = [("127.0.0.1", ports.etcd_client), ("127.0.0.1", ports.etcd_peer),
               ("127.0.0.1", ports.controller_manager), ("127.0.0.1", ports.scheduler),
+              ("127.0.0.1", ports.lws_webhook), ("127.0.0.1", ports.lws_metrics), ("127.0.0.1", ports.lws_health),
+              (config.cluster_dns_ip, clusterdns.DNS_PORT),
               (config.prometheus_ip, ports.prometheus), config.prometheus_listen_address,
               ("127.0.0.1", ports.pod_discovery),
               (config.network.gateway_ip, ports.object_store),
@@ -238,6 +252,20 @@ def _start_control_plane(config: SandboxConfig, table: ProcessTable, bin_dir: Pa
             table.start(name, argv)
         controlplane.wait_for_https_ok(f"https://127.0.0.1:{port}/healthz", config, 60, name,
                                        authenticated=False)
+
+
+def _start_leaderworkerset(config: SandboxConfig, table: ProcessTable, bin_dir: Path, lws_dir: Path,
+                           wanted: set[str]) -> None:
+    """The LeaderWorkerSet controller: its CRDs, RBAC and webhook configurations first."""
+    if "lws-controller-manager" not in wanted:
+        return
+    kubectl = [str(bin_dir / "kubectl"), "--kubeconfig", str(config.admin_kubeconfig)]
+    progress("installing the LeaderWorkerSet CRDs, RBAC and webhooks; starting lws-controller-manager")
+    leaderworkerset.install(kubectl, lws_dir, config)
+    table.start("lws-controller-manager", leaderworkerset.argv(lws_dir, config))
+    controlplane.wait_for_http_ok(f"http://127.0.0.1:{config.ports.lws_health}/healthz", 60,
+                                  "lws-controller-manager")
+    leaderworkerset.wait_until_serving(kubectl, timeout_seconds=60)
 
 
 def _wait_for_nodes(config: SandboxConfig, bin_dir: Path, timeout_seconds: float) -> None:
@@ -292,6 +320,7 @@ def status(config: SandboxConfig) -> tuple[bool, str]:
     if settings:
         lines += [
             f"{'kubernetes':24} {settings['kubernetesVersion']}",
+            f"{'leaderworkersets':24} sigs.k8s.io/lws {settings.get('lwsVersion', 'not installed')}",
             f"{'apiserver':24} {config.apiserver_url}",
             f"{'kubeconfig':24} {config.admin_kubeconfig}",
             f"{'prometheus':24} {config.prometheus_url}" + (
@@ -300,6 +329,7 @@ def status(config: SandboxConfig) -> tuple[bool, str]:
             f"{'object store (S3)':24} {config.object_store_url}, credentials "
             f"{config.object_store_credentials_file}",
             f"{'services':24} http://<clusterIP>:<port> from the host and from pods",
+            f"{'cluster DNS':24} {config.cluster_dns_ip}:53, zone {CLUSTER_DOMAIN} (every pod's nameserver)",
             f"{'pod logs':24} {config.pods_dir}/<namespace>_<pod>_<uid8>/logs/<container>.log",
             f"{'audit log':24} {controlplane.audit_log(config)} (writes and lists of llmfleet's kinds)",
             f"{'state':24} {config.state_dir}",

@@ -29,7 +29,7 @@ from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from llmfleet.gpu_discovery import GPU_PRODUCT_LABEL, GPU_RESOURCE
-from llmfleet_sandbox import faults, images, network, rootfs
+from llmfleet_sandbox import faults, images, network, poddns, rootfs
 from llmfleet_sandbox.config import SandboxConfig
 from llmfleet_sandbox.probes import ProbeState, new_probe, run_lifecycle_hook, run_probe
 from llmfleet_sandbox.volumes import (
@@ -241,7 +241,25 @@ class PodWorker(threading.Thread):
         for directory in ("logs", "run", "rootfs"):
             (self.pod_root / directory).mkdir(exist_ok=True)
         network.create_pod_namespace(self.agent.config.network, self.netns, self.pod_ip)
+        self._write_etc_files()
         self._report()
+
+    def _write_etc_files(self) -> None:
+        """The pod's /etc/hosts, /etc/hostname and /etc/resolv.conf, which every container
+        mounts, as the kubelet and the runtime write them (see `poddns`); the containers'
+        hostname is the pod's too (`rootfs.set_hostname`)."""
+        (self.pod_root / "etc-hosts").write_text(poddns.hosts_file(self.pod, self.pod_ip))
+        (self.pod_root / "etc-hostname").write_text(poddns.pod_hostname(self.pod) + "\n")
+        host_resolv_conf = poddns.HOST_RESOLV_CONF.read_text() if poddns.HOST_RESOLV_CONF.exists() else ""
+        resolv_conf = poddns.resolv_conf(self.pod, self.agent.config.cluster_dns_ip, host_resolv_conf)
+        if resolv_conf is not None:
+            (self.pod_root / "resolv.conf").write_text(resolv_conf)
+
+    def _etc_mounts(self) -> list[rootfs.Mount]:
+        return [rootfs.Mount(target, self.pod_root / name)
+                for target, name in (("/etc/hosts", "etc-hosts"), ("/etc/hostname", "etc-hostname"),
+                                     ("/etc/resolv.conf", "resolv.conf"))
+                if (self.pod_root / name).exists()]
 
     def _gpu_request(self) -> int:
         total = 0
@@ -312,7 +330,8 @@ class PodWorker(threading.Thread):
             image_files = [rootfs.Mount(path, source, read_only=True)
                            for path, source in run.image.files.items()]
             environment = [rootfs.Mount(path, Path(path), read_only=True) for path in images.ENVIRONMENT_PATHS]
-            ops = rootfs.plan(image_files, container_mounts(spec, self.volumes),
+            # The pod's own volumes go after the kubelet's files: one mounted at /etc/hosts wins.
+            ops = rootfs.plan(image_files, self._etc_mounts() + container_mounts(spec, self.volumes),
                               spec.get("workingDir") or "/", environment=environment)
         except (VolumeError, rootfs.MountError, KeyError, ValueError) as error:
             run.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(error)}}
@@ -325,6 +344,7 @@ class PodWorker(threading.Thread):
         launch.write_text(json.dumps({
             "staging": str(staging), "ops": ops, "argv": argv, "env": run.env,
             "cwd": spec.get("workingDir") or "/", "error_file": str(self._start_error_file(run)),
+            "hostname": poddns.pod_hostname(self.pod),
         }))
         log = open(self._log_file(run), "ab")
         run.log_offset = log.tell()
@@ -363,7 +383,7 @@ class PodWorker(threading.Thread):
         env = {
             "PATH": image.search_path,
             "HOME": "/root",
-            "HOSTNAME": self.pod_name,
+            "HOSTNAME": poddns.pod_hostname(self.pod),
             "KUBERNETES_SERVICE_HOST": self.agent.config.network.kubernetes_service_ip,
             "KUBERNETES_SERVICE_PORT": "443",
         }

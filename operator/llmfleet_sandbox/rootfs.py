@@ -301,6 +301,7 @@ def find_program(name: str, search_path: str, root: Path = Path("/")) -> str:
 # -- the launcher -----------------------------------------------------------------------------
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
 MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
@@ -362,9 +363,18 @@ def build_root(staging: str, ops: list[list]) -> None:
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
 
 
+def set_hostname(hostname: str) -> None:
+    """In a UTS namespace of its own, the container's hostname: the pod's, as a runtime sets it."""
+    _check(_libc.unshare(CLONE_NEWUTS), "unshare(CLONE_NEWUTS)")
+    name = hostname.encode()
+    _check(_libc.sethostname(name, ctypes.c_size_t(len(name))), "sethostname")
+
+
 def _start(spec: dict) -> None:
     """Build the root and exec the command; it returns only by raising."""
     build_root(spec["staging"], spec["ops"])
+    if spec.get("hostname"):
+        set_hostname(spec["hostname"])
     os.chdir(spec["cwd"])
     program = find_program(spec["argv"][0], spec["env"].get("PATH", ""))
     try:
@@ -394,8 +404,8 @@ def launcher_command(spec_file: Path) -> list[str]:
 
 
 def exec_prefix(pid: int, nsenter: str = "nsenter") -> list[str]:
-    """Command prefix that runs a program in a running container's mount and network view."""
-    return [nsenter, f"--target={pid}", "--mount", "--net", "--wd", "--"]
+    """Command prefix that runs a program in a running container's mount, network and UTS view."""
+    return [nsenter, f"--target={pid}", "--mount", "--net", "--uts", "--wd", "--"]
 
 
 if __name__ == "__main__":

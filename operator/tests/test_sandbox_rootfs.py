@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -273,15 +274,19 @@ def test_the_launcher_builds_the_root_and_execs_the_command_found_there(tmp_path
         spec.write_text(json.dumps({
             "staging": str(staging), "ops": ops, "argv": argv, "cwd": "/",
             "env": {"PATH": images.resolve("busybox:1", tmp_path).search_path},
-            "error_file": str(tmp_path / "error")}))
+            "error_file": str(tmp_path / "error"), "hostname": "pod-a"}))
         result = subprocess.run(rootfs.launcher_command(spec), capture_output=True, text=True, timeout=30)
         return result, (tmp_path / "error").read_text()
 
     script = (f"cat {mount_path}/repo/model.txt; ls /tmp; touch /tmp/made; "
-              f"touch {mount_path}/repo/x 2>/dev/null || echo read-only; python3 -c 'print(1)'")
+              f"touch {mount_path}/repo/x 2>/dev/null || echo read-only; python3 -c 'print(1)'; "
+              "python3 -c 'import socket; print(socket.gethostname())'")
+    host_name = socket.gethostname()
     result, error = launch(["sh", "-c", script])
     assert (result.returncode, error) == (0, ""), result.stderr
-    assert result.stdout.split() == ["weights", "read-only", "1"]
+    # The pod's hostname, in a UTS namespace of the container's own: the host keeps its name.
+    assert result.stdout.split() == ["weights", "read-only", "1", "pod-a"]
+    assert socket.gethostname() == host_name
     assert (scratch / "made").exists()
     assert not os.path.lexists(mount_path)
 
