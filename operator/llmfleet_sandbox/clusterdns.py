@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmfleet_sandbox.config import CLUSTER_DOMAIN
+from llmfleet_sandbox.serviceproxy import SERVICE_NAME_LABEL
 
 DNS_PORT = 53
 TTL_SECONDS = 5  # CoreDNS's kubernetes plugin's default
 UDP_LIMIT = 512
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 TYPE_A, TYPE_NS, TYPE_CNAME, TYPE_SOA, TYPE_AAAA, TYPE_SRV, TYPE_ANY = 1, 2, 5, 6, 28, 33, 255
 CLASS_IN = 1
 NOERROR, FORMERR, SERVFAIL, NXDOMAIN, NOTIMP = 0, 1, 2, 3, 4
