@@ -273,12 +273,13 @@ EXTRA_NODE_POOL = ("L40S-48GB", 1)
 L40S_NODE = "gpu-node-3"
 
 
-def _state_environment(state_dir: Path) -> dict[str, str]:
-    return {**os.environ, "LLMFLEET_SANDBOX_DIR": str(state_dir), "LLMFLEET_SANDBOX_INSTANCE": TEST_INSTANCE}
+def _state_environment(state_dir: Path, instance: str = TEST_INSTANCE) -> dict[str, str]:
+    return {**os.environ, "LLMFLEET_SANDBOX_DIR": str(state_dir), "LLMFLEET_SANDBOX_INSTANCE": instance}
 
 
-def _environment(state_dir: Path) -> dict[str, str]:
-    env = _state_environment(state_dir)
+def _environment(state_dir: Path, instance: str = TEST_INSTANCE) -> dict[str, str]:
+    """The environment `sandbox env` gives for the sandbox in state_dir (of that instance)."""
+    env = _state_environment(state_dir, instance)
     exports = subprocess.run([*LLMFLEET, "sandbox", "env"], env=env, capture_output=True,
                              text=True, check=True).stdout
     for line in exports.splitlines():
