@@ -278,7 +278,7 @@ def _state_environment(state_dir: Path, instance: str = TEST_INSTANCE) -> dict[s
 
 
 def _environment(state_dir: Path, instance: str = TEST_INSTANCE) -> dict[str, str]:
-    """What `sandbox env` exports for the sandbox in state_dir, over this process's environment."""
+    """What `sandbox env` exports for the sandbox in state_dir (of that instance), over this process's environment."""
     env = _state_environment(state_dir, instance)
     exports = subprocess.run([*LLMFLEET, "sandbox", "env"], env=env, capture_output=True,
                              text=True, check=True).stdout

@@ -65,10 +65,9 @@ def interval_namespaces(sandbox, operator):
 
 
 def test_the_demo_load_scales_up_and_back_down_at_15_and_30_s_scrape_intervals(sandbox, interval_namespaces, tmp_path):
-    # One after the other: two pods started together on a fresh sandbox can lose one to a node
-    # agent error (issue 31), and this test may be the first to start pods.
     for namespace in interval_namespaces:
         sandbox.apply([demo_in(namespace)], namespace=namespace)
+    for namespace in interval_namespaces:
         wait_for(lambda namespace=namespace: _ready(sandbox, "chat", namespace), 240, f"chat Ready in {namespace}")
     targets = {namespace: service_target(sandbox, "chat", namespace) for namespace in interval_namespaces}
     started = time.monotonic()

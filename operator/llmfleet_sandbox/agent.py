@@ -89,6 +89,8 @@ class NodeAgent:
             self.core.create_namespaced_event(metadata["namespace"], body)
         except ApiException as error:
             self.log(f"event {reason} for {metadata['name']} not recorded: {error.reason}")
+        except (urllib3.exceptions.HTTPError, OSError) as error:  # the apiserver is down: a pod goes on
+            self.log(f"event {reason} for {metadata['name']} not recorded: {error!r}")
 
     # -- object reads for pods ------------------------------------------------------------
 
@@ -136,7 +138,8 @@ class NodeAgent:
     def pod_worker_finished(self, worker: PodWorker) -> None:
         with self.lock:
             self.workers.pop(worker.uid, None)
-            self.finished_uids.add(worker.uid)
+            if not worker.crashed:  # a crashed worker's pod gets a new one at the next relist
+                self.finished_uids.add(worker.uid)
 
     def delete_pod_object(self, namespace: str, name: str, uid: str) -> None:
         """Finish a graceful deletion the way the kubelet does: delete with grace 0, retried

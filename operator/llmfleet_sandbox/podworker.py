@@ -3,6 +3,15 @@
 Each container runs in the pod's network namespace and a mount namespace of its own whose root
 shows the host, the image's files and the pod's volumes at their paths (see `rootfs`).
 
+Nothing that fails here leaves a pod silent, as nothing does on a kubelet: a pod sandbox that
+cannot be set up (its network namespace, directories, /etc files) is torn down, reported
+(FailedCreatePodSandBox) and set up again after a back-off; a container that cannot be created
+(its image, its configuration, its process) waits with the kubelet's reason and the cause
+(ErrImagePull, CreateContainerConfigError, CreateContainerError), gets a Warning event and is
+tried again after a back-off; any other failure of a pass is reported (FailedSync) and the pass
+retried after a back-off. Each failure's traceback goes to the agent's log. The back-off is the
+kubelet's: 10 s, doubling each failure in a row, at most 5 min.
+
 A PodWorker thread owns everything local about one pod. It reports status to
 the apiserver the way the kubelet does: honestly, from the processes it runs. It reaches its node
 agent only through `NodeServices`, as the kubelet's pod workers reach the kubelet through a narrow
@@ -20,6 +29,7 @@ import signal
 import subprocess
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -54,6 +64,26 @@ NSENTER = shutil.which("nsenter") or "nsenter"
 ADMISSION_ERROR_REASON = "UnexpectedAdmissionError"
 
 
+class PodSandboxError(Exception):
+    """The pod's sandbox (network namespace, directories, /etc files) could not be set up."""
+
+
+def next_backoff(previous_seconds: float) -> float:
+    """The kubelet's back-off after one more failure in a row: 10 s, doubling, at most 5 min."""
+    return min(max(previous_seconds * 2, BACKOFF_INITIAL_SECONDS), BACKOFF_MAX_SECONDS)
+
+
+def failure_cause(error: BaseException) -> str:
+    """What went wrong, for a pod's status and events: the exception's own words and its kind
+    (`FileNotFoundError: [Errno 2] No such file or directory: '/x'`)."""
+    said = str(error)
+    return f"{type(error).__name__}: {said}" if said else type(error).__name__
+
+
+def _traceback(error: BaseException) -> str:
+    return "".join(traceback.format_exception(error)).rstrip()
+
+
 def rfc3339(timestamp: float | None = None) -> str:
     moment = datetime.datetime.fromtimestamp(timestamp or time.time(), datetime.timezone.utc)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -74,6 +104,8 @@ class ContainerRun:
     started_once: bool = False
     next_start_monotonic: float = 0.0
     backoff_seconds: float = 0.0
+    # The back-off of failures to create the container (image, configuration, process start).
+    start_backoff_seconds: float = 0.0
     readiness: ProbeState | None = None
     liveness: ProbeState | None = None
     startup: ProbeState | None = None
@@ -171,6 +203,13 @@ class PodWorker(threading.Thread):
         self.delete_object_when_stopped = False
         self.report_final_status = True
         self.pod_error: tuple[str, str] | None = None
+        # The pod's sandbox (network namespace, directories, /etc files) is set up.
+        self.sandbox_ready = False
+        self.sandbox_error: str | None = None
+        self.sandbox_backoff_seconds = 0.0
+        self.sync_backoff_seconds = 0.0
+        # The worker itself failed: the agent starts another for the pod at its next relist.
+        self.crashed = False
         self.last_reported: dict | None = None
         self.condition_times: dict[str, tuple[str, str]] = {}
         self.volumes: dict[str, Volume] = {}
@@ -196,19 +235,15 @@ class PodWorker(threading.Thread):
             if refused is not None:
                 self._reject(refused)
                 return
-            self._prepare()
-            while not self.stop_requested.is_set():
-                self._step()
-                self._report()
-                if self._pod_finished():
-                    break
-                self.stop_requested.wait(LOOP_SECONDS)
+            self._sync_until_finished()
             if self.stop_requested.is_set():
                 self._terminate_all()
                 if self.report_final_status:
                     self._report()
         except Exception as error:  # noqa: BLE001 - a pod's failure must not kill the agent
-            self.agent.log(f"pod {self.namespace}/{self.pod_name}: worker error: {error!r}")
+            self.crashed = True
+            self.agent.log(f"pod {self.namespace}/{self.pod_name}: worker error, its processes killed; "
+                           f"the next relist starts it again:\n{_traceback(error)}")
             self._kill_all()
         finally:
             try:
@@ -235,13 +270,60 @@ class PodWorker(threading.Thread):
                   "startTime": rfc3339(self.start_time)}
         self.agent.core.patch_namespaced_pod_status(self.pod_name, self.namespace, {"status": status})
 
+    def _sync_until_finished(self) -> None:
+        """Set the pod's sandbox up, then drive its containers, until the pod finishes or is
+        stopped. A pass that fails is reported and retried after a back-off, as the kubelet
+        retries a failed pod sync; it never ends the worker, never spins."""
+        while not self.stop_requested.is_set():
+            try:
+                if not self.sandbox_ready:
+                    self._prepare()
+                self._step()
+                self._report()
+                self.sync_backoff_seconds = 0.0
+                if self._pod_finished():
+                    return
+                delay = LOOP_SECONDS
+            except Exception as error:  # noqa: BLE001 - reported on the pod, then retried
+                delay = self._sync_failed(error)
+            self.stop_requested.wait(delay)
+
+    def _sync_failed(self, error: Exception) -> float:
+        """Report a failed pass on the pod, as the kubelet does, and say how long to back off."""
+        if isinstance(error, PodSandboxError):
+            self.sandbox_backoff_seconds = delay = next_backoff(self.sandbox_backoff_seconds)
+            cause = failure_cause(error.__cause__ or error)
+            self.sandbox_error = f"Failed to create pod sandbox: {cause}"
+            what, reason, message = "setting up the pod sandbox", "FailedCreatePodSandBox", self.sandbox_error
+        else:
+            self.sync_backoff_seconds = delay = next_backoff(self.sync_backoff_seconds)
+            what, reason, message = "syncing the pod", "FailedSync", f"error syncing pod: {failure_cause(error)}"
+        self.agent.log(f"pod {self.namespace}/{self.pod_name}: {what} failed, retrying in {delay:.0f} s:\n"
+                       f"{_traceback(error)}")
+        self.agent.event(self.pod, "Warning", reason, message)
+        try:
+            self._report()
+        except Exception as report_error:  # noqa: BLE001 - the next pass reports again
+            self.agent.log(f"pod {self.namespace}/{self.pod_name}: status report failed:\n{_traceback(report_error)}")
+        return delay
+
     def _prepare(self) -> None:
-        self.pod_ip = self.agent.allocate_pod_ip(self.node_name, self.uid)
-        self.pod_root.mkdir(parents=True, exist_ok=True)
-        for directory in ("logs", "run", "rootfs"):
-            (self.pod_root / directory).mkdir(exist_ok=True)
-        network.create_pod_namespace(self.agent.config.network, self.netns, self.pod_ip)
-        self._write_etc_files()
+        """The pod's sandbox: its IP, directories, network namespace and /etc files. One that
+        fails half-way is torn down (PodSandboxError), so that nothing of it stays until the
+        next try."""
+        try:
+            self.pod_ip = self.agent.allocate_pod_ip(self.node_name, self.uid)
+            self.pod_root.mkdir(parents=True, exist_ok=True)
+            for directory in ("logs", "run", "rootfs"):
+                (self.pod_root / directory).mkdir(exist_ok=True)
+            network.create_pod_namespace(self.agent.config.network, self.netns, self.pod_ip)
+            self._write_etc_files()
+        except Exception as error:
+            network.delete_pod_namespace(self.netns)
+            raise PodSandboxError(failure_cause(error)) from error
+        self.sandbox_ready = True
+        self.sandbox_error = None
+        self.sandbox_backoff_seconds = 0.0
         self._report()
 
     def _write_etc_files(self) -> None:
@@ -278,7 +360,12 @@ class PodWorker(threading.Thread):
             self.volumes = builder.build_all()
             self.pod_error = None
             return True
-        except VolumeError as error:
+        except Exception as raised:  # noqa: BLE001 - the pod waits for its volumes, as on a kubelet
+            if isinstance(raised, VolumeError):
+                error = raised
+            else:  # not the pod's fault (the apiserver unreachable, the disk): retried
+                self.agent.log(f"pod {self.namespace}/{self.pod_name}: volume setup failed:\n{_traceback(raised)}")
+                error = VolumeError("ContainerCreating", f"MountVolume.SetUp failed: {failure_cause(raised)}")
             if self.pod_error != (error.reason, str(error)):
                 self.agent.event(self.pod, "Warning", "FailedMount", str(error))
             self.pod_error = (error.reason, str(error))
@@ -309,16 +396,41 @@ class PodWorker(threading.Thread):
             return
         self._record_exit(run, code)
 
+    def _start_failed(self, run: ContainerRun, reason: str, message: str, event: str,
+                      error: BaseException | None = None) -> None:
+        """A container that could not be created waits with the kubelet's reason and the cause,
+        gets a Warning event, and is tried again after a back-off; `error`, when the failure is
+        the sandbox's rather than the pod spec's, goes to the agent's log with its traceback."""
+        run.start_backoff_seconds = next_backoff(run.start_backoff_seconds)
+        run.next_start_monotonic = time.monotonic() + run.start_backoff_seconds
+        run.state = {"waiting": {"reason": reason, "message": message}}
+        if error is not None:
+            self.agent.log(f"pod {self.namespace}/{self.pod_name}: container {run.name}: {reason}, retrying in "
+                           f"{run.start_backoff_seconds:.0f} s:\n{_traceback(error)}")
+        self.agent.event(self.pod, "Warning", "Failed", event)
+
     def _start(self, run: ContainerRun) -> None:
+        try:
+            self._create_and_start(run)
+        except Exception as error:  # noqa: BLE001 - the kubelet's CreateContainerError, retried
+            if run.process is not None:  # it failed after the process started: nothing stays
+                _signal_group(run.process, signal.SIGKILL)
+                run.process.wait()
+                run.process = None
+            cause = failure_cause(error)
+            self._start_failed(run, "CreateContainerError", cause, f"Error: {cause}", error)
+
+    def _create_and_start(self, run: ContainerRun) -> None:
         spec = run.spec
         try:
             if run.image is None:
                 run.image = images.resolve(spec["image"], self.agent.config.state_dir)
         except images.ImageNotRunnable as error:
-            if run.state.get("waiting", {}).get("reason") != "ErrImagePull":
-                self.agent.event(self.pod, "Warning", "Failed", f"Failed to pull image: {error}")
-            run.state = {"waiting": {"reason": "ErrImagePull", "message": str(error)}}
-            run.next_start_monotonic = time.monotonic() + BACKOFF_INITIAL_SECONDS
+            self._start_failed(run, "ErrImagePull", str(error), f"Failed to pull image: {error}")
+            return
+        except Exception as error:  # noqa: BLE001 - laying the image out failed: a failed pull
+            message = f'failed to lay out image "{spec["image"]}": {failure_cause(error)}'
+            self._start_failed(run, "ErrImagePull", message, f"Failed to pull image: {message}", error)
             return
         try:
             container_env = self._container_environment(spec)
@@ -334,8 +446,14 @@ class PodWorker(threading.Thread):
             ops = rootfs.plan(image_files, self._etc_mounts() + container_mounts(spec, self.volumes),
                               spec.get("workingDir") or "/", environment=environment)
         except (VolumeError, rootfs.MountError, KeyError, ValueError) as error:
-            run.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(error)}}
-            run.next_start_monotonic = time.monotonic() + BACKOFF_INITIAL_SECONDS
+            self._start_failed(run, "CreateContainerConfigError", str(error), f"Error: {error}")
+            return
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            # A ConfigMap or Secret the environment names is missing: 'configmaps "x" not found'.
+            message = _api_message(error)
+            self._start_failed(run, "CreateContainerConfigError", message, f"Error: {message}")
             return
         staging = self.pod_root / "rootfs" / run.name
         staging.mkdir(exist_ok=True)
@@ -346,6 +464,8 @@ class PodWorker(threading.Thread):
             "cwd": spec.get("workingDir") or "/", "error_file": str(self._start_error_file(run)),
             "hostname": poddns.pod_hostname(self.pod),
         }))
+        probes = [new_probe(spec.get(kind)) for kind in ("readinessProbe", "livenessProbe", "startupProbe")]
+        # The process starts last: a failure before it leaves nothing running.
         log = open(self._log_file(run), "ab")
         run.log_offset = log.tell()
         try:
@@ -357,13 +477,12 @@ class PodWorker(threading.Thread):
         finally:
             log.close()
         run.started_monotonic = time.monotonic()
+        run.start_backoff_seconds = 0.0
         if run.started_once:
             run.restart_count += 1
         run.started_once = True
         run.state = {"running": {"startedAt": rfc3339()}}
-        run.readiness = new_probe(spec.get("readinessProbe"))
-        run.liveness = new_probe(spec.get("livenessProbe"))
-        run.startup = new_probe(spec.get("startupProbe"))
+        run.readiness, run.liveness, run.startup = probes
         self.agent.event(self.pod, "Normal", "Started", f"Started container {run.name}")
 
     def _log_file(self, run: ContainerRun) -> Path:
@@ -585,6 +704,14 @@ class PodWorker(threading.Thread):
             condition["reason"] = reason
         return condition
 
+    def _container_status(self, run: ContainerRun) -> dict:
+        status = run.status()
+        if self.sandbox_error and run.process is None and "waiting" in run.state:
+            # The kubelet's containers wait in ContainerCreating while their sandbox cannot be
+            # made; the status says why too (the event says it as the kubelet's does).
+            status["state"] = {"waiting": {"reason": "ContainerCreating", "message": self.sandbox_error}}
+        return status
+
     def _report(self) -> None:
         initialized = all(r.finished and r.exit_code == 0 for r in self.init_runs)
         containers_ready = initialized and all(run.ready for run in self.app_runs)
@@ -595,21 +722,21 @@ class PodWorker(threading.Thread):
             "phase": phase,
             "hostIP": self.agent.host_ip,
             "hostIPs": [{"ip": self.agent.host_ip}],
-            "podIP": self.pod_ip,
-            "podIPs": [{"ip": self.pod_ip}] if self.pod_ip else [],
+            "podIP": self.pod_ip if self.sandbox_ready else None,
+            "podIPs": [{"ip": self.pod_ip}] if self.pod_ip and self.sandbox_ready else [],
             "startTime": rfc3339(self.start_time),
             "qosClass": (self.pod.get("status") or {}).get("qosClass", "BestEffort"),
             "conditions": [
-                self._condition("PodReadyToStartContainers", self.pod_ip is not None),
+                self._condition("PodReadyToStartContainers", self.sandbox_ready),
                 self._condition("Initialized", initialized, "ContainersNotInitialized"),
                 self._condition("ContainersReady", containers_ready, "ContainersNotReady"),
                 self._condition("Ready", containers_ready, "ContainersNotReady"),
                 {"type": "PodScheduled", "status": "True"},
             ],
-            "containerStatuses": [run.status() for run in self.app_runs],
+            "containerStatuses": [self._container_status(run) for run in self.app_runs],
         }
         if self.init_runs:
-            status["initContainerStatuses"] = [run.status() for run in self.init_runs]
+            status["initContainerStatuses"] = [self._container_status(run) for run in self.init_runs]
         if status == self.last_reported:
             return
         try:
@@ -624,6 +751,14 @@ class PodWorker(threading.Thread):
                 self.agent.log(f"pod {self.namespace}/{self.pod_name}: status patch failed: {error.reason}")
         except (urllib3.exceptions.HTTPError, OSError) as error:  # the apiserver is down: the next report retries
             self.agent.log(f"pod {self.namespace}/{self.pod_name}: status patch failed: {error!r}")
+
+
+def _api_message(error: ApiException) -> str:
+    """The apiserver's own message in an error answer (its Status), else the HTTP reason."""
+    try:
+        return json.loads(error.body)["message"]
+    except (TypeError, ValueError, KeyError):
+        return f"{error.status} {error.reason}"
 
 
 def _expand_env(text: str, env: dict[str, str]) -> str:
