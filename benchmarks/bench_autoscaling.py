@@ -34,7 +34,7 @@ import yaml  # noqa: E402
 
 from bench_sandbox import commit, run, sandbox_with_operator  # noqa: E402
 from llmfleet_sandbox.config import SandboxConfig  # noqa: E402
-from operator_fixtures import small_batch_70b  # noqa: E402
+from conftest import small_batch_70b  # noqa: E402
 
 NAMESPACE = "bench"
 SLO_TTFT_MS = 500
