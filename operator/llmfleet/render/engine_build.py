@@ -355,31 +355,27 @@ def _prepare_container(deployment: LLMDeployment, plan: Plan, key: str, release:
     return {"command": ["/bin/bash", "-c", script], "env": pod.writable_home_env() + _env(env)}
 
 
-def _source_volume(deployment: LLMDeployment) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(volumes, main container's read-only mounts) for the weights: a pvc:// source's claim, or
-    the emptyDir an s3:// source is downloaded into; none for the hub."""
-    source = deployment.spec.model.source
-    claim = volume_source(source)
+def _uri_volume(uri: str | None, name: str, path: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, main container's read-only mounts) for what `uri` names: a pvc:// claim, or the
+    emptyDir an s3:// prefix is downloaded into; none for the hub or no URI."""
+    claim = volume_source(uri)
     if claim is not None:
-        volume = {"name": MODEL_SOURCE_VOLUME, "persistentVolumeClaim": {"claimName": claim[0], "readOnly": True}}
-    elif in_object_store(source):
-        volume = {"name": MODEL_SOURCE_VOLUME, "emptyDir": {}}
+        volume = {"name": name, "persistentVolumeClaim": {"claimName": claim[0], "readOnly": True}}
+    elif in_object_store(uri):
+        volume = {"name": name, "emptyDir": {}}
     else:
         return [], []
-    return [volume], [{"name": MODEL_SOURCE_VOLUME, "mountPath": MODEL_SOURCE_PATH, "readOnly": True}]
+    return [volume], [{"name": name, "mountPath": path, "readOnly": True}]
+
+
+def _source_volume(deployment: LLMDeployment) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The weights' volume and mount."""
+    return _uri_volume(deployment.spec.model.source, MODEL_SOURCE_VOLUME, MODEL_SOURCE_PATH)
 
 
 def _calibration_volume(dataset: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(volumes, main container's read-only mounts) for the calibration set: a pvc:// set's claim,
-    or the emptyDir an s3:// set is downloaded into; none for a hub dataset or none at all."""
-    claim = volume_source(dataset)
-    if claim is not None:
-        volume = {"name": CALIBRATION_SOURCE_VOLUME, "persistentVolumeClaim": {"claimName": claim[0], "readOnly": True}}
-    elif in_object_store(dataset):
-        volume = {"name": CALIBRATION_SOURCE_VOLUME, "emptyDir": {}}
-    else:
-        return [], []
-    return [volume], [{"name": CALIBRATION_SOURCE_VOLUME, "mountPath": CALIBRATION_SOURCE_PATH, "readOnly": True}]
+    """The calibration set's volume and mount."""
+    return _uri_volume(dataset, CALIBRATION_SOURCE_VOLUME, CALIBRATION_SOURCE_PATH)
 
 
 def _token_volume(deployment: LLMDeployment) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
