@@ -45,8 +45,11 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test,sandbox]'
 	@touch $@
 
+# Everything `sandbox up` builds or copies from Go modules, once, before sandboxes start side by side.
 controlplane:
 	@operator/controlplane/build.sh >/dev/null
+	@operator/controlplane/lws.sh >/dev/null
+	@operator/controlplane/gateway-crds.sh >/dev/null
 
 sandbox: setup
 	$(SUDO) $(BIN)/llmfleet sandbox up
@@ -64,8 +67,13 @@ unit: python-env
 	$(BIN)/ruff check operator e2e benchmarks
 	@$(BIN)/pytest operator/tests -q $(PYTEST_OPTS) || [ $$? -eq 5 ]
 
+# Modules run on E2E_WORKERS pytest-xdist workers, each with its own sandbox and operator (e2e/conftest.py),
+# whole modules at a time, in the order conftest gives them (long ones first, teardown last).
+E2E_WORKERS ?= 2
+
 e2e: setup
-	@$(BIN)/pytest e2e -q --durations=30 $(PYTEST_OPTS) || [ $$? -eq 5 ]
+	@$(BIN)/pytest e2e -q --durations=30 -n $(E2E_WORKERS) --dist loadfile --no-loadscope-reorder \
+	  $(PYTEST_OPTS) || [ $$? -eq 5 ]
 
 crds: python-env
 	$(BIN)/python -m llmfleet.api.crdgen

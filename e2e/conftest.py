@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from llmfleet_sandbox.config import MAX_INSTANCE
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LLMFLEET = [sys.executable, "-m", "llmfleet"]
 
@@ -32,11 +34,32 @@ LLMFLEET = [sys.executable, "-m", "llmfleet"]
 DESELECTED = pytest.StashKey[int]()
 
 
+# A directory the workers of one run share, made by the controller (or the only process) and
+# handed to each worker: whole-suite checks read there what the other workers left.
+RUN_DIR = pytest.StashKey[Path]()
+RUN_DIR_INPUT = "llmfleet_e2e_run_dir"
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "after_other_e2e: runs after the other e2e tests, before teardown")
     config.addinivalue_line("markers", "sandbox_teardown: runs after every other e2e test")
     config.addinivalue_line("markers", "disrupts_operator: kills the session's operator or its control plane on "
                                        "purpose; its restarts and logged failures are not held against the test")
+    config.addinivalue_line("markers", "long_running: a module of many minutes, started first so that the "
+                                       "workers finish together")
+    workerinput = getattr(config, "workerinput", None)
+    config.stash[RUN_DIR] = (Path(workerinput[RUN_DIR_INPUT]) if workerinput
+                             else Path(tempfile.mkdtemp(prefix="llmfleet-e2e-run-")))
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput") and RUN_DIR in config.stash:
+        shutil.rmtree(config.stash[RUN_DIR], ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    node.workerinput[RUN_DIR_INPUT] = str(node.config.stash[RUN_DIR])
 
 
 def pytest_deselected(items):
@@ -51,10 +74,13 @@ def pytest_collection_modifyitems(config, items):
         if e2e_dir in item.path.parents:
             item.add_marker(pytest.mark.e2e)
 
-    def phase(item) -> int:
-        return (2 if item.get_closest_marker("sandbox_teardown") else
-                1 if item.get_closest_marker("after_other_e2e") else 0)
-    items.sort(key=phase)
+    # Workers take whole modules in this order (`--dist loadfile --no-loadscope-reorder`): a worker
+    # starts its module after-other and teardown phases only once every module before is under way.
+    def order(item) -> tuple[int, bool]:
+        phase = (2 if item.get_closest_marker("sandbox_teardown") else
+                 1 if item.get_closest_marker("after_other_e2e") else 0)
+        return phase, not item.get_closest_marker("long_running")
+    items.sort(key=order)
 
 
 @dataclass
@@ -266,8 +292,27 @@ class StatusWatcher:
 # sandbox's 15 s default so that the mechanism tests run in minutes; test_scrape_intervals runs
 # namespaces at 15 and 30 s, and benchmarks/bench_autoscaling.py measures the defaults.
 SCRAPE_INTERVAL_S = 5
-# Beside a sandbox of the default instance (`make sandbox`): own bridge, subnets and ports.
-TEST_INSTANCE = "1"
+# `make e2e` runs the modules on pytest-xdist workers, each with a sandbox and an operator of its
+# own: the fault tests stop the control plane, Prometheus and the operator on purpose, and each
+# test holds its operator's whole log against it. Instances (own bridge, subnets and ports) from
+# E2E_BASE_INSTANCE on: one per worker, then the spares tests start beside their worker's. The
+# base stays clear of instance 0, a user's `make sandbox`; another suite on this machine moves it.
+E2E_BASE_INSTANCE = int(os.environ.get("LLMFLEET_E2E_INSTANCE", "1"))
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+WORKER_COUNT = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+TEST_INSTANCE = str(E2E_BASE_INSTANCE + int(WORKER.removeprefix("gw")))
+# The sandboxes a test starts beside its worker's: a fresh one, a second instance, a bearer-token one.
+SPARE_INSTANCES = ("fresh-image", "beside", "bearer-token")
+
+
+def spare_instance(purpose: str) -> str:
+    """The instance of the sandbox a test starts for `purpose` (one of SPARE_INSTANCES). Each
+    test module runs on one worker, so no two workers start one purpose's sandbox."""
+    instance = E2E_BASE_INSTANCE + WORKER_COUNT + SPARE_INSTANCES.index(purpose)
+    if instance > MAX_INSTANCE:
+        raise pytest.UsageError(f"LLMFLEET_E2E_INSTANCE={E2E_BASE_INSTANCE} with {WORKER_COUNT} workers needs "
+                                f"instances up to {instance}; the sandbox has 0..{MAX_INSTANCE}: lower either")
+    return str(instance)
 # Two H100 nodes (the default) and one L40S node: a cluster of mixed pools for the planner.
 EXTRA_NODE_POOL = ("L40S-48GB", 1)
 L40S_NODE = "gpu-node-3"
@@ -300,6 +345,37 @@ def _keep_logs_of_a_failed_run(request, state_dir: Path) -> None:
         reporter.write_line(f"sandbox logs of this failed run kept in {kept / 'logs'}")
 
 
+def _apiserver_logs_of(config, worker: str) -> Path:
+    return config.stash[RUN_DIR] / "apiserver-logs" / worker
+
+
+def _hand_over_apiserver_logs(config, state_dir: Path) -> None:
+    """Leave this worker's apiserver logs (klog and audit) where whole-suite checks read every
+    worker's (test_rbac_in_use), before `down --purge` removes them."""
+    target = _apiserver_logs_of(config, WORKER)
+    target.mkdir(parents=True, exist_ok=True)
+    for log in (state_dir / "logs").glob("kube-apiserver*.log"):
+        shutil.copy(log, target)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    """This worker is done, its sandbox down and its apiserver logs handed over (session fixtures
+    are torn down before this hook's last implementations)."""
+    finished = _apiserver_logs_of(session.config, WORKER).with_suffix(".finished")
+    finished.parent.mkdir(parents=True, exist_ok=True)
+    finished.touch()
+
+
+def other_workers_apiserver_logs(config, timeout_s: float = 3600) -> list[Path]:
+    """The apiserver log directories of the run's other workers, once every one has finished
+    (a worker that never started a sandbox has none)."""
+    others = [f"gw{index}" for index in range(WORKER_COUNT) if f"gw{index}" != WORKER]
+    wait_for(lambda: all(_apiserver_logs_of(config, worker).with_suffix(".finished").exists() for worker in others),
+             timeout_s, f"the other e2e workers ({', '.join(others)}) to finish", interval=5)
+    return [directory for worker in others if (directory := _apiserver_logs_of(config, worker)).is_dir()]
+
+
 @pytest.fixture(scope="session")
 def sandbox(request) -> Sandbox:
     if os.geteuid() != 0:
@@ -316,6 +392,7 @@ def sandbox(request) -> Sandbox:
     handle = Sandbox(state_dir, _environment(state_dir))
     yield handle
     _keep_logs_of_a_failed_run(request, state_dir)
+    _hand_over_apiserver_logs(request.config, state_dir)
     stopped = subprocess.run([*LLMFLEET, "sandbox", "down", "--purge"], env=env,
                              capture_output=True, text=True)
     # Keep the state (pid files, logs) when down fails, so nothing is orphaned.

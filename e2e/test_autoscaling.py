@@ -16,6 +16,8 @@ import pytest
 
 from conftest import StatusSample, StatusWatcher, service_target, small_batch_70b, stop_load, wait_for
 
+pytestmark = pytest.mark.long_running
+
 NAMESPACE = "autoscaling"
 SLO_TTFT_MS = 500
 MAX_REPLICAS = 3

@@ -30,6 +30,8 @@ import pytest
 
 from conftest import LLMFLEET, service_target, small_batch_70b, stop_load, wait_for, wait_until_ready
 
+pytestmark = pytest.mark.long_running
+
 NAMESPACE = "faults"
 
 

@@ -13,6 +13,8 @@ import pytest
 
 from conftest import LLMFLEET, service_target, small_batch_70b, stop_load, wait_for, wait_until_ready
 
+pytestmark = pytest.mark.long_running
+
 NAMESPACE = "live-replanning"
 DECLARED_PEAK_RPS = 0.5
 SENT_RPS = 3

@@ -22,6 +22,8 @@ from llmfleet.render.identity import service_name
 from llmfleet_sandbox.manager import DEMO_LOAD_ARGS, DEMO_MANIFEST
 from llmfleet_sandbox.serviceproxy import LEAST_CONNECTIONS, ROUND_ROBIN, SCHEDULER_ANNOTATION
 
+pytestmark = pytest.mark.long_running
+
 SCHEDULERS = {"spread-round-robin": ROUND_ROBIN, "spread-least-connections": LEAST_CONNECTIONS}
 STEP_AT_S, DURATION_S = 10, 210
 SCHEDULE = f"steps:0:1,{STEP_AT_S}:3"

@@ -17,6 +17,8 @@ import yaml
 from conftest import StatusWatcher, condition, service_target, wait_for
 from llmfleet_sandbox.manager import DEMO_LOAD_ARGS, DEMO_MANIFEST
 
+pytestmark = pytest.mark.long_running
+
 # The demo's load (`make sandbox` prints it): 1 request/s, a step to 3, back to 1, in phases
 # shortened from 60/180/120 s so that both intervals run in one test.
 STEP_AT_S, DOWN_AT_S, LOAD_S = 30, 150, 210

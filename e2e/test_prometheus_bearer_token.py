@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LLMFLEET, TEST_INSTANCE, Sandbox, _environment, _state_environment, wait_for
+from conftest import LLMFLEET, Sandbox, _environment, _state_environment, spare_instance, wait_for
 from llmfleet.autoscale.snapshot import MetricsFailure
 from llmfleet.metrics.cadence import CadenceSource
 from llmfleet.metrics.connection import PrometheusConnection
@@ -38,9 +38,7 @@ from llmfleet_sandbox.rbacproxy import reader_binding
 
 pytestmark = pytest.mark.after_other_e2e
 
-# Beside the session's sandbox (TEST_INSTANCE) and the lifecycle test's (2), and moving with
-# TEST_INSTANCE so that two suites on one machine do not meet here either.
-BEARER_INSTANCE = str(int(TEST_INSTANCE) + 4)
+BEARER_INSTANCE = spare_instance("bearer-token")
 SCRAPE_INTERVAL_S = 2
 NAMESPACE = "bearer-e2e"
 # The exporter pod serves series as a serving pod of LLMDeployment `probe` would, so that the

@@ -1,9 +1,9 @@
 """The chart's RBAC is what the operator uses, no more and no less, as the apiserver saw it.
 
 Both operators of an e2e session (the host one, with the chart's ServiceAccount token, and the
-Helm-installed one of test_operator_in_cluster.py) run under the chart's ClusterRole, and the
-sandbox's apiserver audits every request of a ServiceAccount. Once every other e2e test has run,
-each verb the ClusterRole grants must have been used on its resource, and RBAC must have refused
+Helm-installed one of test_operator_in_cluster.py) run under the chart's ClusterRole, and each
+worker's sandbox apiserver audits every request of a ServiceAccount. Once every other e2e test has
+run (on this worker, and every other worker finished), each verb the ClusterRole grants must have been used on its resource, and RBAC must have refused
 nothing: a grant without use fails here, and so does a grant missing."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import DESELECTED
+from conftest import DESELECTED, other_workers_apiserver_logs
 from llmfleet.render import RenderSettings
 from operator_fixtures import (
     IN_CLUSTER_RELEASE,
@@ -93,24 +93,37 @@ def grants_used(event: dict) -> list[Grant]:
     return grants
 
 
-def test_the_operator_uses_every_verb_the_chart_grants_and_is_refused_none(sandbox, request):
-    every_module = {path.name for path in (REPO_ROOT / "e2e").glob("test_*.py")}
-    ran = {item.path.name for item in request.session.items}
-    if ran != every_module or request.config.stash.get(DESELECTED, 0):
-        pytest.skip("needs the traffic of the whole e2e suite: run it without selecting tests")
-
-    events = operator_requests(sorted((sandbox.state_dir / "logs").glob("kube-apiserver-audit*.log")))
-    assert events, "no request of the operator's ServiceAccount in the audit log"
-    # `helm uninstall` deletes the release's Role before its pod gets SIGTERM, so the in-cluster
-    # operator's last Lease read on the way out is refused: that one is expected. So are refusals
-    # just after an apiserver (re)start, before its RBAC informers synced.
-    starts = apiserver_starts(sandbox.state_dir / "logs" / "kube-apiserver.log", received(events[0]).year)
+def operator_requests_and_refusals(logs: Path) -> tuple[list[dict], list[str]]:
+    """One apiserver's audited requests of the operators, and those RBAC refused unexpectedly.
+    `helm uninstall` deletes the release's Role before its pod gets SIGTERM, so the in-cluster
+    operator's last Lease read on the way out is refused: that one is expected. So are refusals
+    just after an apiserver (re)start, before its RBAC informers synced."""
+    events = operator_requests(sorted(logs.glob("kube-apiserver-audit*.log")))
+    if not events:
+        return [], []
+    starts = apiserver_starts(logs / "kube-apiserver.log", received(events[0]).year)
     refused = [f"{event['verb']} {event['requestURI']}" for event in events
                if event.get("annotations", {}).get("authorization.k8s.io/decision") == "forbid"
                and not (event["user"]["username"].startswith(f"system:serviceaccount:{IN_CLUSTER_RELEASE_NAMESPACE}:")
                         and event["objectRef"]["resource"] == "leases")
                and not any(0 <= (received(event) - start).total_seconds() < UNSYNCED_AFTER_START_S
                            for start in starts)]
+    return events, refused
+
+
+def test_the_operator_uses_every_verb_the_chart_grants_and_is_refused_none(sandbox, request):
+    every_module = {path.name for path in (REPO_ROOT / "e2e").glob("test_*.py")}
+    ran = {item.path.name for item in request.session.items}
+    if ran != every_module or request.config.stash.get(DESELECTED, 0):
+        pytest.skip("needs the traffic of the whole e2e suite: run it without selecting tests")
+
+    # The suite's modules ran on several workers, each with its own sandbox: every apiserver's traffic counts.
+    events, refused = [], []
+    for logs in [sandbox.state_dir / "logs", *other_workers_apiserver_logs(request.config)]:
+        seen, forbidden = operator_requests_and_refusals(logs)
+        events += seen
+        refused += forbidden
+    assert events, "no request of the operator's ServiceAccount in the audit log"
     used = Counter(grant for event in events for grant in grants_used(event))
     grants = granted(sandbox)
     example = {grant: event["requestURI"] for event in events for grant in grants_used(event)}

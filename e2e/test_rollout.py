@@ -14,6 +14,8 @@ import pytest
 
 from conftest import L40S_NODE, LLMFLEET, llm_deployment, service_target, stop_load, wait_for, wait_until_ready
 
+pytestmark = pytest.mark.long_running
+
 NAMESPACE = "rollout"
 
 

@@ -3,8 +3,7 @@ of them run (issue 31: two Triton pods of one Deployment on a fresh sandbox lost
 to a FileNotFoundError while both laid out the Triton image in one staging directory).
 
 Fresh means what a new user has: a sandbox of its own, whose state directory has no image
-laid out yet. It runs beside the session's sandbox, on the next instance (as
-test_sandbox_lifecycle's does), with one GPU node."""
+laid out yet. It runs beside the worker's sandbox, on a spare instance, with one GPU node."""
 
 from __future__ import annotations
 
@@ -17,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LLMFLEET, TEST_INSTANCE, Sandbox, _environment, _state_environment, wait_for
+from conftest import LLMFLEET, Sandbox, _environment, _state_environment, spare_instance, wait_for
 from llmfleet_sandbox import trtllm_image
 from triton_fixtures import model_repository_config_map, triton_deployment
 
 PODS = 6  # of one GPU each, on one node of 8
 DEPLOYMENT = "at-once"
-FRESH_INSTANCE = str(int(TEST_INSTANCE) + 1)
+FRESH_INSTANCE = spare_instance("fresh-image")
 # What the node agent says while Triton starts; anything else is a node agent or image failure.
 EXPECTED_WARNINGS = {"Unhealthy"}
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LLMFLEET
+from conftest import LLMFLEET, spare_instance
+from llmfleet_sandbox.config import Network
 
 pytestmark = pytest.mark.sandbox_teardown
 
@@ -77,19 +78,19 @@ def test_a_second_sandbox_of_the_same_instance_fails_and_leaves_the_first_untouc
 
 
 def test_another_instance_runs_beside_and_goes_without_touching_the_first(sandbox, tmp_path):
-    state = tmp_path / "beside"
+    state, beside = tmp_path / "beside", Network(int(spare_instance("beside")))
     try:
-        started = _sandbox_cli(state, 2, "up", "--nodes", "1")
+        started = _sandbox_cli(state, beside.instance, "up", "--nodes", "1")
         assert started.returncode == 0, started.stderr
         env = {**sandbox.env, "KUBECONFIG": str(state / "admin.kubeconfig")}
         nodes = subprocess.run(["kubectl", "get", "nodes", "-o", "name"], env=env, capture_output=True,
                                text=True, timeout=60)
         assert nodes.stdout.split() == ["node/cpu-node-1", "node/gpu-node-1"], nodes.stderr
-        assert "10.246.0.1" in (state / "admin.kubeconfig").read_text()
+        assert beside.gateway_ip in (state / "admin.kubeconfig").read_text()
     finally:
-        stopped = _sandbox_cli(state, 2, "down", "--purge")
+        stopped = _sandbox_cli(state, beside.instance, "down", "--purge")
     assert stopped.returncode == 0, stopped.stderr
-    assert subprocess.run(["ip", "link", "show", "llmf2"], capture_output=True).returncode != 0
+    assert subprocess.run(["ip", "link", "show", beside.bridge_name], capture_output=True).returncode != 0
     assert _serves(sandbox)
 
 
