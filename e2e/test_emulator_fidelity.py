@@ -30,7 +30,10 @@ MANIFEST = llm_deployment(
     NAME, NAMESPACE, "llama-3.1-70b",
     engine={"runtime": "engine", "maxBatchSize": MAX_BATCH_SIZE, "maxInputLen": 4096, "maxSeqLen": 4160,
             "maxNumTokens": 4096},
-    slo={"ttftP99Ms": 3000, "tpotP99Ms": 80, "quality": {"allowedQuantizations": ["BF16", "FP8"]}},
+    # Not what this module checks, and so loose that the pinned plan meets it even at the slow speeds
+    # other deployments of this model on a loaded machine teach the operator (it plans with the
+    # fleet's learned speeds): at the old 80 ms TPOT, a module run after them found it PlanInfeasible.
+    slo={"ttftP99Ms": 60000, "tpotP99Ms": 1000, "quality": {"allowedQuantizations": ["BF16", "FP8"]}},
     workload={"inputTokensMean": 1024, "inputTokensP99": 3500, "outputTokensMean": 32, "outputTokensP99": 64,
               "peakRequestsPerSecond": 0.5},
     resources={"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 8},

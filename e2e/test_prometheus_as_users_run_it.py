@@ -84,9 +84,10 @@ def test_the_demo_load_scales_up_and_back_down_at_15_and_30_s_scrape_intervals(s
             stdout, stderr = load.communicate(timeout=LOAD_S + 180)
             assert load.returncode == 0, f"{namespace}: {stderr}\n{stdout}"
         # After the load: every replica the step added goes again.
-        for namespace in interval_namespaces:
-            wait_for(lambda namespace=namespace: (sandbox.kubectl_json("get", "llmdeployment", "chat", "-n", namespace)
-                                                  .get("status") or {}).get("replicas") == 1,
+        # Read where the checks below read it, the watcher's samples: a change the watcher has not
+        # sampled yet when it stops would be missing from its timeline.
+        for namespace, watcher in watchers.items():
+            wait_for(lambda watcher=watcher: watcher.samples and watcher.samples[-1].replicas == 1,
                      420, f"{namespace}: back to one replica", interval=2)
     finally:
         for watcher in watchers.values():

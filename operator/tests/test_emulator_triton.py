@@ -120,9 +120,10 @@ def test_low_load_ttft_and_tpot_match_the_profile(triton):
     expected_tpot = expected_mean_tpot_ms(profile, prompt_tokens, output_tokens)
     print(f"TTFT {ttft_ms:.2f} ms (expected {expected_ttft:.2f} + host {host_ms:.2f}), "
           f"TPOT {tpot_ms:.2f} ms (expected {expected_tpot:.2f})")
-    # Tight from below (a token never comes early), loose from above: lateness is host load on a
-    # shared CI machine, measured by benchmarks/bench_emulator.py rather than asserted here.
-    assert 0.95 * expected_ttft <= ttft_ms - host_ms <= 1.5 * expected_ttft
+    # Tight from below (a token never comes early, whatever the host adds), loose from above:
+    # lateness is host load on a shared CI machine, measured by benchmarks/bench_emulator.py rather
+    # than asserted here. The host estimate is itself noisy under load, so only the upper bound uses it.
+    assert 0.95 * expected_ttft <= ttft_ms and ttft_ms - host_ms <= 1.5 * expected_ttft
     assert 0.95 * expected_tpot <= tpot_ms <= 1.5 * expected_tpot
 
 
