@@ -15,9 +15,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Hashable
 
-from llmfleet_sandbox.emulator.kvcache import KvBlockAllocator, blocks_for_tokens
-from llmfleet_sandbox.emulator.profile import EngineProfile
-from llmfleet_sandbox.emulator.timing import StepWork
+from llmfleet.simulation.kvcache import KvBlockAllocator, blocks_for_tokens
+from llmfleet.simulation.profile import EngineProfile
+from llmfleet.simulation.timing import StepWork
 
 
 class RequestNeverFits(ValueError):
