@@ -101,7 +101,7 @@ def test_a_removed_replica_finishes_what_it_holds_before_it_stops_counting():
 def test_requests_no_engine_can_take_fail_with_the_reason():
     arrivals = [Arrival(0.0, 101, 5), Arrival(1.0, 10, 5)]
     run = simulate(Fleet(ENGINE, 1, 1000, None), SETTINGS, arrivals)
-    assert "exceeds the engine's maxInputLen 100" in run.requests[0].failure
+    assert run.requests[0].failure == "prompt over the engine's maxInputLen 100"
     assert run.requests[1].failure is None
 
 

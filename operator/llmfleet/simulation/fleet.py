@@ -116,6 +116,16 @@ class FleetRun:
     def replica_seconds(self) -> float:
         return sum(span.ended_s - span.created_s for span in self.replicas)
 
+    def peak_replicas(self) -> int:
+        """The most replicas existing at once (serving, starting or draining)."""
+        changes = sorted([(span.created_s, 1) for span in self.replicas]
+                         + [(span.ended_s, -1) for span in self.replicas])  # an end before a start at one instant
+        running = peak = 0
+        for _, change in changes:
+            running += change
+            peak = max(peak, running)
+        return peak
+
     def replicas_at(self, time_s: float) -> tuple[int, int]:
         """(replicas existing, replicas serving) at `time_s`."""
         existing = [span for span in self.replicas if span.created_s <= time_s < span.ended_s]
@@ -250,14 +260,13 @@ class _Simulation:
         if replica is None:
             return self.fail(index, None, "no replica is ready: the Service has no endpoint")
         if arrival.prompt_tokens > engine.max_input_tokens:
-            return self.fail(index, replica.name, f"prompt of {arrival.prompt_tokens} tokens exceeds the engine's "
-                                                  f"maxInputLen {engine.max_input_tokens}")
+            return self.fail(index, replica.name, f"prompt over the engine's maxInputLen {engine.max_input_tokens}")
         output_tokens = min(arrival.output_tokens, engine.max_sequence_tokens - arrival.prompt_tokens)
         sequence = EngineSequence(index, arrival.prompt_tokens, max(output_tokens, 1))
         try:
             replica.engine.scheduler.submit(sequence)
-        except RequestNeverFits as error:
-            return self.fail(index, replica.name, str(error))
+        except RequestNeverFits:
+            return self.fail(index, replica.name, "needs more KV blocks than the engine's cache holds")
         self.in_flight[sequence] = (index, replica)
         replica.open_requests += 1
         if replica.engine.step_end_ms is None:
