@@ -8,10 +8,11 @@ import pytest
 
 from llmfleet.api import AutoscalingSpec
 from llmfleet.api.status import ScalingDecision
-from llmfleet.simulation.fleet import Engine, Fleet, FleetSettings, ReplicaSpan, Routing, simulate
+from llmfleet.simulation.fleet import Engine, Fleet, FleetSettings, ReplicaSpan, simulate
 from llmfleet.simulation.profile import EngineProfile
 from llmfleet.simulation.prometheus_view import extrapolated_rate, histogram_quantile, least_squares_slope
 from llmfleet.simulation.replica import Arrival
+from llmfleet.simulation.routing import LEAST_CONNECTIONS
 
 STEP_MS = 10.0
 PROFILE = EngineProfile(
@@ -37,7 +38,7 @@ def test_round_robin_queues_behind_a_long_request_where_least_connections_does_n
     arrivals = [Arrival(0.0, 10, 10), Arrival(1.0, 10, 1), Arrival(20.0, 10, 1)]
     fleet = Fleet(ENGINE, initial_replicas=2, slo_ttft_p99_ms=1000, autoscaling=None)
     round_robin = simulate(fleet, SETTINGS, arrivals)
-    least = simulate(fleet, FleetSettings(**{**SETTINGS.__dict__, "routing": Routing.LEAST_CONNECTIONS}), arrivals)
+    least = simulate(fleet, FleetSettings(**{**SETTINGS.__dict__, "routing": LEAST_CONNECTIONS}), arrivals)
 
     assert [r.replica for r in round_robin.requests] == ["replica-0", "replica-1", "replica-0"]
     # Round-robin: behind the long request, which ends at 100 ms; its one token at 110 ms.

@@ -14,6 +14,7 @@ from llmfleet.cli.inputs import BadInput, positive_float
 from llmfleet.cli.load import TRAFFIC_SYNTAX, add_arrival_arguments, add_length_arguments
 from llmfleet.cli.planning import read_plan_request
 from llmfleet.settings import OperatorSettings
+from llmfleet.simulation.routing import ROUND_ROBIN, ROUTINGS
 
 # The operator's and the sandbox's defaults, each a flag here.
 DEFAULT_SCRAPE_INTERVAL_SECONDS = 15.0  # the chart's PodMonitor and the sandbox's Prometheus
@@ -50,7 +51,7 @@ def add_commands(commands) -> None:
     simulate.add_argument("--start-up-delay-seconds", type=_non_negative, metavar="S",
                           default=DEFAULT_START_UP_DELAY_SECONDS,
                           help="from a scale-up to the new replica serving (default %(default)g, the sandbox's)")
-    simulate.add_argument("--routing", choices=("round-robin", "least-connections"), default="round-robin",
+    simulate.add_argument("--routing", choices=ROUTINGS, default=ROUND_ROBIN,
                           help="how the Service spreads requests (default %(default)s)")
     simulate.add_argument("--output-dir", default="llmfleet-simulate", metavar="DIR",
                           help="where summary.json and timeline.svg go (default ./llmfleet-simulate)")
@@ -101,7 +102,7 @@ def _run_simulate(args) -> int:
     from llmfleet.planner.spec_adapter import serving_release
     from llmfleet.render.pod import gpus_per_replica
     from llmfleet.simulation.deployment import fleet_for, query_window_seconds
-    from llmfleet.simulation.fleet import FleetSettings, Routing, simulate
+    from llmfleet.simulation.fleet import FleetSettings, simulate
     from llmfleet.simulation.plot import timeline_svg
     from llmfleet.simulation.report import Costs, format_summary, summarize
 
@@ -118,7 +119,7 @@ def _run_simulate(args) -> int:
         scrape_interval_seconds=args.scrape_interval_seconds,
         window_seconds=query_window_seconds(args.scrape_interval_seconds),
         reconcile_interval_seconds=args.reconcile_interval_seconds,
-        start_up_delay_seconds=args.start_up_delay_seconds, routing=Routing(args.routing),
+        start_up_delay_seconds=args.start_up_delay_seconds, routing=args.routing,
         queue_observable=all(name in serving_release(spec).metrics for name in QUEUE_METRICS), seed=args.seed)
     started = time.monotonic()
     run = simulate(fleet, settings, arrivals, _progress(args.quiet))

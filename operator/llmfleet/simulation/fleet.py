@@ -29,16 +29,12 @@ from llmfleet.autoscale import AutoscalerState, decide
 from llmfleet.simulation.profile import EngineProfile
 from llmfleet.simulation.prometheus_view import PodSeries, Sample, ScrapeSettings, TtftHistogram, snapshot
 from llmfleet.simulation.replica import Arrival, VirtualEngine
+from llmfleet.simulation.routing import LEAST_CONNECTIONS, ROUND_ROBIN
 from llmfleet.simulation.scheduler import RequestNeverFits, Sequence as EngineSequence
 
 MS_PER_SECOND = 1000.0
 # The autoscaler's clock: any fixed instant; reports count seconds from it.
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
-
-
-class Routing(str, Enum):
-    ROUND_ROBIN = "round-robin"
-    LEAST_CONNECTIONS = "least-connections"
 
 
 @dataclass(frozen=True)
@@ -47,7 +43,7 @@ class FleetSettings:
     window_seconds: int  # the autoscaler's query window, from the scrape interval
     reconcile_interval_seconds: float
     start_up_delay_seconds: float
-    routing: Routing = Routing.ROUND_ROBIN
+    routing: str = ROUND_ROBIN  # llmfleet.simulation.routing
     queue_observable: bool = True
     seed: int = 0
 
@@ -249,7 +245,7 @@ class _Simulation:
         serving = self.serving()
         if not serving:
             return None
-        if self.settings.routing is Routing.LEAST_CONNECTIONS:
+        if self.settings.routing == LEAST_CONNECTIONS:
             return min(serving, key=lambda replica: replica.open_requests)
         return serving[next(self.round_robin) % len(serving)]
 
