@@ -39,7 +39,7 @@ from triton_process import MODEL, deployment_spec, metric_value, start_triton  #
 from bench_sandbox import append_run, commit  # noqa: E402
 
 from llmfleet.api import LLMDeploymentSpec  # noqa: E402
-from llmfleet_sandbox.emulator.timing import expected_tpot_ms  # noqa: E402
+from llmfleet.simulation.timing import expected_tpot_ms  # noqa: E402
 
 STREAMS = (1, 8, 16, 32, 64)
 SECONDS_PER_STEP = 20

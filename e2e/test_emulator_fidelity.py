@@ -18,7 +18,7 @@ import pytest
 
 from conftest import llm_deployment, service_target, wait_until_ready
 from llmfleet_sandbox.emulator.profile import engine_profile
-from llmfleet_sandbox.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
+from llmfleet.simulation.timing import expected_mean_tpot_ms, expected_ttft_ms
 
 NAMESPACE = "fidelity"
 NAME = "engine"

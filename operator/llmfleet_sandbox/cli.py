@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from llmfleet.cli import BadInput, positive_int
+from llmfleet.simulation.routing import ROUND_ROBIN, ROUTINGS
 from llmfleet_sandbox.config import (
     MAX_INSTANCE,
     PROMETHEUS_AUTH_MODES,
@@ -44,8 +45,8 @@ def add_commands(commands) -> None:
     sandbox_up.add_argument("--extra-node-pool", action="append", default=[], metavar="GPU_TYPE=NODES",
                             help="more GPU nodes of another type, numbered after the others, e.g. "
                                  "L40S-48GB=1 for a cluster of mixed pools (repeatable)")
-    sandbox_up.add_argument("--service-proxy-scheduler", choices=("round-robin", "least-connections"),
-                            default="round-robin",
+    sandbox_up.add_argument("--service-proxy-scheduler", choices=ROUTINGS,
+                            default=ROUND_ROBIN,
                             help="how Services spread connections over ready endpoints: round-robin "
                                  "(kube-proxy IPVS mode's default rr) or least-connections (its lc); "
                                  "either way a connection, not a request, is balanced (default round-robin)")

@@ -10,6 +10,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from llmfleet.simulation.routing import ROUND_ROBIN
+
 DEFAULT_GPU_TYPE = "H100-SXM-80GB"
 
 CLUSTER_DOMAIN = "cluster.local"
@@ -117,9 +119,8 @@ class SandboxConfig:
     # serves HTTPS and lets through requests whose Kubernetes token the apiserver accepts and
     # authorizes (llmfleet_sandbox.rbacproxy), Prometheus listening on loopback; "none": plain HTTP.
     prometheus_auth: str = "none"
-    # How the service proxy spreads a Service's connections: "round-robin" (kube-proxy IPVS
-    # mode's default `rr`) or "least-connections" (its `lc`).
-    service_proxy_scheduler: str = "round-robin"
+    # How the service proxy spreads a Service's connections (llmfleet.simulation.routing).
+    service_proxy_scheduler: str = ROUND_ROBIN
     instance: int = 0
     # None: the instance's ports.
     ports: Ports | None = None

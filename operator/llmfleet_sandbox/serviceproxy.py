@@ -26,11 +26,10 @@ from collections import Counter
 
 from kubernetes import client, config as kube_config, watch
 
+from llmfleet.simulation.routing import LEAST_CONNECTIONS, ROUND_ROBIN, ROUTINGS
+
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 BUFFER_BYTES = 64 * 1024
-ROUND_ROBIN = "round-robin"
-LEAST_CONNECTIONS = "least-connections"
-SCHEDULERS = (ROUND_ROBIN, LEAST_CONNECTIONS)
 SCHEDULER_ANNOTATION = "sandbox.llmfleet.io/service-proxy-scheduler"
 
 
@@ -39,8 +38,8 @@ class EndpointTable:
     connections open to each."""
 
     def __init__(self, scheduler: str = ROUND_ROBIN):
-        if scheduler not in SCHEDULERS:
-            raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
+        if scheduler not in ROUTINGS:
+            raise ValueError(f"scheduler must be one of {', '.join(ROUTINGS)}, got {scheduler!r}")
         self.scheduler = scheduler
         self.lock = threading.Lock()
         self.slices: dict[tuple[str, str], dict] = {}
@@ -203,10 +202,10 @@ def service_scheduler(service: dict) -> str | None:
     ignored (the proxy's scheduler serves it), as a proxy does not refuse a Service."""
     metadata = service["metadata"]
     scheduler = (metadata.get("annotations") or {}).get(SCHEDULER_ANNOTATION)
-    if scheduler is None or scheduler in SCHEDULERS:
+    if scheduler is None or scheduler in ROUTINGS:
         return scheduler
     print(f"service {metadata['namespace']}/{metadata['name']}: {SCHEDULER_ANNOTATION} must be one of "
-          f"{', '.join(SCHEDULERS)}, got {scheduler!r}; using the proxy's scheduler", flush=True)
+          f"{', '.join(ROUTINGS)}, got {scheduler!r}; using the proxy's scheduler", flush=True)
     return None
 
 
@@ -245,7 +244,7 @@ async def serve(kubeconfig: str, scheduler: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--kubeconfig", required=True)
-    parser.add_argument("--scheduler", choices=SCHEDULERS, default=ROUND_ROBIN,
+    parser.add_argument("--scheduler", choices=ROUTINGS, default=ROUND_ROBIN,
                         help="how connections are spread over endpoints (default round-robin)")
     args = parser.parse_args(argv)
     asyncio.run(serve(args.kubeconfig, args.scheduler))

@@ -30,9 +30,10 @@ from llmfleet.planner import SloTargets, Workload, plan
 from llmfleet.planner.latency import Engine, build_engine, predict_at_load, prefill_attention_flops, step_seconds
 from llmfleet.planner.spec_adapter import plan_request_from_spec
 from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION
-from llmfleet_sandbox.emulator.profile import EngineProfile, profile_for_engine
-from llmfleet_sandbox.emulator.simulate import Arrival, serve
-from llmfleet_sandbox.emulator.timing import StepWork
+from llmfleet.simulation.profile import EngineProfile
+from llmfleet_sandbox.emulator.profile import profile_for_engine
+from llmfleet.simulation.replica import Arrival, serve
+from llmfleet.simulation.timing import StepWork
 from triton_process import deployment_spec, engine_config_for
 
 # Requests served before this are the warm-up: the engine starts empty.

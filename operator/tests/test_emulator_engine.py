@@ -7,9 +7,9 @@ import pytest
 
 from llmfleet_sandbox.emulator.engine import EmulatedEngine, InjectedFailure
 from llmfleet_sandbox.emulator.outputs import OutputModel
-from llmfleet_sandbox.emulator.profile import EngineProfile
-from llmfleet_sandbox.emulator.scheduler import RequestNeverFits
-from llmfleet_sandbox.emulator.timing import expected_ttft_ms
+from llmfleet.simulation.profile import EngineProfile
+from llmfleet.simulation.scheduler import RequestNeverFits
+from llmfleet.simulation.timing import expected_ttft_ms
 from llmfleet_sandbox.emulator.tokenizer import VOCABULARY
 
 PROFILE = EngineProfile.from_json_dict({

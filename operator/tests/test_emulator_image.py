@@ -17,8 +17,9 @@ from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION, model_rep
 from llmfleet_sandbox import trtllm_image
 from llmfleet_sandbox.emulator.engine_config import (EngineConfigError, engine_config_from_json_dict,
                                                      kv_cache_quant_algo_for, quant_algo_for, read_engine_config)
-from llmfleet_sandbox.emulator.profile import ProfileError, engine_profile, gpu_for_product, profile_for_engine
-from llmfleet_sandbox.emulator.timing import expected_tpot_ms, expected_ttft_ms
+from llmfleet.simulation.profile import ProfileError
+from llmfleet_sandbox.emulator.profile import engine_profile, gpu_for_product, profile_for_engine
+from llmfleet.simulation.timing import expected_tpot_ms, expected_ttft_ms
 from llmfleet_sandbox.emulator.tokenizer import VOCABULARY, TokenizerError, WordTokenizer, tokenizer_config
 from llmfleet_sandbox.image import mpirun
 from llmfleet_sandbox.image.tritonserver import remove_top_level_field, rewrite_arguments

@@ -2,7 +2,7 @@
 
 import pytest
 
-from llmfleet_sandbox.emulator.kvcache import KvBlockAllocator, KvCacheExhausted, blocks_for_tokens, prompt_block_hashes
+from llmfleet.simulation.kvcache import KvBlockAllocator, KvCacheExhausted, blocks_for_tokens, prompt_block_hashes
 
 
 def test_blocks_for_tokens_rounds_up_to_whole_blocks():

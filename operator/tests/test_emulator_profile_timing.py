@@ -6,8 +6,8 @@ import statistics
 
 import pytest
 
-from llmfleet_sandbox.emulator.profile import EngineProfile, ProfileError
-from llmfleet_sandbox.emulator.timing import (
+from llmfleet.simulation.profile import EngineProfile, ProfileError
+from llmfleet.simulation.timing import (
     StepWork,
     expected_mean_tpot_ms,
     expected_tpot_ms,

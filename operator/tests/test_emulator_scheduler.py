@@ -2,10 +2,10 @@
 
 import pytest
 
-from llmfleet_sandbox.emulator.kvcache import prompt_block_hashes
-from llmfleet_sandbox.emulator.profile import EngineProfile
-from llmfleet_sandbox.emulator.scheduler import RequestNeverFits, Scheduler, Sequence
-from llmfleet_sandbox.emulator.timing import expected_ttft_ms, step_duration_ms
+from llmfleet.simulation.kvcache import prompt_block_hashes
+from llmfleet.simulation.profile import EngineProfile
+from llmfleet.simulation.scheduler import RequestNeverFits, Scheduler, Sequence
+from llmfleet.simulation.timing import expected_ttft_ms, step_duration_ms
 
 PROFILE = {
     "gpuType": "H100-SXM-80GB", "tensorParallelSize": 1, "quantization": "FP8", "kvCacheDtype": "FP8",

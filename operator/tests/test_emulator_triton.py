@@ -25,7 +25,7 @@ from llmfleet.rollout import Outcome
 from llmfleet.rollout.quality import judge_quality
 from llmfleet_dev.release_checks import check_metric
 from llmfleet_sandbox.emulator.engine import STATS_PERIOD_S
-from llmfleet_sandbox.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
+from llmfleet.simulation.timing import expected_mean_tpot_ms, expected_ttft_ms
 from triton_process import ENGINE_MODEL, MODEL, deployment_spec, metric_value, start_triton
 
 # Llama 3.1 8B in BF16 on an A100: 14.5 ms decode steps, 0.08 ms per prompt token; slow enough

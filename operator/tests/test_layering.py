@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "llmfleet"
 SANDBOX = PACKAGE.parent / "llmfleet_sandbox"
 # What the operator image must not need: it ships the product package alone.
 NOT_SHIPPED = {"llmfleet_sandbox", "llmfleet_dev"}
-PURE_PACKAGES = ("api", "catalog", "planner", "render", "autoscale", "rollout")
+PURE_PACKAGES = ("api", "catalog", "planner", "render", "autoscale", "rollout", "simulation")
 IO_MODULES = {"kopf", "kubernetes", "prometheus_api_client", "requests", "urllib", "http",
               "socket", "subprocess", "tritonclient", "aiohttp", "asyncio", "threading"}
 # Reading the clock in a pure layer hides time from tests: time comes in as an argument.

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from llmfleet.cli import main
-from llmfleet_sandbox.emulator.timing import expected_mean_tpot_ms, expected_ttft_ms
+from llmfleet.simulation.timing import expected_mean_tpot_ms, expected_ttft_ms
 # The emulator's own real-Triton test serves the same engine.
 from triton_process import MODEL, deployment_spec, start_triton
 

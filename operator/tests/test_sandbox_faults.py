@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from llmfleet_sandbox import faults
-from llmfleet_sandbox.emulator.profile import EngineProfile, with_faults
+from llmfleet.simulation.profile import EngineProfile
+from llmfleet_sandbox.emulator.profile import with_faults
 
 PROFILE = EngineProfile(gpu_type="H100-SXM-80GB", tensor_parallel_size=1, quantization="FP8", kv_cache_dtype="FP8",
                         prefill_ms_per_token=0.05, prefill_fixed_ms=4.0, decode_step_base_ms=7.0,

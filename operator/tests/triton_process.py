@@ -35,11 +35,12 @@ from llmfleet.catalog.release_record import RUNTIME_RELEASES, load_release_recor
 from llmfleet.render import RenderSettings, layout, serving
 from llmfleet.render.model_repo import (KV_CACHE_FREE_GPU_MEM_FRACTION, TOKENIZER_INSTANCE_COUNT, model_repository_files)
 from llmfleet.render.identity import prefix_reuse_enabled
+from llmfleet.simulation.profile import EngineProfile
 from llmfleet_sandbox import images, trtllm_image
 from llmfleet_sandbox.emulator import tokenizer
 from llmfleet_sandbox.emulator.engine_config import (EngineConfig, dtype_for, kv_cache_quant_algo_for,
                                                      quant_algo_for)
-from llmfleet_sandbox.emulator.profile import GPU_PRODUCT_VARIABLE, EngineProfile, engine_profile
+from llmfleet_sandbox.emulator.profile import GPU_PRODUCT_VARIABLE, engine_profile
 
 MODEL = layout.ENSEMBLE_MODEL  # what clients call
 ENGINE_MODEL = layout.TENSORRT_LLM_MODEL  # what the engine's metrics are labelled with

@@ -4,6 +4,7 @@ packages, and main. Each command's options and handler live in a module of their
     planning    plan, estimate
     run         the operator
     load        the load generator
+    simulate    a spec's plan, replicas and autoscaler against a trace, in virtual time
     rollout     watch and steer a canary rollout
     fleet       fleet status
     model       model import (a config.json as an architecture block)
@@ -22,7 +23,7 @@ import os
 import sys
 
 from llmfleet import exit_codes
-from llmfleet.cli import fleet, load, model, planning, rollout, run
+from llmfleet.cli import fleet, load, model, planning, rollout, run, simulate
 from llmfleet.cli.inputs import BadInput, positive_int
 
 # What plug-ins' commands import from here (llmfleet_sandbox.cli: BadInput, positive_int).
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     planning.add_commands(commands)
     run.add_commands(commands)
     load.add_commands(commands)
+    simulate.add_commands(commands)
     rollout.add_commands(commands)
     fleet.add_commands(commands)
     model.add_commands(commands)

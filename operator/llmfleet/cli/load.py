@@ -17,14 +17,7 @@ def add_commands(commands) -> None:
                     "Open loop (default): Poisson arrivals on --schedule (or a --trace), sent at their\n"
                     "time whatever is in flight. --sweep: closed loops of N clients per step, then the\n"
                     "TTFT-TPOT-throughput Pareto frontier (pareto.png, sweep.json).\n\n"
-                    "Schedules (requests/s; times in s from the start; the last rate holds):\n"
-                    "  5 | constant:5          a constant rate\n"
-                    "  steps:0:2,60:8,120:2    2/s from 0 s, 8/s from 60 s, 2/s from 120 s\n"
-                    "  ramp:0:1,60:10,120:1    linear between the points\n"
-                    "  csv:PATH                rows time_s,rate (diurnal curve), linear between rows\n"
-                    "Lengths (tokens): N | fixed:N | uniform:LOW:HIGH | lognormal:MEAN:P99\n"
-                    "Trace: CSV with header arrival_s,input_tokens,output_tokens, or .jsonl objects\n"
-                    "with those keys.\n\n"
+                    + TRAFFIC_SYNTAX + "\n"
                     "Writes requests.csv and summary.json to --output-dir and prints the summary.\n"
                     f"Exit codes: {exit_codes.OK} every request completed; {exit_codes.REQUESTS_FAILED} some "
                     f"failed or were truncated; {exit_codes.BAD_INPUT} bad\nflags or files; "
@@ -38,16 +31,9 @@ def add_commands(commands) -> None:
                            "runtime's tensorrt_llm). Default: ensemble if the first endpoint serves it, else "
                            "tensorrt_llm")
     traffic = load.add_mutually_exclusive_group()
-    traffic.add_argument("--schedule", default="constant:1", metavar="SPEC",
-                         help="arrival rate schedule, see above (default constant:1)")
-    traffic.add_argument("--trace", metavar="FILE", help="replay arrivals and lengths from a CSV or JSONL trace")
+    add_arrival_arguments(traffic, "constant:1")
     traffic.add_argument("--sweep", metavar="N,N,...", help="closed-loop concurrency steps, e.g. 1,2,4,8,16,32")
-    load.add_argument("--duration-s", type=float, metavar="S", default=60.0,
-                      help="length of the schedule, or of each --sweep step (default 60)")
-    load.add_argument("--input-tokens", default="lognormal:512:2048", metavar="DIST",
-                      help="prompt length distribution (default lognormal:512:2048)")
-    load.add_argument("--output-tokens", default="lognormal:128:512", metavar="DIST",
-                      help="output length distribution (default lognormal:128:512)")
+    add_length_arguments(load, "length of the schedule, or of each --sweep step")
     load.add_argument("--shared-prefix-fraction", type=float, default=0.0, metavar="F",
                       help="share of every prompt that is a common prefix, 0..1 (default 0)")
     load.add_argument("--seed", type=int, default=0, help="seed for arrivals, lengths and prompts (default 0)")
@@ -67,6 +53,36 @@ def add_commands(commands) -> None:
                       help="where the CSV, JSON and PNG go (default ./llmfleet-load)")
     load.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     load.set_defaults(handler=_run_load)
+
+
+# How --schedule, --trace and the lengths are written (`load` and `simulate`).
+TRAFFIC_SYNTAX = ("Schedules (requests/s; times in s from the start; the last rate holds):\n"
+                  "  5 | constant:5          a constant rate\n"
+                  "  steps:0:2,60:8,120:2    2/s from 0 s, 8/s from 60 s, 2/s from 120 s\n"
+                  "  ramp:0:1,60:10,120:1    linear between the points\n"
+                  "  csv:PATH                rows time_s,rate (diurnal curve), linear between rows\n"
+                  "Lengths (tokens): N | fixed:N | uniform:LOW:HIGH | lognormal:MEAN:P99\n"
+                  "Trace: CSV with header arrival_s,input_tokens,output_tokens, or .jsonl objects\n"
+                  "with those keys.\n")
+
+
+def add_arrival_arguments(traffic, schedule_default: str | None) -> None:
+    """--schedule and --trace, into the mutually exclusive group `traffic` (with
+    `add_length_arguments` and --seed, what llmfleet.loadgen.command.open_loop_plan reads)."""
+    traffic.add_argument("--schedule", default=schedule_default, metavar="SPEC",
+                         help="arrival rate schedule, see above"
+                              + (f" (default {schedule_default})" if schedule_default else ""))
+    traffic.add_argument("--trace", metavar="FILE", help="replay arrivals and lengths from a CSV or JSONL trace")
+
+
+def add_length_arguments(parser, duration_help: str) -> None:
+    """--duration-s and the length distributions of a --schedule's requests."""
+    parser.add_argument("--duration-s", type=float, metavar="S", default=60.0,
+                        help=f"{duration_help} (default 60)")
+    parser.add_argument("--input-tokens", default="lognormal:512:2048", metavar="DIST",
+                        help="prompt length distribution (default lognormal:512:2048)")
+    parser.add_argument("--output-tokens", default="lognormal:128:512", metavar="DIST",
+                        help="output length distribution (default lognormal:128:512)")
 
 
 def _run_load(args) -> int:

@@ -94,17 +94,24 @@ def _print_json(body: dict) -> None:
     print(json.dumps(finite(body), indent=2, allow_nan=False))
 
 
-def _run_plan(args) -> int:
+def read_plan_request(path: str):
+    """The validated spec of the LLMDeployment manifest at `path` (- for stdin) and the planner's
+    question for it; BadInput names every problem's field."""
     from llmfleet.api import InvalidSpecError
-    from llmfleet.planner import format_plan_table, plan
     from llmfleet.planner.spec_adapter import plan_request_from_spec
+
+    spec = _deployment_spec(read_mapping(path, f"-f {path}"), path)
+    try:
+        return spec, plan_request_from_spec(spec)
+    except InvalidSpecError as error:  # admission accepts it, but it leaves nothing to plan with
+        raise _invalid_manifest(path, error) from None
+
+
+def _run_plan(args) -> int:
+    from llmfleet.planner import format_plan_table, plan
     from llmfleet.render import revision_hash
 
-    spec = _deployment_spec(read_mapping(args.file, f"-f {args.file}"), args.file)
-    try:
-        request = plan_request_from_spec(spec)
-    except InvalidSpecError as error:  # admission accepts it, but it leaves nothing to plan with
-        raise _invalid_manifest(args.file, error) from None
+    spec, request = read_plan_request(args.file)
     result = plan(request)
     # The revision the operator makes of this spec and plan (status.currentRevision, the pods'
     # llmfleet.io/revision label), e.g. for `llmfleet sandbox fault --revision`.

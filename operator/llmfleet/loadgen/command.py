@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from llmfleet import exit_codes
-from llmfleet.loadgen.lengths import LengthError, parse_length_distribution
+from llmfleet.loadgen.lengths import LengthDistribution, LengthError, parse_length_distribution
 from llmfleet.loadgen.runner import Target, run_closed_loop, run_open_loop, write_json, write_requests_csv
 from llmfleet.loadgen.schedule import ScheduleError, parse_schedule, poisson_arrivals, schedule_from_csv
 from llmfleet.loadgen.stats import Slo, pareto_frontier, summarize
@@ -88,13 +88,12 @@ def _common(args) -> _Common:
 def run(args) -> int:
     """The `llmfleet load` handler; raises LoadInputError for bad flags (exit 2)."""
     common = _common(args)
-    input_lengths = _parsed("--input-tokens", parse_length_distribution, args.input_tokens)
-    output_lengths = _parsed("--output-tokens", parse_length_distribution, args.output_tokens)
+    input_lengths, output_lengths = length_distributions(args)
     # Every flag and file is checked before the first connection.
     if args.sweep is not None:
         concurrencies = _parsed("--sweep", _concurrencies, args.sweep)
     else:
-        plan, duration_s = _open_loop_plan(args, input_lengths, output_lengths)
+        plan, duration_s = open_loop_plan(args, input_lengths, output_lengths)
     try:
         model = check_endpoints(common.target.endpoints, common.target.model)
     except TargetUnavailable as error:
@@ -107,8 +106,16 @@ def run(args) -> int:
     return _open_loop(common, plan, duration_s, args)
 
 
-def _open_loop_plan(args, input_lengths, output_lengths) -> tuple[list[PlannedRequest], float]:
-    """The requests and the schedule's length: from --trace, or from --schedule and the lengths."""
+def length_distributions(args) -> tuple[LengthDistribution, LengthDistribution]:
+    """--input-tokens and --output-tokens."""
+    return (_parsed("--input-tokens", parse_length_distribution, args.input_tokens),
+            _parsed("--output-tokens", parse_length_distribution, args.output_tokens))
+
+
+def open_loop_plan(args, input_lengths: LengthDistribution,
+                   output_lengths: LengthDistribution) -> tuple[list[PlannedRequest], float]:
+    """The requests and the schedule's length: from --trace, or from --schedule, --duration-s,
+    the lengths and --seed (`llmfleet load`'s open loop, and `llmfleet simulate`)."""
     if args.trace is not None:
         jsonl = args.trace.endswith((".jsonl", ".json"))
         plan = _parsed("--trace", lambda text: parse_trace(text, jsonl), _read("--trace", args.trace))

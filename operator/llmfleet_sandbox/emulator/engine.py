@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from llmfleet_sandbox.emulator.kvcache import prompt_block_hashes
+from llmfleet.simulation.kvcache import prompt_block_hashes
 from llmfleet_sandbox.emulator.outputs import OutputModel
-from llmfleet_sandbox.emulator.profile import EngineProfile
-from llmfleet_sandbox.emulator.scheduler import Scheduler, SchedulerStats, Sequence
-from llmfleet_sandbox.emulator.timing import jitter_multiplier, step_duration_ms
+from llmfleet.simulation.profile import EngineProfile
+from llmfleet.simulation.scheduler import Scheduler, SchedulerStats, Sequence
+from llmfleet.simulation.timing import jitter_multiplier, step_duration_ms
 
 STATS_PERIOD_S = 0.1  # TensorRT-LLM's default stats_check_period_ms is 100
 # Asking the client connection whether a request was cancelled costs a round trip to the Triton

@@ -25,9 +25,9 @@ from llmfleet.catalog.release_record import RUNTIME_RELEASES, check_model_yaml, 
 from llmfleet_sandbox.emulator.checkpoint import engine_config_from_checkpoint
 from llmfleet_sandbox.emulator.engine_config import EngineConfigError
 from llmfleet_sandbox.emulator.model import SenderSink, start_engine
+from llmfleet.simulation.profile import ProfileError
 from llmfleet_sandbox.emulator.profile import (
     GPU_PRODUCT_VARIABLE,
-    ProfileError,
     gpu_for_product,
     profile_for_engine,
     with_faults,

@@ -28,10 +28,9 @@ from llmfleet_sandbox.emulator.engine import EmulatedEngine, EngineObserver
 from llmfleet_sandbox.emulator.outputs import output_model_for_engine
 from llmfleet_sandbox.emulator.triton_metrics import TritonMetrics, release_metrics
 from llmfleet_sandbox.emulator.engine_config import EngineConfig, EngineConfigError, read_engine_config
+from llmfleet.simulation.profile import EngineProfile, ProfileError
 from llmfleet_sandbox.emulator.profile import (
     GPU_PRODUCT_VARIABLE,
-    EngineProfile,
-    ProfileError,
     gpu_for_product,
     profile_for_engine,
     with_faults,

@@ -25,7 +25,7 @@ from llmfleet.render.layout import (
     TTFT_HISTOGRAM_BUCKETS_MS,
 )
 from llmfleet_sandbox.emulator.engine import OverheadStats
-from llmfleet_sandbox.emulator.scheduler import SchedulerStats
+from llmfleet.simulation.scheduler import SchedulerStats
 from llmfleet_sandbox.trtllm_image import RELEASE_VARIABLE
 
 TOKEN_LENGTH_BUCKETS = [10, 50, 100, 500, 1000]  # the TensorRT-LLM backend's buckets

@@ -15,9 +15,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Hashable
 
-from llmfleet_sandbox.emulator.kvcache import KvBlockAllocator, blocks_for_tokens
-from llmfleet_sandbox.emulator.profile import EngineProfile
-from llmfleet_sandbox.emulator.timing import StepWork
+from llmfleet.simulation.kvcache import KvBlockAllocator, blocks_for_tokens
+from llmfleet.simulation.profile import EngineProfile
+from llmfleet.simulation.timing import StepWork
 
 
 class RequestNeverFits(ValueError):
@@ -137,11 +137,18 @@ class Scheduler:
 
     def plan_step(self) -> StepPlan:
         budget_tokens = self.profile.max_num_tokens
-        decode = [sequence for sequence in self.running if not sequence.in_context_phase]
-        for sequence in decode:
-            self._grow(sequence, sequence.context_tokens + 1)
+        block_tokens = self.profile.kv_block_tokens
+        decode, kv_tokens_read = [], 0
+        for sequence in self.running:  # the hot loop of a simulation: attributes, not properties
+            context_tokens = sequence.prefilled_tokens + sequence.output_tokens
+            if sequence.prefilled_tokens < sequence.prompt_tokens:
+                continue  # in its context phase
+            # The next token's KV needs a block only where it crosses the last block's end.
+            if context_tokens + 1 > len(sequence.blocks) * block_tokens:
+                self._grow(sequence, context_tokens + 1)
+            kv_tokens_read += context_tokens
+            decode.append(sequence)
         budget_tokens -= len(decode)
-        kv_tokens_read = sum(sequence.context_tokens for sequence in decode)
 
         chunks = []
         for sequence in self.running:

@@ -17,7 +17,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from llmfleet_sandbox.emulator.profile import EngineProfile
+from llmfleet.simulation.profile import EngineProfile
 
 
 @dataclass(frozen=True)

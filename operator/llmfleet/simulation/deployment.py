@@ -1,0 +1,41 @@
+"""An LLMDeployment and its plan as the fleet the simulator runs (pure): each replica's engine as
+the operator would build and serve it, the replicas the operator would start with, and the
+query window its metrics would use at a scrape interval."""
+
+from __future__ import annotations
+
+from llmfleet.api import LLMDeploymentSpec
+from llmfleet.catalog import Catalog
+from llmfleet.metrics.cadence import choose_cadence, rate_window
+from llmfleet.planner.spec_adapter import model_arch_from_spec
+from llmfleet.planner.types import Plan
+from llmfleet.render.identity import prefix_reuse_enabled
+from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION
+from llmfleet.simulation.fleet import Engine, Fleet
+from llmfleet.simulation.profile import profile_for_build
+
+
+def engine_for(spec: LLMDeploymentSpec, plan: Plan, catalog: Catalog) -> Engine:
+    """The engine one replica of a feasible plan serves with: the spec's build limits, the
+    plan's GPU, TP and formats, the rendered KV-cache share (as the sandbox's emulator derives
+    it at model load)."""
+    model = model_arch_from_spec(spec.model, context_window_tokens=spec.engine.max_seq_len, catalog=catalog)
+    profile = profile_for_build(model, catalog.gpus[plan.gpu_type], plan.quantization, plan.kv_cache_dtype,
+                                plan.tensor_parallel_size, spec.engine.max_batch_size, spec.engine.max_num_tokens,
+                                KV_CACHE_FREE_GPU_MEM_FRACTION, prefix_reuse_enabled(spec), catalog)
+    return Engine(profile, spec.engine.max_input_len, spec.engine.max_seq_len)
+
+
+def fleet_for(spec: LLMDeploymentSpec, plan: Plan, catalog: Catalog) -> Fleet:
+    """The fleet as the operator runs it: the plan's replicas, or with autoscaling the plan's
+    replicas within minReplicas..maxReplicas (the first pass's count) and the policy after."""
+    autoscaling = spec.autoscaling if spec.autoscaling.enabled else None
+    replicas = plan.replicas
+    if autoscaling is not None:
+        replicas = min(max(replicas, autoscaling.min_replicas), autoscaling.max_replicas)
+    return Fleet(engine_for(spec, plan, catalog), replicas, spec.slo.ttft_p99_ms, autoscaling)
+
+
+def query_window_seconds(scrape_interval_seconds: float) -> int:
+    """The autoscaler's p99 and rate window at a configured scrape interval."""
+    return rate_window(choose_cadence(scrape_interval_seconds, None)).seconds
