@@ -63,16 +63,17 @@ test: setup unit e2e
 # Test tiers are pytest markers (pyproject.toml): `unit` and `integration` (a real Triton or
 # Prometheus process, no cluster) run here, `e2e` (the sandbox) below; PYTEST_OPTS='-m unit'
 # picks the quick tier alone. pytest exits 5 when it collects nothing; that is not a failure here.
+# Both tiers run on TEST_WORKERS pytest-xdist workers (TEST_WORKERS=0: in one process). The e2e
+# workers take whole modules, in the order e2e/conftest.py gives them (long ones first, teardown
+# last), each with a sandbox and an operator of its own.
+TEST_WORKERS ?= 2
+
 unit: python-env
 	$(BIN)/ruff check operator e2e benchmarks
-	@$(BIN)/pytest operator/tests -q $(PYTEST_OPTS) || [ $$? -eq 5 ]
-
-# Modules run on E2E_WORKERS pytest-xdist workers, each with its own sandbox and operator (e2e/conftest.py),
-# whole modules at a time, in the order conftest gives them (long ones first, teardown last).
-E2E_WORKERS ?= 2
+	@$(BIN)/pytest operator/tests -q -n $(TEST_WORKERS) $(PYTEST_OPTS) || [ $$? -eq 5 ]
 
 e2e: setup
-	@$(BIN)/pytest e2e -q --durations=30 -n $(E2E_WORKERS) --dist loadfile --no-loadscope-reorder \
+	@$(BIN)/pytest e2e -q --durations=30 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 	  $(PYTEST_OPTS) || [ $$? -eq 5 ]
 
 crds: python-env
