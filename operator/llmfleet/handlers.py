@@ -226,6 +226,7 @@ def _run(body, memo, indexes) -> None:
             if outcome.observed:
                 book.observed_at_s[uid] = started_s
             (book.superseded.add if outcome.superseded else book.superseded.discard)(uid)
+            book.pass_succeeded(uid)
         except NamespaceTerminating as going:
             # The object goes with its namespace (deletion reaches it after its children).
             log.debug("namespace %s is being deleted or gone; not reconciling %s", going, body["metadata"]["name"])
@@ -234,6 +235,10 @@ def _run(body, memo, indexes) -> None:
             log.debug("%s is gone; not reconciling it", gone)
             if uid in indexes["llm_deployments"]:  # else its deletion was seen: nothing to skip
                 book.gone.add(uid)
+        except Exception:
+            # Raised on to the caller, who says why; the ticker passes it again after the back-off.
+            book.pass_failed(uid, time.monotonic())
+            raise
         finally:
             book.last_pass_s[uid] = time.monotonic()
 
@@ -262,7 +267,8 @@ def _due(book: PassBook, indexes, settings: OperatorSettings, now_s: float, now:
             if uid in book.gone or body["metadata"]["namespace"] not in indexes["namespaces"]:
                 continue
             stale = now_s - book.last_pass_s.get(uid, 0.0) >= resync_after_seconds(uid, settings)
-            if (stale or uid in book.superseded or needs_periodic_pass(body, _children(uid, indexes))
+            if (stale or uid in book.superseded or book.retry_due(uid, now_s)
+                    or needs_periodic_pass(body, _children(uid, indexes))
                     or (book.may_observe(uid, settings, now_s) and observation_due(body, now, settings))):
                 due.append(body)
     return due
@@ -286,7 +292,8 @@ async def start_passes(memo: kopf.Memo, settings: kopf.OperatorSettings, **index
                 if body is not None:  # else deleted meanwhile
                     await loop.run_in_executor(settings.execution.executor, _run, body, memo, indexes)
             except Exception as error:  # one deployment's failure never stops the others' passes
-                log.error("pass of %s/%s failed: %r", body["metadata"]["namespace"], body["metadata"]["name"], error)
+                log.error("pass of %s/%s failed (passed again in %.0f s): %r", body["metadata"]["namespace"],
+                          body["metadata"]["name"], memo.book.retry_in_s(uid, time.monotonic()), error)
             finally:
                 memo.passes.done(uid)
 

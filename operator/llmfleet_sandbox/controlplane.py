@@ -114,7 +114,6 @@ def apiserver_argv(bin_dir: Path, config: SandboxConfig) -> list[str]:
         f"--service-account-issuer={config.apiserver_url}",
         f"--service-account-key-file={pki / 'sa.pub'}",
         f"--service-account-signing-key-file={pki / 'sa.key'}",
-        "--enable-priority-and-fairness=false",
         # Pods leave a lost node after 30 s instead of 5 minutes: a cluster setting (the
         # DefaultTolerationSeconds admission plugin), so node-loss tests take a minute.
         f"--default-not-ready-toleration-seconds={NODE_LOSS_TOLERATION_SECONDS}",

@@ -10,6 +10,7 @@ import logging
 import time
 
 import kopf
+import pytest
 import kubernetes.config
 import yaml
 
@@ -211,6 +212,42 @@ def test_a_pass_whose_status_write_lost_to_a_newer_version_is_passed_again_at_th
     assert handlers._due(memo.book, indexes, settings, time.monotonic(), now) == [deployment]
     handlers._run(deployment, memo, indexes)  # written: due no more
     assert handlers._due(memo.book, indexes, settings, time.monotonic(), now) == []
+
+
+def test_a_failed_pass_is_passed_again_after_a_back_off_that_doubles_and_resets_on_success(monkeypatch):
+    from llmfleet.passbook import FAILED_PASS_BACKOFF_BASE_S, FAILED_PASS_BACKOFF_MAX_S
+    from llmfleet.reconcile import Outcome
+
+    deployment = {"apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
+                  "metadata": {"name": "chat", "namespace": "serving", "uid": "failed-uid"}, "spec": {}}
+    indexes = {"llm_deployments": {"failed-uid": [deployment]}, "namespaces": {"serving": [True]},
+               **{f"children_{kind.plural}": {} for kind in CHILD_KINDS}}
+    settings = OperatorSettings()
+    memo = kopf.Memo(gateway=None, operator_settings=settings, metrics=None, book=PassBook())
+    now = datetime.datetime(2026, 12, 5, tzinfo=datetime.timezone.utc)
+    throttled = RuntimeError("(429) Too Many Requests")
+    outcomes = iter([throttled, throttled, Outcome()])
+
+    def reconcile(*_, **__):
+        outcome = next(outcomes)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    monkeypatch.setattr(handlers, "reconcile", reconcile)
+    backoffs = []
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            handlers._run(deployment, memo, indexes)
+        failed_s = time.monotonic()
+        backoffs.append(memo.book.retry_in_s("failed-uid", failed_s))
+        # Settled (no periodic pass) and just passed: only the retry makes it due, and not before its time.
+        assert handlers._due(memo.book, indexes, settings, failed_s, now) == []
+        assert handlers._due(memo.book, indexes, settings, failed_s + backoffs[-1] + 0.1, now) == [deployment]
+    assert backoffs == pytest.approx([FAILED_PASS_BACKOFF_BASE_S, 2 * FAILED_PASS_BACKOFF_BASE_S], abs=0.05)
+    handlers._run(deployment, memo, indexes)
+    assert handlers._due(memo.book, indexes, settings, time.monotonic() + FAILED_PASS_BACKOFF_MAX_S, now) == []
+    assert memo.book.failures == {}
 
 
 def test_a_pass_that_finds_its_deployment_gone_stops_the_ticker_marking_it(monkeypatch):

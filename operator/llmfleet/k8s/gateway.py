@@ -7,11 +7,13 @@ import datetime
 import hashlib
 import json
 import logging
+from http import HTTPStatus
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ConflictError, DynamicApiError, ForbiddenError, NotFoundError
+from urllib3.util.retry import Retry
 
 from llmfleet.api import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
@@ -96,16 +98,38 @@ def _fingerprint(obj: dict) -> str:
     return f"generation {generation}" if generation else f"version {metadata.get('resourceVersion')}"
 
 
-def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
+# client-go sends again, up to 10 times, a request the apiserver answered 429 (API Priority
+# and Fairness refused it a seat), after the Retry-After it names (or a back-off of at most a
+# second): such a request was never executed, so every verb may be sent again. A failure to
+# connect is retried as urllib3's default does; a lost answer never is (a POST may have run).
+THROTTLED_RETRIES = 10
+THROTTLED_BACKOFF_MAX_S = 1.0
+CONNECT_RETRIES = 3
+
+
+def throttling_retry() -> Retry:
+    return Retry(total=THROTTLED_RETRIES + CONNECT_RETRIES, connect=CONNECT_RETRIES, read=0, redirect=0,
+                 status=THROTTLED_RETRIES, status_forcelist=(HTTPStatus.TOO_MANY_REQUESTS,), allowed_methods=None,
+                 respect_retry_after_header=True, backoff_factor=0.25, backoff_max=THROTTLED_BACKOFF_MAX_S,
+                 raise_on_status=False)
+
+
+def _load_config(kubeconfig: str | None) -> None:
     """In-cluster config when running in a pod, else the kubeconfig (or $KUBECONFIG)."""
     if kubeconfig is None:
         try:
             config.load_incluster_config()
-            return client.ApiClient()
+            return
         except config.ConfigException:
             pass
     config.load_kube_config(config_file=kubeconfig)
-    return client.ApiClient()
+
+
+def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
+    _load_config(kubeconfig)
+    configuration = client.Configuration.get_default_copy()
+    configuration.retries = throttling_retry()
+    return client.ApiClient(configuration)
 
 
 class KubeGateway:
