@@ -29,11 +29,17 @@ AWS_CLI_ENTRYPOINT = "/usr/local/bin/aws"
 DEFAULT_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 # This environment's bin directory: its python/python3 and the `llmfleet` entry point.
 ENVIRONMENT_BIN = str(Path(sys.executable).parent)
+# The source tree this sandbox runs (llmfleet, llmfleet_sandbox): the node agent's own, which is
+# not the editable install's when the agent runs another checkout (PYTHONPATH, a git worktree).
+ENVIRONMENT_SOURCE = str(Path(trtllm_image.__file__).resolve().parents[1])
 # What this environment's interpreter needs at run time: the venv, the Python it was made
-# from, and the source tree of its editable install (llmfleet, llmfleet_sandbox).
-ENVIRONMENT_PATHS = tuple(sorted({sys.prefix, sys.base_prefix, str(Path(trtllm_image.__file__).resolve().parents[1])}))
+# from, and the sandbox's source tree.
+ENVIRONMENT_PATHS = tuple(sorted({sys.prefix, sys.base_prefix, ENVIRONMENT_SOURCE}))
+# Pods' Python imports the sandbox's own source, ahead of the editable install's: the stand-ins a
+# pod runs are those of the sandbox that started it.
+ENVIRONMENT_IMPORTS = {"PYTHONPATH": ENVIRONMENT_SOURCE}
 PYTHON_ENV = {"LANG": "C.UTF-8",
-              "PYTHON_VERSION": ".".join(str(part) for part in sys.version_info[:3])}
+              "PYTHON_VERSION": ".".join(str(part) for part in sys.version_info[:3]), **ENVIRONMENT_IMPORTS}
 
 
 class ImageNotRunnable(Exception):
@@ -79,14 +85,15 @@ def resolve(image: str, state_dir: Path) -> Image:
                 + ", ".join(load_release_record(name).image for name in release_names()))
         return Image(trtllm_image.image_filesystem(state_dir),
                      tuple(trtllm_image.IMAGE_PATH) + (ENVIRONMENT_BIN,),
-                     {trtllm_image.RELEASE_VARIABLE: release.release, trtllm_image.HUB_EGRESS_VARIABLE: "1"})
+                     {trtllm_image.RELEASE_VARIABLE: release.release, trtllm_image.HUB_EGRESS_VARIABLE: "1",
+                      **ENVIRONMENT_IMPORTS})
     if _matches(image, PYTHON_IMAGE_PATTERNS):
         return Image({}, (ENVIRONMENT_BIN,), dict(PYTHON_ENV), cmd=("python3",))
     if _matches(image, OPERATOR_IMAGE_PATTERNS):
         return Image(trtllm_image.upstream_code_filesystem(state_dir), (ENVIRONMENT_BIN,), dict(PYTHON_ENV),
                      ("llmfleet",), ("run",))
     if _matches(image, SHELL_IMAGE_PATTERNS):
-        return Image({}, (ENVIRONMENT_BIN,), {}, cmd=("sh",))
+        return Image({}, (ENVIRONMENT_BIN,), dict(ENVIRONMENT_IMPORTS), cmd=("sh",))
     if _matches(image, AWS_CLI_IMAGE_PATTERNS):
         if not Path(objectstore.AWS_CLI).exists():
             raise ImageNotRunnable(f'image "{image}" needs the AWS CLI at {objectstore.AWS_CLI}: '
