@@ -15,11 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from llmfleet.catalog import GpuType, load_catalog
+from llmfleet.planner.layout import Layout
 from llmfleet.planner.latency import build_engine, lm_head_flops, prefill_attention_flops, step_seconds
 from llmfleet_sandbox.emulator.engine_config import EngineConfig, read_engine_config
 
 # Set by the sandbox's node agent on pods that request GPUs: the node's nvidia.com/gpu.product label.
 GPU_PRODUCT_VARIABLE = "LLMFLEET_SANDBOX_GPU_PRODUCT"
+# OpenMPI's count of the ranks on the process's own node (the sandbox's mpirun sets it too).
+MPI_LOCAL_SIZE_VARIABLE = "OMPI_COMM_WORLD_LOCAL_SIZE"
 MS_PER_SECOND = 1000.0
 # The model is not more precise than this, and logged profiles stay readable.
 SIGNIFICANT_DIGITS = 6
@@ -149,7 +152,7 @@ def _ms(seconds: float) -> float:
 
 
 def profile_for_engine(config: EngineConfig, gpu: GpuType, kv_cache_free_gpu_mem_fraction: float,
-                       enable_prefix_reuse: bool) -> EngineProfile:
+                       enable_prefix_reuse: bool, gpus_per_node: int | None = None) -> EngineProfile:
     """The planner's latency model of this engine on this GPU, linearised for the emulator.
 
     The planner's step is a roofline per kernel (GEMMs: max(weights, FLOPs)); the emulator's is
@@ -159,14 +162,19 @@ def profile_for_engine(config: EngineConfig, gpu: GpuType, kv_cache_free_gpu_mem
     max_batch_size sequences; per KV token = KV bytes per token per GPU over effective
     bandwidth; per prompt token = secant of a prefill step from 0 to max_num_tokens tokens;
     fixed per prompt = the LM head of one prompt.
+
+    The layout is the engine's own (tp_size x pp_size of its mapping): the planner's step charges
+    its pipeline hand-offs, over the network between the `gpus_per_node` groups of ranks (the
+    rank group's placement, `ranks_per_node`; None: whole nodes of the GPU type).
     """
     catalog = load_catalog()
     quantization = config.catalog_quantization(catalog)
     kv_cache_dtype = config.catalog_kv_cache_dtype(catalog)
     engine = build_engine(
         config.model_arch(), gpu, catalog.quantization(quantization), catalog.kv_cache_dtype(kv_cache_dtype),
-        config.tp_size, catalog.calibration, max_batch_size=config.max_batch_size,
-        max_num_tokens=config.max_num_tokens, kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction)
+        Layout(config.tp_size, config.pp_size), catalog.calibration, max_batch_size=config.max_batch_size,
+        max_num_tokens=config.max_num_tokens, kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction,
+        gpus_per_node=gpus_per_node)
     empty_step_s = step_seconds(engine, 0, 0)
     full_batch, full_chunk = engine.max_batch_size, engine.max_num_tokens
     full_batch_step_s = step_seconds(engine, full_batch, 0)
@@ -195,6 +203,17 @@ def profile_for_engine(config: EngineConfig, gpu: GpuType, kv_cache_free_gpu_mem
     )
     profile._check_consistency()
     return profile
+
+
+def ranks_per_node(environ: dict[str, str]) -> int | None:
+    """The rank group's ranks on rank 0's node, as OpenMPI tells every rank (its launcher fills each
+    host's slots in order); None outside mpirun."""
+    local_size = environ.get(MPI_LOCAL_SIZE_VARIABLE)
+    if local_size is None:
+        return None
+    if not local_size.isdigit() or int(local_size) < 1:
+        raise ProfileError(f"{MPI_LOCAL_SIZE_VARIABLE}={local_size!r} is not a positive rank count")
+    return int(local_size)
 
 
 def engine_profile(engine_dir: Path, gpu_product: str | None, kv_cache_free_gpu_mem_fraction: float,
