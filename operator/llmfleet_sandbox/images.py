@@ -11,12 +11,15 @@ here and fails the way a real node fails to pull it.
 from __future__ import annotations
 
 import fnmatch
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from llmfleet.catalog.release_record import load_release_record, release_for_image, release_names
+from llmfleet.render.group import OPERATOR_IMAGE_KUBECTL
 from llmfleet_sandbox import objectstore, trtllm_image
+from llmfleet_sandbox.config import SandboxConfig
 
 TRITON_IMAGE_PATTERNS = ("nvcr.io/nvidia/tritonserver:*",)
 PYTHON_IMAGE_PATTERNS = ("python:*",)
@@ -75,6 +78,15 @@ def _matches(image: str, patterns: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatch(image, pattern) for pattern in patterns)
 
 
+def _kubectl(state_dir: Path) -> dict[str, Path]:
+    """The operator image's kubectl (Containerfile, stage kubectl: the release the control plane
+    pins): the sandbox's own, built from that pin, from the bin directory `up` recorded."""
+    settings = SandboxConfig(state_dir=state_dir).settings_file
+    if not settings.exists():  # no sandbox started here (a unit test's state directory)
+        return {}
+    return {OPERATOR_IMAGE_KUBECTL: Path(json.loads(settings.read_text())["binDir"]) / "kubectl"}
+
+
 def resolve(image: str, state_dir: Path) -> Image:
     """The filesystem, PATH, environment and default command of a known image."""
     if _matches(image, TRITON_IMAGE_PATTERNS):
@@ -90,8 +102,8 @@ def resolve(image: str, state_dir: Path) -> Image:
     if _matches(image, PYTHON_IMAGE_PATTERNS):
         return Image({}, (ENVIRONMENT_BIN,), dict(PYTHON_ENV), cmd=("python3",))
     if _matches(image, OPERATOR_IMAGE_PATTERNS):
-        return Image(trtllm_image.upstream_code_filesystem(state_dir), (ENVIRONMENT_BIN,), dict(PYTHON_ENV),
-                     ("llmfleet",), ("run",))
+        return Image({**trtllm_image.upstream_code_filesystem(state_dir), **_kubectl(state_dir)}, (ENVIRONMENT_BIN,),
+                     dict(PYTHON_ENV), ("llmfleet",), ("run",))
     if _matches(image, SHELL_IMAGE_PATTERNS):
         return Image({}, (ENVIRONMENT_BIN,), dict(ENVIRONMENT_IMPORTS), cmd=("sh",))
     if _matches(image, AWS_CLI_IMAGE_PATTERNS):

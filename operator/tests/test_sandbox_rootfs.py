@@ -14,7 +14,9 @@ from types import SimpleNamespace
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from llmfleet.render import group
 from llmfleet_sandbox import images, rootfs, trtllm_image
+from llmfleet_sandbox.config import SandboxConfig
 from llmfleet_sandbox.rootfs import Mount
 from llmfleet_sandbox.volumes import Volume, VolumeBuilder, VolumeError, container_mounts
 
@@ -195,6 +197,15 @@ def test_triton_image_brings_its_server_at_its_path(tmp_path):
     # Its environment names the pinned release whose metric set the engine stand-in exports.
     assert image.env == {trtllm_image.RELEASE_VARIABLE: "engine-24.12", trtllm_image.HUB_EGRESS_VARIABLE: "1",
                          "PYTHONPATH": images.ENVIRONMENT_SOURCE}
+
+
+def test_the_operator_image_carries_the_sandboxs_kubectl_for_group_leaders(tmp_path):
+    """Where the Containerfile puts it (render/group.py copies it into a group's leader): the
+    kubectl `up` built from the control plane's pin, as the image's is that release."""
+    bin_dir = tmp_path / "bin"
+    SandboxConfig(state_dir=tmp_path).settings_file.write_text(json.dumps({"binDir": str(bin_dir)}))
+    files = images.resolve("llmfleet/operator:0.1.0", tmp_path).files
+    assert files[group.OPERATOR_IMAGE_KUBECTL] == bin_dir / "kubectl"
 
 
 def test_an_unpinned_triton_release_is_not_runnable(tmp_path):
