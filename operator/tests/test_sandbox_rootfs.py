@@ -199,6 +199,15 @@ def test_triton_image_brings_its_server_at_its_path(tmp_path):
                          "PYTHONPATH": images.ENVIRONMENT_SOURCE}
 
 
+def test_a_python_backend_model_imports_the_sandboxs_source_in_an_isolated_interpreter():
+    """Triton's python backend stub ignores PYTHONPATH: the generated model.py honours it."""
+    content = trtllm_image._python_model("llmfleet_sandbox.images", "ENVIRONMENT_SOURCE")
+    shown = subprocess.run([sys.executable, "-I", "-c", content + "print(TritonPythonModel)"],
+                           env={"PYTHONPATH": images.ENVIRONMENT_SOURCE, "PATH": "/usr/bin:/bin"}, cwd="/",
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert shown == images.ENVIRONMENT_SOURCE
+
+
 def test_the_operator_image_carries_the_sandboxs_kubectl_for_group_leaders(tmp_path):
     """Where the Containerfile puts it (render/group.py copies it into a group's leader): the
     kubectl `up` built from the control plane's pin, as the image's is that release."""
