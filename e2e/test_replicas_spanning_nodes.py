@@ -47,8 +47,9 @@ def load(sandbox, name: str, seconds: int, output) -> subprocess.Popen:
         env=sandbox.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def served_every_request(process: subprocess.Popen, output) -> dict:
-    stdout, stderr = stop_load(process)
+def served_every_request(process: subprocess.Popen, output, *, stop: bool = False) -> dict:
+    """The load's outcome once it ends (`stop`: ended now; in-flight requests still count)."""
+    stdout, stderr = stop_load(process) if stop else process.communicate(timeout=300)
     assert process.returncode == 0, stderr + stdout
     summary = json.loads((output / "summary.json").read_text())
     assert summary["requests"] > 0 and summary["errors"] == 0 and summary["truncated"] == 0, summary
@@ -102,7 +103,7 @@ def test_a_worker_killed_restarts_its_whole_group_while_another_replica_serves(s
     wait_for(recreated, 120, "the group's leader and worker recreated (RecreateGroupOnPodRestart)")
     wait_for(lambda: (sandbox.kubectl_json("get", "leaderworkersets", "-n", NAMESPACE)["items"][0]
                       .get("status", {}).get("readyReplicas") == 1), 300, "the recreated group ready")
-    served_every_request(meanwhile, tmp_path / "single")
+    served_every_request(meanwhile, tmp_path / "single", stop=True)
     served_every_request(load(sandbox, SPANNING, 10, tmp_path / "spanning"), tmp_path / "spanning")
 
 
@@ -112,3 +113,18 @@ def test_a_single_node_plan_still_renders_a_deployment(sandbox, deployed):
     assert workload["status"]["readyReplicas"] == 1
     assert not sandbox.kubectl_json("get", "leaderworkersets", "-n", NAMESPACE, "-l",
                                     f"{DEPLOYMENT_LABEL}={SINGLE}")["items"]
+
+
+def test_a_replica_that_no_longer_spans_nodes_rolls_out_as_a_deployment(sandbox, deployed, tmp_path):
+    """The 405B replica re-planned as the 8B on one L40S: the new revision is a Deployment, and
+    once it is ready the LeaderWorkerSet revision is pruned (the operator's delete)."""
+    sandbox.kubectl("patch", "llmdeployment", SPANNING, "-n", NAMESPACE, "--type=merge", "-p", json.dumps(
+        {"spec": {"model": single()["spec"]["model"], "resources": {"allowedGpuTypes": ["L40S-48GB"]}}}))
+
+    def rolled_out():
+        workloads = sandbox.kubectl_json("get", "deployments", "-n", NAMESPACE, "-l", f"{DEPLOYMENT_LABEL}={SPANNING}")
+        groups = sandbox.kubectl_json("get", "leaderworkersets", "-n", NAMESPACE)["items"]
+        ready = [w for w in workloads["items"] if (w.get("status") or {}).get("readyReplicas") == 1]
+        return ready if ready and not groups else None
+    wait_for(rolled_out, 420, "the single-node revision ready and the LeaderWorkerSet pruned", interval=2)
+    served_every_request(load(sandbox, SPANNING, 10, tmp_path), tmp_path)
