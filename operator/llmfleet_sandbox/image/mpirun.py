@@ -124,12 +124,13 @@ def record_problems(argv: list[str], command: Command, environ: dict[str, str]) 
     """The command line against the image's release record, and a group's against the
     LeaderWorkerSet record too: what the render tests check of the rendered command."""
     from llmfleet.catalog.lws_record import load_lws_record
-    from llmfleet.catalog.release_record import load_release_record
+    from llmfleet.catalog.release_record import RUNTIME_RELEASES, load_release_record
     from llmfleet.render.layout import TENSORRT_LLM_MODEL
     from llmfleet_dev.release_checks import check_group_mpirun_command, check_mpirun_command
     from llmfleet_sandbox.trtllm_image import RELEASE_VARIABLE
 
-    record = load_release_record(environ[RELEASE_VARIABLE])
+    # The image's release; outside an image (tests), the engine runtime's pinned one.
+    record = load_release_record(environ.get(RELEASE_VARIABLE) or RUNTIME_RELEASES["engine"])
     if not command.hosts:
         return check_mpirun_command(record, ["mpirun", *argv], TENSORRT_LLM_MODEL)
     gpus = environ.get("NVIDIA_VISIBLE_DEVICES")
