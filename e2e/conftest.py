@@ -151,7 +151,8 @@ class Sandbox:
 
 # The catalog models the e2e tests deploy, and the Hugging Face repositories they come from.
 MODEL_SOURCES = {"llama-3.1-8b": "hf://meta-llama/Llama-3.1-8B-Instruct",
-                 "llama-3.1-70b": "hf://meta-llama/Llama-3.1-70B-Instruct"}
+                 "llama-3.1-70b": "hf://meta-llama/Llama-3.1-70B-Instruct",
+                 "llama-3.1-405b": "hf://meta-llama/Llama-3.1-405B-Instruct"}
 
 
 def llm_deployment(name: str, namespace: str, model: str, **spec) -> dict:

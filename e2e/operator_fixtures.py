@@ -30,12 +30,13 @@ LIVE_REPLANNING_FLAGS = ("--observation-interval-seconds", "15", "--observation-
 
 
 def chart_rbac_manifests(sandbox) -> str:
-    """The chart's ServiceAccount and RBAC (the operator's, and the endpoint pickers' ClusterRole
-    it binds), rendered by the real helm."""
+    """The chart's ServiceAccount and RBAC (the operator's, and the endpoint pickers' and rank
+    launchers' ClusterRoles it binds), rendered by the real helm."""
     result = subprocess.run(
         ["helm", "template", RELEASE, str(REPO_ROOT / "charts" / "llmfleet"), "--namespace",
          OPERATOR_NAMESPACE, "--show-only", "templates/serviceaccount.yaml",
-         "--show-only", "templates/rbac.yaml", "--show-only", "templates/endpoint-picker-rbac.yaml"],
+         "--show-only", "templates/rbac.yaml", "--show-only", "templates/endpoint-picker-rbac.yaml",
+         "--show-only", "templates/rank-launcher-rbac.yaml"],
         env=sandbox.env, capture_output=True, text=True, check=True)
     return result.stdout
 

@@ -37,9 +37,10 @@ RBAC_GROUP = "rbac.authorization.k8s.io"
 
 def granted(sandbox) -> set[Grant]:
     """What the chart's ClusterRole and Role (the Lease, in the release namespace) allow the
-    operator (not the endpoint pickers' ClusterRole, which it only binds)."""
+    operator (not the endpoint pickers' or the rank launchers' ClusterRole, which it only binds)."""
+    bound_only = {RenderSettings.endpoint_picker_cluster_role, RenderSettings.rank_launcher_cluster_role}
     roles = [doc for doc in yaml.safe_load_all(chart_rbac_manifests(sandbox))
-             if doc and doc["kind"] in ("ClusterRole", "Role") and doc["metadata"]["name"] != RenderSettings.endpoint_picker_cluster_role]
+             if doc and doc["kind"] in ("ClusterRole", "Role") and doc["metadata"]["name"] not in bound_only]
     assert len(roles) == 2, [role["kind"] for role in roles]
     return {(group, resource, verb) for role in roles for rule in role["rules"]
             for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}

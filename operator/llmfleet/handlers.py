@@ -32,6 +32,7 @@ from llmfleet.metrics import PrometheusMetrics
 from llmfleet.planner.cluster import GPU_POD_FIELD_SELECTOR, cluster_gpus, gpu_node, gpu_pod
 from llmfleet.api.status import LearnedSpeed
 from llmfleet.catalog import load_catalog
+from llmfleet.catalog.lws_record import load_lws_record
 from llmfleet.passbook import PassBook
 from llmfleet.reconcile import AskNow, Fleet, OperatorSettings, Probes, needs_periodic_pass, observation_due, reconcile
 from llmfleet.render.identity import DEPLOYMENT_LABEL, MANAGED_BY_LABEL, selector_labels
@@ -100,18 +101,32 @@ def _controller(body) -> dict | None:
 _UNREAD_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration", f"{GROUP}/last-handled-configuration")
 
 
+LWS_KIND = load_lws_record().kind
+
+
 def _child_spec_read(kind: str, spec: dict) -> dict | None:
-    """The part of a child's spec a pass reads: a serving Deployment's replicas and GPUs, a
-    build Job's backoff. The rest (pod templates, ports, selectors) is the operator's own
-    rendering; a change to it by anyone shows in the child's generation or resourceVersion."""
+    """The part of a child's spec a pass reads: a serving Deployment's (or LeaderWorkerSet's)
+    replicas and GPUs, a build Job's backoff. The rest (pod templates, ports, selectors) is the
+    operator's own rendering; a change to it by anyone shows in the child's generation or
+    resourceVersion."""
     if kind == "Deployment":
-        containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
         return {**({"replicas": spec["replicas"]} if "replicas" in spec else {}),
-                "template": {"spec": {"containers": [{"resources": container.get("resources") or {}}
-                                                     for container in containers]}}}
+                "template": _template_resources(spec.get("template"))}
+    if kind == LWS_KIND:
+        group = spec.get("leaderWorkerTemplate") or {}
+        return {**({"replicas": spec["replicas"]} if "replicas" in spec else {}),
+                "leaderWorkerTemplate": {"size": group.get("size", 1),
+                                         "leaderTemplate": _template_resources(group.get("leaderTemplate")),
+                                         "workerTemplate": _template_resources(group.get("workerTemplate"))}}
     if kind == "Job" and "backoffLimit" in spec:
         return {"backoffLimit": spec["backoffLimit"]}
     return None
+
+
+def _template_resources(template: dict | None) -> dict:
+    """A pod template cut to its containers' resources."""
+    containers = ((template or {}).get("spec") or {}).get("containers") or []
+    return {"spec": {"containers": [{"resources": container.get("resources") or {}} for container in containers]}}
 
 
 def indexed(body, child: bool = False) -> dict:

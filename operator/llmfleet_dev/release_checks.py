@@ -11,6 +11,7 @@ import ast
 import re
 from typing import Any, Iterable, Mapping
 
+from llmfleet.catalog.lws_record import LwsRecord
 from llmfleet.catalog.release_record import Parameter, ReleaseRecord, Tensor
 
 PY_BOOL_WORDS = ("true", "false", "1", "0", "t", "f", "y", "n", "yes", "no")
@@ -338,4 +339,42 @@ def check_metric(record: ReleaseRecord, name: str, labels: Mapping[str, str] | N
         elif family.labels.get(label) is not None and value not in family.labels[label]:
             problems.append(f"metric {family.name}{{{label}={value!r}}} is not exported in {record.release} "
                             f"(values: {', '.join(family.labels[label])})")
+    return problems
+
+
+def check_group_mpirun_command(record: ReleaseRecord, lws: LwsRecord, argv: list[str], tensorrt_llm_model: str,
+                               gpus_per_pod: int) -> list[str]:
+    """A rank group's `mpirun` over a LeaderWorkerSet group against upstream's recipe (the LWS
+    record's rank_group): its flags, -np the world, --host every pod with its GPUs as slots,
+    every rank but 0 serving nothing; the app contexts as `check_mpirun_command` checks them."""
+    if not argv or argv[0] != "mpirun":
+        return [f"not an mpirun command: {argv[:1]}"]
+    first = argv.index("-n") if "-n" in argv else len(argv)
+    options, contexts = argv[1:first], argv[first:]
+    problems, values = [], {}
+    i = 0
+    while i < len(options):
+        option = options[i]
+        if option in ("-np", "--host"):
+            values[option], i = options[i + 1] if i + 1 < len(options) else "", i + 2
+        elif option == "-mca":
+            if options[i + 1:i + 2] != [lws.rsh_agent_parameter]:
+                problems.append(f"mpirun: -mca sets {options[i + 1:i + 2]}, the recipe sets only {lws.rsh_agent_parameter}")
+            i += 3
+        elif option in lws.mpirun_flags or option in record.mpirun_flags:
+            i += 1
+        else:
+            problems.append(f"mpirun: unknown flag {option}")
+            i += 1
+    ranks = contexts.count(":") + 1
+    if values.get("-np") != str(ranks):
+        problems.append(f"mpirun: -np {values.get('-np')} but {ranks} ranks")
+    slots = [host.rpartition(":")[2] for host in values.get("--host", "").split(",") if host]
+    if not slots or any(slot != str(gpus_per_pod) for slot in slots) or len(slots) * gpus_per_pod != ranks:
+        problems.append(f"mpirun: --host {values.get('--host')!r} does not give each pod its {gpus_per_pod} GPUs "
+                        f"as slots for {ranks} ranks")
+    problems += check_mpirun_command(record, ["mpirun", *contexts], tensorrt_llm_model)
+    expected = [flag.replace("<tensorrt_llm model name>", tensorrt_llm_model) for flag in lws.other_rank_flags]
+    for rank, context in enumerate(" ".join(contexts).split(" : ")[1:], start=1):
+        problems += [f"rank {rank}: missing {flag}" for flag in expected if flag not in context.split(" ")]
     return problems

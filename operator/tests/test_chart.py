@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from llmfleet.catalog.release_record import UPSTREAM_CODE_ROOT, load_release_record, release_names
+from llmfleet.catalog.lws_record import load_lws_record
 from llmfleet.catalog.router_record import load_router_record
 from llmfleet.cli import build_parser
 from llmfleet.render import identity, serving
@@ -108,7 +109,7 @@ def test_defaults_render_the_operator_under_its_own_account():
     assert set(rendered) == {"ServiceAccount/llmfleet-operator", "ClusterRole/llmfleet-operator",
                              "ClusterRoleBinding/llmfleet-operator", "Role/llmfleet-operator",
                              "RoleBinding/llmfleet-operator", "Deployment/llmfleet-operator",
-                             "ClusterRole/llmfleet-endpoint-picker"}
+                             "ClusterRole/llmfleet-endpoint-picker", "ClusterRole/llmfleet-rank-launcher"}
     assert rendered["Deployment/llmfleet-operator"]["spec"]["replicas"] == 1
     pod = rendered["Deployment/llmfleet-operator"]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "llmfleet-operator"
@@ -147,7 +148,21 @@ def test_the_endpoint_pickers_role_grants_what_the_pinned_release_reads_and_the_
     assert picker_rules == recorded
     bind = [rule for rule in rendered["ClusterRole/llmfleet-operator"]["rules"] if "clusterroles" in rule["resources"]]
     assert bind == [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
-                     "resourceNames": ["llmfleet-endpoint-picker"], "verbs": ["bind"]}]
+                     "resourceNames": ["llmfleet-endpoint-picker", "llmfleet-rank-launcher"], "verbs": ["bind"]}]
+
+
+@needs_helm
+def test_the_rank_launchers_role_grants_what_the_recipe_uses_and_the_operator_creates_groups():
+    rendered = _template()
+    launcher_rules = {(group, resource, tuple(sorted(rule["verbs"])))
+                      for rule in rendered["ClusterRole/llmfleet-rank-launcher"]["rules"]
+                      for group in rule["apiGroups"] for resource in rule["resources"]}
+    assert launcher_rules == {(group, resource, tuple(sorted(verbs)))
+                              for group, resource, verbs in load_lws_record().permissions}
+    assert _operator_flags(rendered).rank_launcher_cluster_role == "llmfleet-rank-launcher"
+    operator_rules = {(group, resource) for rule in rendered["ClusterRole/llmfleet-operator"]["rules"]
+                      for group in rule["apiGroups"] for resource in rule["resources"]}
+    assert ("leaderworkerset.x-k8s.io", "leaderworkersets") in operator_rules
     assert _operator_flags(rendered).endpoint_picker_cluster_role == "llmfleet-endpoint-picker"
 
 
@@ -162,7 +177,7 @@ def test_two_releases_own_separate_picker_roles_and_each_operator_binds_its_own(
     assert "ClusterRole/llmfleet-b-endpoint-picker" in second
     assert _operator_flags(second).endpoint_picker_cluster_role == "llmfleet-b-endpoint-picker"
     (bind,) = [rule for rule in second["ClusterRole/llmfleet-b-operator"]["rules"] if "clusterroles" in rule["resources"]]
-    assert bind["resourceNames"] == ["llmfleet-b-endpoint-picker"]
+    assert bind["resourceNames"] == ["llmfleet-b-endpoint-picker", "llmfleet-b-rank-launcher"]
 
 
 @needs_helm

@@ -3,6 +3,7 @@ the tritonserver wrapper's config edit and the launcher's command."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from types import SimpleNamespace
@@ -18,8 +19,8 @@ from llmfleet_sandbox import trtllm_image
 from llmfleet_sandbox.emulator.engine_config import (EngineConfigError, engine_config_from_json_dict,
                                                      kv_cache_quant_algo_for, quant_algo_for, read_engine_config)
 from llmfleet.simulation.profile import ProfileError
-from llmfleet_sandbox.emulator.profile import engine_profile, gpu_for_product, profile_for_engine
 from llmfleet.simulation.timing import expected_tpot_ms, expected_ttft_ms
+from llmfleet_sandbox.emulator.profile import engine_profile, gpu_for_product, profile_for_engine, ranks_per_node
 from llmfleet_sandbox.emulator.tokenizer import VOCABULARY, TokenizerError, WordTokenizer, tokenizer_config
 from llmfleet_sandbox.image import mpirun
 from llmfleet_sandbox.image.tritonserver import remove_top_level_field, rewrite_arguments
@@ -80,6 +81,27 @@ def test_profile_reproduces_the_planners_idle_engine():
     smaller = profile_for_engine(config, gpu, KV_CACHE_FREE_GPU_MEM_FRACTION / 2, enable_prefix_reuse=True)
     assert smaller.kv_blocks_total < profile.kv_blocks_total
     assert smaller.decode_step_base_ms == profile.decode_step_base_ms
+
+
+def test_a_rank_group_spanning_nodes_pays_the_planners_network_hand_off():
+    """Llama 3.1 405B BF16 as TP8 PP2 on H100: its stages on two nodes (eight ranks per node, as
+    mpirun places them) pay the pipeline hand-offs over the network, on one node of 16 over NVLink;
+    the difference is the planner's, and the engine's PP is in the profile at all."""
+    spec = deployment_spec("llama-3.1-405b", "H100-SXM-80GB", "BF16", "BF16", 8, max_num_tokens=4096)
+    config = dataclasses.replace(engine_config_for(spec), world_size=16, pp_size=2)
+    gpu = gpu_for_product("NVIDIA-H100-80GB-HBM3")
+    catalog = load_catalog()
+    two_nodes, one_node = (profile_for_engine(config, gpu, KV_CACHE_FREE_GPU_MEM_FRACTION, True, gpus_per_node=ranks)
+                           for ranks in (ranks_per_node({"OMPI_COMM_WORLD_LOCAL_SIZE": "8"}), 16))
+    hand_offs_crossing = 2  # the forward one between the nodes and the sampled token back
+    network_ms = hand_offs_crossing * (gpu.inter_node_latency_us - catalog.calibration.allreduce_latency_us) / 1000
+    assert two_nodes.decode_step_base_ms - one_node.decode_step_base_ms == pytest.approx(network_ms, rel=1e-3)
+    assert two_nodes.decode_step_ms_per_sequence > one_node.decode_step_ms_per_sequence
+    # Undeclared placement: whole nodes of the GPU type, as the planner fills them.
+    assert profile_for_engine(config, gpu, KV_CACHE_FREE_GPU_MEM_FRACTION, True) == two_nodes
+    assert ranks_per_node({}) is None
+    with pytest.raises(ProfileError, match="OMPI_COMM_WORLD_LOCAL_SIZE='0'"):
+        ranks_per_node({"OMPI_COMM_WORLD_LOCAL_SIZE": "0"})
 
 
 def test_unknown_or_missing_gpu_product_is_a_clear_error():

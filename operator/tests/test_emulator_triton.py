@@ -311,7 +311,7 @@ def test_tensor_parallel_pod_serves_through_mpirun(tmp_path):
         result = _stream_one(server.grpc_url, 100, 5)
         assert result.error is None and len(result.tokens) == 5
         # One process, rank 0, serves the group (the emulated engine models the other rank).
-        assert "mpirun (sandbox): world size 2; rank 0 runs here" in server.log_path.read_text()
+        assert "mpirun (sandbox): world size 2, 2 on this host; rank 0 runs here" in server.log_path.read_text()
 
 
 @pytest.mark.integration

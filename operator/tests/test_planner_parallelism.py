@@ -163,14 +163,15 @@ def test_all_to_all_only_under_attention_data_parallelism():
     assert adp.allreduce_seconds_per_token == 0 and adp.alltoall_seconds_per_token > 0
 
 
-def test_a_plan_spanning_nodes_is_explained_and_refused_at_render():
+def test_a_plan_spanning_nodes_is_explained_and_rendered_as_a_leader_worker_set():
     spanning = deepseek_plan("H100-SXM-80GB")
     status = plan_status_from_plan(spanning)
     assert (status.pipeline_parallel_size, status.nodes_per_replica) == (2, 2)
     assert plan_from_status(status).nodes_per_replica == 2
     deployment = LLMDeployment.model_validate(manifest(8))
-    with pytest.raises(RenderError, match="spans 2 nodes .*multi-node serving is the next issue"):
-        render(deployment, plan_from_status(status), "rev", RenderSettings(), serving_replicas=1)
+    objects = render(deployment, plan_from_status(status), "rev", RenderSettings(), serving_replicas=1)
+    (workload,) = [o for o in objects if o["kind"] == "LeaderWorkerSet"]
+    assert workload["spec"]["leaderWorkerTemplate"]["size"] == 2
 
 
 def test_a_layout_the_release_does_not_build_is_refused_at_render():

@@ -105,15 +105,16 @@ def test_the_route_weights_pools_instead_of_services():
 
 def test_the_namespace_gets_the_pickers_account_bound_to_the_charts_role_only_with_a_pool():
     deployment, _, _ = routed({})
+    chosen = plan(plan_request_from_spec(deployment.spec))
     settings = RenderSettings(endpoint_picker_cluster_role="fleet-b-endpoint-picker")
-    prerequisites = {o["kind"]: o for o in namespace_prerequisites(deployment, settings)}
+    prerequisites = {o["kind"]: o for o in namespace_prerequisites(deployment, chosen, settings)}
     assert set(prerequisites) == {"PersistentVolumeClaim", "ServiceAccount", "RoleBinding"}
     binding = prerequisites["RoleBinding"]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": "fleet-b-endpoint-picker"}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": PICKER_SERVICE_ACCOUNT, "namespace": "serving"}]
     plain, _, _ = routed(None)
-    assert [o["kind"] for o in namespace_prerequisites(plain, RenderSettings())] == ["PersistentVolumeClaim"]
+    assert [o["kind"] for o in namespace_prerequisites(plain, chosen, RenderSettings())] == ["PersistentVolumeClaim"]
 
 
 def test_a_pool_without_a_route_is_refused_naming_the_fix():

@@ -14,7 +14,9 @@ from types import SimpleNamespace
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from llmfleet.render import group
 from llmfleet_sandbox import images, rootfs, trtllm_image
+from llmfleet_sandbox.config import SandboxConfig
 from llmfleet_sandbox.rootfs import Mount
 from llmfleet_sandbox.volumes import Volume, VolumeBuilder, VolumeError, container_mounts
 
@@ -128,6 +130,20 @@ def test_every_image_carries_this_interpreter_and_the_source_of_its_packages():
     assert str(Path(images.__file__).resolve().parents[1]) in images.ENVIRONMENT_PATHS
 
 
+@pytest.mark.parametrize("image", ["python:3.12", "busybox:1.36", "llmfleet/operator:0.1.0",
+                                   "nvcr.io/nvidia/tritonserver:24.12-trtllm-python-py3"])
+def test_a_pods_python_imports_the_source_of_the_sandbox_that_runs_it(image, tmp_path):
+    """Not the editable install's checkout: a sandbox started from a git worktree runs that
+    worktree's stand-ins in its pods."""
+    source = Path(images.__file__).resolve().parents[1]
+    env = images.resolve(image, tmp_path).env
+    assert env["PYTHONPATH"] == str(source)
+    imported = subprocess.run([sys.executable, "-c", "import llmfleet_sandbox; print(llmfleet_sandbox.__file__)"],
+                              env={**env, "PATH": "/usr/bin:/bin"}, cwd="/", capture_output=True, text=True,
+                              check=True).stdout.strip()
+    assert Path(imported).resolve().parents[1] == source
+
+
 def test_shadowing_a_directory_keeps_the_mounts_already_placed_in_it(host, tmp_path):
     first, second = _volume(tmp_path, "first"), _volume(tmp_path, "second")
     ops = rootfs.plan([], [Mount("/etc/existing", first, volume=True),
@@ -179,7 +195,26 @@ def test_triton_image_brings_its_server_at_its_path(tmp_path):
     assert rootfs.find_program("python3", image.search_path) == f"{images.ENVIRONMENT_BIN}/python3"
     assert image.argv(["/bin/sh", "-c"], ["exec tritonserver"]) == ["/bin/sh", "-c", "exec tritonserver"]
     # Its environment names the pinned release whose metric set the engine stand-in exports.
-    assert image.env == {trtllm_image.RELEASE_VARIABLE: "engine-24.12", trtllm_image.HUB_EGRESS_VARIABLE: "1"}
+    assert image.env == {trtllm_image.RELEASE_VARIABLE: "engine-24.12", trtllm_image.HUB_EGRESS_VARIABLE: "1",
+                         "PYTHONPATH": images.ENVIRONMENT_SOURCE}
+
+
+def test_a_python_backend_model_imports_the_sandboxs_source_in_an_isolated_interpreter():
+    """Triton's python backend stub ignores PYTHONPATH: the generated model.py honours it."""
+    content = trtllm_image._python_model("llmfleet_sandbox.images", "ENVIRONMENT_SOURCE")
+    shown = subprocess.run([sys.executable, "-I", "-c", content + "print(TritonPythonModel)"],
+                           env={"PYTHONPATH": images.ENVIRONMENT_SOURCE, "PATH": "/usr/bin:/bin"}, cwd="/",
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert shown == images.ENVIRONMENT_SOURCE
+
+
+def test_the_operator_image_carries_the_sandboxs_kubectl_for_group_leaders(tmp_path):
+    """Where the Containerfile puts it (render/group.py copies it into a group's leader): the
+    kubectl `up` built from the control plane's pin, as the image's is that release."""
+    bin_dir = tmp_path / "bin"
+    SandboxConfig(state_dir=tmp_path).settings_file.write_text(json.dumps({"binDir": str(bin_dir)}))
+    files = images.resolve("llmfleet/operator:0.1.0", tmp_path).files
+    assert files[group.OPERATOR_IMAGE_KUBECTL] == bin_dir / "kubectl"
 
 
 def test_an_unpinned_triton_release_is_not_runnable(tmp_path):

@@ -10,6 +10,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "llmfleet.endpointPickerName" -}}
 {{ .Release.Name }}-endpoint-picker
 {{- end -}}
+{{- define "llmfleet.rankLauncherName" -}}
+{{ .Release.Name }}-rank-launcher
+{{- end -}}
 
 {{/* Where the Prometheus credentials and CA are mounted in the operator pod. */}}
 {{- define "llmfleet.prometheusSecretsDir" -}}

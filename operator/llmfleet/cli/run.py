@@ -55,6 +55,10 @@ def add_commands(commands) -> None:
                      metavar="NAME", help="ClusterRole bound to the endpoint pickers of spec.routing.inferencePool "
                                           "in each namespace that has one; the chart creates it per release "
                                           "(default %(default)s)")
+    run.add_argument("--rank-launcher-cluster-role", default=RenderSettings.rank_launcher_cluster_role,
+                     metavar="NAME", help="ClusterRole bound to the leaders of replicas spanning nodes in each "
+                                          "namespace that has one; the chart creates it per release "
+                                          "(default %(default)s)")
     run.add_argument("--operator-namespace", default=None, metavar="NS",
                      help="the namespace this operator's pods run in: NetworkPolicies rendered for "
                           "spec.networkPolicy let it reach the serving pods (golden prompts) "
@@ -141,7 +145,8 @@ def operator_settings(args) -> OperatorSettings:
             engine_cache_claim_name=args.engine_cache_claim, engine_cache_storage_class=args.engine_cache_storage_class,
             engine_cache_size=args.engine_cache_size, model_code_image=args.model_code_image,
             object_store_client_image=args.object_store_client_image, operator_namespace=args.operator_namespace,
-            endpoint_picker_cluster_role=args.endpoint_picker_cluster_role))
+            endpoint_picker_cluster_role=args.endpoint_picker_cluster_role,
+            rank_launcher_cluster_role=args.rank_launcher_cluster_role))
 
 
 def _run_operator(args) -> int:

@@ -111,11 +111,13 @@ def tensor_parallel_scale(tensor_parallel_size: int, calibration: Calibration) -
 
 def build_engine(model: ModelArch, gpu: GpuType, quantization: QuantizationFormat, kv_dtype: KvCacheDtype,
                  parallel: Layout | int, calibration: Calibration, *, max_batch_size: int,
-                 max_num_tokens: int, kv_cache_free_gpu_mem_fraction: float, speed_factor: float = 1.0) -> Engine:
+                 max_num_tokens: int, kv_cache_free_gpu_mem_fraction: float, speed_factor: float = 1.0,
+                 gpus_per_node: int | None = None) -> Engine:
     """`parallel`: the replica's layout, or a TP size alone. `speed_factor`: how much faster than
     the calibrated model this configuration was seen to run (learned from live metrics,
     `planner.live`); it scales the compute and memory efficiencies as the generation, MoE and TP
-    factors do."""
+    factors do. `gpus_per_node`: the replica's GPUs on each of its nodes, where they are known
+    (a running rank group); the planner fills whole nodes of the GPU type."""
     layout = Layout.of(parallel)
     tp, pp = layout.tensor_parallel_size, layout.pipeline_parallel_size
     cal = calibration
@@ -146,7 +148,7 @@ def build_engine(model: ModelArch, gpu: GpuType, quantization: QuantizationForma
         alltoall_per_step = alltoall_per_token = 0.0
     # A token's path around the pipeline: PP - 1 forward hand-offs of its hidden state and the
     # sampled token back to the first stage; the ones between nodes go over the network.
-    nodes = layout.nodes(gpu.max_gpus_per_node)
+    nodes = layout.nodes(gpus_per_node or gpu.max_gpus_per_node)
     cross, cross_forward = (nodes, nodes - 1) if nodes > 1 else (0, 0)
     if pp > 1:
         handoff_per_step = ((pp - cross) * collective_latency_s + cross * gpu.inter_node_latency_us * 1e-6)

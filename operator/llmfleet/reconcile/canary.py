@@ -60,9 +60,18 @@ def canary_runs(ctx: Context, spec: LLMDeploymentSpec, revision: str) -> bool:
     return bool(spec.rollout and spec.rollout.steps) and stable is not None and stable != revision
 
 
-def _gpus_per_replica(deployment: dict) -> int:
-    containers = deployment["spec"]["template"]["spec"]["containers"]
-    return sum(int((c.get("resources") or {}).get("limits", {}).get(GPU_RESOURCE, 0)) for c in containers)
+def _gpus_per_replica(workload: dict) -> int:
+    """A Deployment's pod's GPUs, or a LeaderWorkerSet group's: its leader's and its workers'."""
+    spec = workload["spec"]
+    group = spec.get("leaderWorkerTemplate")
+    if group is None:
+        return _pod_gpus(spec["template"])
+    return _pod_gpus(group["leaderTemplate"]) + (group["size"] - 1) * _pod_gpus(group["workerTemplate"])
+
+
+def _pod_gpus(template: dict) -> int:
+    return sum(int((c.get("resources") or {}).get("limits", {}).get(GPU_RESOURCE, 0))
+               for c in template["spec"]["containers"])
 
 
 def walk_canary(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, revision: str, build: BuildState,

@@ -13,11 +13,16 @@ from pydantic import ValidationError
 from llmfleet.api import ConditionStatus, ConditionType, InvalidSpecError, LLMDeployment, set_condition
 from llmfleet.api.conditions import Condition
 from llmfleet.api.status import LLMDeploymentStatus
+from llmfleet.catalog.lws_record import load_lws_record
 from llmfleet.render import engine_build, serving
 from llmfleet.render.identity import COMPONENT_LABEL, REVISION_LABEL
 from llmfleet.settings import OperatorSettings
 
 SERVER_COMPONENT = serving.COMPONENT
+# The kinds a revision serves as: a Deployment of whole replicas, or a LeaderWorkerSet of one
+# group per replica spanning nodes; both count replicas (groups) in spec.replicas and
+# status.readyReplicas.
+SERVING_KINDS = ("Deployment", load_lws_record().kind)
 BUILD_COMPONENT = engine_build.COMPONENT
 # Any new value asks for a new plan without a spec change (e.g. after a catalog update).
 REPLAN_ANNOTATION = "llmfleet.io/replan"
@@ -33,17 +38,18 @@ def object_key(obj: dict) -> tuple[str, str]:
     return obj["kind"], obj["metadata"]["name"]
 
 
-def ready_replicas(deployment: dict | None) -> int:
-    return ((deployment or {}).get("status") or {}).get("readyReplicas") or 0
+def ready_replicas(workload: dict | None) -> int:
+    return ((workload or {}).get("status") or {}).get("readyReplicas") or 0
 
 
 @dataclass(frozen=True)
 class Children:
-    """The objects a deployment owns, sorted once: each revision's serving Deployment and build
-    Job; the rest (Services, ConfigMaps, routes) only matter to pruning, which walks them all."""
+    """The objects a deployment owns, sorted once: each revision's serving Deployment (or
+    LeaderWorkerSet) and build Job; the rest (Services, ConfigMaps, routes) only matter to
+    pruning, which walks them all."""
 
     all: tuple[dict, ...]
-    serving: dict[str | None, dict]  # revision -> its serving Deployment
+    serving: dict[str | None, dict]  # revision -> its serving Deployment or LeaderWorkerSet
     build_jobs: dict[str | None, dict]  # revision -> the Job filling its engine cache
 
     @classmethod
@@ -52,11 +58,11 @@ class Children:
         return cls(
             everything,
             {labels(c).get(REVISION_LABEL): c for c in everything
-             if c["kind"] == "Deployment" and labels(c).get(COMPONENT_LABEL) == SERVER_COMPONENT},
+             if c["kind"] in SERVING_KINDS and labels(c).get(COMPONENT_LABEL) == SERVER_COMPONENT},
             {labels(c).get(REVISION_LABEL): c for c in everything if c["kind"] == "Job"})
 
     def ready(self, revision: str | None) -> int:
-        """Ready replicas of the revision's serving Deployment (0 when it has none)."""
+        """Ready replicas of the revision's serving workload (0 when it has none)."""
         return ready_replicas(self.serving.get(revision))
 
 

@@ -77,7 +77,7 @@ def decide(ctx: Context, observations: Observations) -> Outcome:
         **learning.changes,
     }
     return outcome(ctx, status, conditions, events=[*_scale_events(scaling), *canary.events, *learning.events],
-                   ensure=namespace_prerequisites(deployment, ctx.settings.render), apply=manifests,
+                   ensure=namespace_prerequisites(deployment, plan, ctx.settings.render), apply=manifests,
                    delete=rollout.delete)
 
 

@@ -13,8 +13,9 @@ from llmfleet.api import InferencePoolSpec, LLMDeployment, Runtime
 from llmfleet.catalog.release_record import release_for
 from llmfleet.planner.spec_adapter import release_requirement_for_spec
 from llmfleet.planner.types import Plan
+from llmfleet.catalog.lws_record import load_lws_record
 from llmfleet.catalog.router_record import load_router_record
-from llmfleet.render import engine_build, inference_pool, layout, llmapi, network_policy, routing, serving
+from llmfleet.render import engine_build, group, inference_pool, layout, llmapi, network_policy, pod, routing, serving
 from llmfleet.render.identity import (
     COMPONENT_LABEL,
     REVISION_LABEL,
@@ -24,7 +25,7 @@ from llmfleet.render.identity import (
     fit_name,
     metadata,
     require_feasible,
-    require_one_node,
+    require_whole_nodes,
     revision_hash,
     revision_labels,
     selector_labels,
@@ -44,15 +45,16 @@ def engine_build_job_name(name: str, revision: str, runtime: str = Runtime.ENGIN
 
 
 def revision_object_name(name: str, revision: str) -> str:
-    """`<name>-<revision>`, cut to fit: the name of a revision's serving Deployment and of its
-    own Service (with HTTPRoute routing)."""
+    """`<name>-<revision>`, cut to fit: the name of a revision's serving Deployment (or
+    LeaderWorkerSet) and of its own Service (with HTTPRoute routing)."""
     return fit_name(name, revision)
 
 
 def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: RenderSettings, *,
            serving_replicas: int, route_weights: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
     """The LLMDeployment's children for one revision, in apply order: model repository
-    ConfigMap, engine build Job, serving Deployment, Service, PodDisruptionBudget; with
+    ConfigMap, engine build Job, serving Deployment (a LeaderWorkerSet of one group per replica
+    when a replica spans nodes), Service, PodDisruptionBudget; with
     spec.routing.httpRoute also the revision's own Service and the HTTPRoute; with
     spec.networkPolicy a NetworkPolicy.
 
@@ -67,7 +69,7 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
     needed = release_requirement_for_spec(spec, release)
     if needed is not None:
         raise RenderError(needed.message)
-    require_one_node(plan)
+    require_whole_nodes(plan)
     if serving_replicas < 0:
         raise RenderError(f"serving_replicas must be at least 0, got {serving_replicas}")
     name, _, _ = deployment_identity(deployment)
@@ -93,10 +95,11 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
         deployment, plan, key, child(engine_build_job_name(name, revision, release.runtime), engine_build.COMPONENT),
         settings,
         release)
-    server = serving.serving_deployment(
-        deployment, plan, child(revision_object_name(name, revision), serving.COMPONENT),
-        config_map_name, volume_items(files), serving_replicas, settings, release)
-    serving_pods = {**selector_labels(name), COMPONENT_LABEL: serving.COMPONENT}  # of every revision
+    server = _serving_workload(deployment, plan, child(revision_object_name(name, revision), serving.COMPONENT),
+                               config_map_name, volume_items(files), serving_replicas, settings, release)
+    # Every revision's pods that serve: single-node replicas and group leaders (a group's workers
+    # have their own component), so a Service spanning both kinds during a canary selects both.
+    serving_pods = {**selector_labels(name), COMPONENT_LABEL: serving.COMPONENT}
     service = serving.service(metadata(deployment, service_name(name), deployment_labels(name, SERVICE_COMPONENT)),
                               serving_pods)
     budget = serving.pod_disruption_budget(child(fit_name(name, revision), serving.COMPONENT))
@@ -119,20 +122,34 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
         children.append(network_policy.network_policy(
             metadata(deployment, service_name(name), deployment_labels(name, network_policy.COMPONENT)),
             serving_pods, spec.network_policy,
-            settings.operator_namespace))
+            settings.operator_namespace, selector_labels(name) if plan.nodes_per_replica > 1 else None))
     return children
 
 
-def namespace_prerequisites(deployment: LLMDeployment, settings: RenderSettings) -> list[dict[str, Any]]:
+def _serving_workload(deployment: LLMDeployment, plan: Plan, metadata: dict[str, Any], config_map_name: str,
+                      items: list[dict[str, str]], serving_replicas: int, settings: RenderSettings,
+                      release) -> dict[str, Any]:
+    """A Deployment of whole replicas, or a LeaderWorkerSet when a replica spans nodes."""
+    if plan.nodes_per_replica == 1:
+        return serving.serving_deployment(deployment, plan, metadata, config_map_name, items, serving_replicas,
+                                          settings, release)
+    base = serving.serving_pod_template(deployment, plan, metadata["labels"], config_map_name, items, settings,
+                                        release, gpus=pod.gpus_per_pod(plan))
+    return group.leader_worker_set(metadata, plan, base, serving_replicas, settings, load_lws_record())
+
+
+def namespace_prerequisites(deployment: LLMDeployment, plan: Plan, settings: RenderSettings) -> list[dict[str, Any]]:
     """Objects of the deployment's namespace that its children need and that outlive it (shared
     by every deployment there): created when missing, never changed or deleted. The engine
     cache claim; with spec.routing.inferencePool the endpoint pickers' ServiceAccount and its
-    RoleBinding to the chart's ClusterRole."""
+    RoleBinding to the chart's ClusterRole; for a replica spanning nodes, the group leaders'."""
     _, namespace, _ = deployment_identity(deployment)
     routing = deployment.spec.routing
-    pickers = ([inference_pool.picker_service_account(namespace), inference_pool.picker_role_binding(namespace, settings.endpoint_picker_cluster_role)]
+    pickers = (inference_pool.picker_prerequisites(namespace, settings.endpoint_picker_cluster_role)
                if routing is not None and routing.inference_pool is not None else [])
-    return [engine_cache_claim(namespace, settings), *pickers]
+    launchers = (group.launcher_prerequisites(namespace, settings.rank_launcher_cluster_role)
+                 if plan.nodes_per_replica > 1 else [])
+    return [engine_cache_claim(namespace, settings), *pickers, *launchers]
 
 
 def _inference_pool_children(name: str, revision: str, pods: dict[str, str], pool: InferencePoolSpec,

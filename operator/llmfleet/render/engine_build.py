@@ -398,7 +398,9 @@ def engine_build_job(deployment: LLMDeployment, plan: Plan, key: str, metadata: 
     """The Job that fills the cache entry: an engine build on the plan's GPUs (engine runtime),
     or a checkpoint download on CPU (llmapi runtime: the PyTorch backend needs no build)."""
     builds = release.runtime == Runtime.ENGINE.value
-    gpus = pod.gpus_per_replica(plan) if builds else 0
+    # One node's GPUs at most: a pod cannot span nodes, and trtllm-build builds one rank at a
+    # time (--workers defaults to 1 in the record).
+    gpus = pod.gpus_per_pod(plan) if builds else 0
     downloads = in_object_store(deployment.spec.model.source)
     dataset = calibration_dataset(deployment, plan, release) if builds else None
     token_volumes, token_mounts = _token_volume(deployment)
@@ -436,7 +438,7 @@ def engine_build_job(deployment: LLMDeployment, plan: Plan, key: str, metadata: 
                 "spec": {
                     "restartPolicy": "Never",
                     "securityContext": pod.pod_security_context(),
-                    **(pod.gpu_scheduling(plan, deployment.spec.resources) if builds else {}),
+                    **(pod.gpu_scheduling(plan, deployment.spec.resources, gpus) if builds else {}),
                     **pod.image_pull_secrets(settings),
                     **({"initContainers": init_containers} if init_containers else {}),
                     "containers": [job_container],

@@ -9,6 +9,7 @@ from typing import Any
 
 from llmfleet.api import API_VERSION, KIND, LLMDeployment, LLMDeploymentSpec
 from llmfleet.catalog import load_catalog
+from llmfleet.catalog.lws_record import load_lws_record
 from llmfleet.catalog.release_record import release_for
 from llmfleet.planner.types import Plan
 from llmfleet.render.settings import RenderError
@@ -55,6 +56,8 @@ CHILD_KINDS = (
     ChildKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
     # Only with spec.routing.inferencePool, in clusters with the Gateway API Inference Extension CRDs.
     ChildKind("inference.networking.k8s.io/v1", "InferencePool", "inferencepools"),
+    # Only for a plan whose replica spans nodes, in clusters with the LeaderWorkerSet controller.
+    ChildKind(load_lws_record().api_version, load_lws_record().kind, load_lws_record().plural),
 )
 
 
@@ -137,11 +140,14 @@ def require_feasible(plan: Plan) -> None:
         raise RenderError("only a feasible plan can be rendered (Planned=False creates no workload)")
 
 
-def require_one_node(plan: Plan) -> None:
-    if plan.nodes_per_replica > 1:
-        raise RenderError(f"the plan's replica spans {plan.nodes_per_replica} nodes ({plan.layout.label}, "
-                          f"{plan.layout.gpus} {plan.gpu_type}); serving a replica across nodes is not rendered yet "
-                          "(multi-node serving is the next issue), so nothing is created rather than a wrong workload")
+def require_whole_nodes(plan: Plan) -> None:
+    """A replica spanning nodes runs one pod per node, each with an equal share of its GPUs and
+    whole TP groups (planner.layout places stages node after node)."""
+    nodes, gpus, tp = plan.nodes_per_replica, plan.layout.gpus, plan.tensor_parallel_size or 1
+    if nodes > 1 and (gpus % nodes or (gpus // nodes) % tp):
+        raise RenderError(f"the plan's replica spans {nodes} nodes ({plan.layout.label}, {gpus} {plan.gpu_type}), "
+                          f"which do not hold equal shares of whole TP{tp} groups; pin spec.plan.tensorParallelSize "
+                          "to a size whose pipeline stages fill whole nodes")
 
 
 def serving_image(spec: LLMDeploymentSpec) -> str:

@@ -13,7 +13,7 @@ import yaml
 from llmfleet.api import InferencePoolSpec
 from llmfleet.catalog.router_record import RouterRecord
 from llmfleet.render import layout
-from llmfleet.render.pod import container_defaults, pod_security_context
+from llmfleet.render.pod import bound_service_account, container_defaults, pod_security_context
 from llmfleet.render.settings import RenderSettings
 
 POOL_COMPONENT = "inference-pool"
@@ -131,18 +131,6 @@ def picker_service(metadata: dict[str, Any], record: RouterRecord) -> dict[str, 
     }
 
 
-def picker_service_account(namespace: str) -> dict[str, Any]:
-    """Created once per namespace when missing, like the engine cache claim."""
-    return {"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": PICKER_SERVICE_ACCOUNT, "namespace": namespace}}
-
-
-def picker_role_binding(namespace: str, cluster_role: str) -> dict[str, Any]:
+def picker_prerequisites(namespace: str, cluster_role: str) -> list[dict[str, Any]]:
     """The namespace's pickers may read its pods and pools (the chart's ClusterRole), no more."""
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": {"name": PICKER_SERVICE_ACCOUNT, "namespace": namespace},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
-        "subjects": [{"kind": "ServiceAccount", "name": PICKER_SERVICE_ACCOUNT, "namespace": namespace}],
-    }
+    return bound_service_account(PICKER_SERVICE_ACCOUNT, namespace, cluster_role)

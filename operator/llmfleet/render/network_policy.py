@@ -28,9 +28,11 @@ def _ports(*ports: int) -> list[dict[str, Any]]:
 
 
 def network_policy(metadata: dict[str, Any], serving_pod_labels: dict[str, str], policy: NetworkPolicySpec,
-                   operator_namespace: str | None) -> dict[str, Any]:
+                   operator_namespace: str | None, group_pod_labels: dict[str, str] | None = None) -> dict[str, Any]:
     """Ingress to the serving pods: inference ports from the clients (default: the namespace's
-    own pods) and the operator's namespace, the metrics port from the scrapers."""
+    own pods) and the operator's namespace, the metrics port from the scrapers; with
+    `group_pod_labels` (replicas spanning nodes) any port from those pods, the group's ranks
+    (MPI's daemons and NCCL connect back to the leader on ports of their choosing)."""
     clients = [_peer(peer) for peer in policy.clients] if policy.clients is not None else [{"podSelector": {}}]
     if operator_namespace is not None:
         clients.append({"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: operator_namespace}}})
@@ -44,6 +46,7 @@ def network_policy(metadata: dict[str, Any], serving_pod_labels: dict[str, str],
             "ingress": [
                 {"from": clients, "ports": _ports(layout.HTTP_PORT, layout.GRPC_PORT)},
                 {"from": [_peer(peer) for peer in policy.metrics_scrapers], "ports": _ports(layout.METRICS_PORT)},
+                *([{"from": [{"podSelector": {"matchLabels": group_pod_labels}}]}] if group_pod_labels else []),
             ],
         },
     }

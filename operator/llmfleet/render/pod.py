@@ -21,9 +21,15 @@ def gpus_per_replica(plan: Plan) -> int:
     return plan.tensor_parallel_size * plan.pipeline_parallel_size
 
 
-def gpu_scheduling(plan: Plan, resources: ResourcesSpec | None) -> dict[str, Any]:
-    """Pod spec fields that place a pod on a node of the planned GPU with enough GPUs, at the
-    deployment's priority.
+def gpus_per_pod(plan: Plan) -> int:
+    """A serving pod's GPUs: the replica's, or one node's share of a replica spanning nodes
+    (identity.require_whole_nodes: the share is whole)."""
+    return gpus_per_replica(plan) // plan.nodes_per_replica
+
+
+def gpu_scheduling(plan: Plan, resources: ResourcesSpec | None, gpus: int) -> dict[str, Any]:
+    """Pod spec fields that place a pod of `gpus` GPUs on a node of the planned GPU with as
+    many, at the deployment's priority.
 
     GPU Feature Discovery labels the product and the GPU count; `Gt` is strict, hence - 1.
     Engines are compiled for one GPU architecture, so the build Job is placed the same way.
@@ -34,7 +40,7 @@ def gpu_scheduling(plan: Plan, resources: ResourcesSpec | None) -> dict[str, Any
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [
                 {"key": GPU_PRODUCT_LABEL, "operator": "In", "values": [gpu.gfd_product]},
-                {"key": GPU_COUNT_LABEL, "operator": "Gt", "values": [str(gpus_per_replica(plan) - 1)]},
+                {"key": GPU_COUNT_LABEL, "operator": "Gt", "values": [str(gpus - 1)]},
             ]}],
         }}},
         "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
@@ -112,3 +118,18 @@ def image_pull_secrets(settings: RenderSettings) -> dict[str, Any]:
     if not settings.image_pull_secrets:
         return {}
     return {"imagePullSecrets": [{"name": name} for name in settings.image_pull_secrets]}
+
+
+def bound_service_account(name: str, namespace: str, cluster_role: str) -> list[dict[str, Any]]:
+    """A namespace's ServiceAccount and its RoleBinding to one of the chart's ClusterRoles, which
+    the operator may bind but does not hold; created once when missing, like the engine cache claim."""
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    ]

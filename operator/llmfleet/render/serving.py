@@ -74,15 +74,22 @@ def triton_command(plan: Plan, settings: RenderSettings) -> list[str]:
     world_size = pod.gpus_per_replica(plan)
     if world_size == 1:
         return ["tritonserver", "--model-control-mode=none", *_server_flags(settings)]
-    command = [MPIRUN, *MPIRUN_FLAGS]
+    return [MPIRUN, *MPIRUN_FLAGS, *rank_contexts(world_size, settings)]
+
+
+def rank_contexts(world_size: int, settings: RenderSettings, other_rank_flags: tuple[str, ...] = ()) -> list[str]:
+    """mpirun's app contexts, one rank each: `-n 1 tritonserver ... : -n 1 tritonserver ...`;
+    `other_rank_flags` go to every rank but 0 (a group's ranks off the leader serve nothing)."""
+    contexts: list[str] = []
     for rank in range(world_size):
         models = (["--model-control-mode=none"] if rank == 0 else
                   ["--model-control-mode=explicit", f"--load-model={layout.TENSORRT_LLM_MODEL}"])
-        command += ["-n", "1", "tritonserver", *models, *_server_flags(settings),
-                    f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
+        extra = [flag for flag in other_rank_flags if flag not in models] if rank else []
+        contexts += ["-n", "1", "tritonserver", *models, *extra, *_server_flags(settings),
+                     f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
         if rank < world_size - 1:
-            command.append(":")
-    return command
+            contexts.append(":")
+    return contexts
 
 
 def _probe(path: str, *, period_seconds: int, failure_threshold: int, timeout_seconds: int) -> dict[str, Any]:
@@ -110,12 +117,12 @@ def _model_repository_assembly(models: list[str], code: list[tuple[str, str]]) -
     return {"command": ["/bin/bash", "-c", "\n".join(lines) + "\n"]}
 
 
-def _volumes_and_mounts(config_map_name: str, volume_items: list[dict[str, str]], plan: Plan,
+def _volumes_and_mounts(config_map_name: str, volume_items: list[dict[str, str]], gpus: int,
                         settings: RenderSettings) -> tuple[list, list, list]:
     """(volumes, server mounts, init container mounts)."""
     config_map = {"name": MODEL_CONFIG_VOLUME, "configMap": {"name": config_map_name, "items": volume_items}}
     shm = {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory",
-                                            "sizeLimit": f"{SHM_GIB_PER_GPU * pod.gpus_per_replica(plan)}Gi"}}
+                                            "sizeLimit": f"{SHM_GIB_PER_GPU * gpus}Gi"}}
     repository = {"name": MODEL_REPO_VOLUME, "emptyDir": {}}
     volumes = [config_map, pod.engine_cache_volume(settings, read_only=True), shm, pod.tmp_volume(), repository]
     server_mounts = [{"name": MODEL_REPO_VOLUME, "mountPath": layout.MODEL_REPOSITORY_PATH, "readOnly": True},
@@ -126,12 +133,13 @@ def _volumes_and_mounts(config_map_name: str, volume_items: list[dict[str, str]]
     return volumes, server_mounts, init_mounts
 
 
-def serving_deployment(deployment: LLMDeployment, plan: Plan, metadata: dict[str, Any],
-                       config_map_name: str, volume_items: list[dict[str, str]], serving_replicas: int,
-                       settings: RenderSettings, release: ReleaseRecord) -> dict[str, Any]:
-    gpus = pod.gpus_per_replica(plan)
+def serving_pod_template(deployment: LLMDeployment, plan: Plan, labels: dict[str, str], config_map_name: str,
+                         volume_items: list[dict[str, str]], settings: RenderSettings, release: ReleaseRecord,
+                         *, gpus: int) -> dict[str, Any]:
+    """The pod template of a serving pod holding `gpus` GPUs: a replica's on one node, or one
+    node's share of a replica spanning nodes (group.py derives its leader and workers from it)."""
     image = serving_image(deployment.spec)
-    volumes, server_mounts, init_mounts = _volumes_and_mounts(config_map_name, volume_items, plan, settings)
+    volumes, server_mounts, init_mounts = _volumes_and_mounts(config_map_name, volume_items, gpus, settings)
     server = {
         "name": CONTAINER,
         "image": image,
@@ -165,17 +173,23 @@ def serving_deployment(deployment: LLMDeployment, plan: Plan, metadata: dict[str
         "volumeMounts": init_mounts,
         **pod.container_defaults(),
     }
-    labels = metadata["labels"]
     pod_spec = {
         "securityContext": pod.pod_security_context(),
         # Long enough for in-flight streams to finish after the endpoint is removed.
         "terminationGracePeriodSeconds": settings.termination_grace_period_seconds,
-        **pod.gpu_scheduling(plan, deployment.spec.resources),
+        **pod.gpu_scheduling(plan, deployment.spec.resources, gpus),
         **pod.image_pull_secrets(settings),
         "initContainers": [assembly],
         "containers": [server],
         "volumes": volumes,
     }
+    return {"metadata": {"labels": dict(labels), "annotations": dict(SCRAPE_ANNOTATIONS)}, "spec": pod_spec}
+
+
+def serving_deployment(deployment: LLMDeployment, plan: Plan, metadata: dict[str, Any],
+                       config_map_name: str, volume_items: list[dict[str, str]], serving_replicas: int,
+                       settings: RenderSettings, release: ReleaseRecord) -> dict[str, Any]:
+    labels = metadata["labels"]
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -186,10 +200,8 @@ def serving_deployment(deployment: LLMDeployment, plan: Plan, metadata: dict[str
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
             "progressDeadlineSeconds": PROGRESS_DEADLINE_SECONDS,
             "revisionHistoryLimit": 2,
-            "template": {
-                "metadata": {"labels": dict(labels), "annotations": dict(SCRAPE_ANNOTATIONS)},
-                "spec": pod_spec,
-            },
+            "template": serving_pod_template(deployment, plan, labels, config_map_name, volume_items, settings,
+                                             release, gpus=pod.gpus_per_replica(plan)),
         },
     }
 

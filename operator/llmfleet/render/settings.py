@@ -43,3 +43,6 @@ class RenderSettings:
     # The ClusterRole the endpoint pickers of spec.routing.inferencePool are bound to; the chart
     # creates one per release (<release>-endpoint-picker) and names it here.
     endpoint_picker_cluster_role: str = "llmfleet-endpoint-picker"
+    # The ClusterRole the leaders of replicas spanning nodes are bound to (they read their group's
+    # pods and exec its ranks into them); the chart creates <release>-rank-launcher.
+    rank_launcher_cluster_role: str = "llmfleet-rank-launcher"

@@ -15,6 +15,7 @@ from typing import Any
 
 from llmfleet.catalog import Catalog, GpuType, ModelArch, load_catalog
 from llmfleet.planner.latency import build_engine, lm_head_flops, prefill_attention_flops, step_seconds
+from llmfleet.planner.layout import Layout
 
 MS_PER_SECOND = 1000.0
 # The model is not more precise than this, and logged profiles stay readable.
@@ -132,9 +133,9 @@ def _ms(seconds: float) -> float:
 
 
 def profile_for_build(model: ModelArch, gpu: GpuType, quantization: str, kv_cache_dtype: str,
-                      tensor_parallel_size: int, max_batch_size: int, max_num_tokens: int,
+                      parallel: Layout | int, max_batch_size: int, max_num_tokens: int,
                       kv_cache_free_gpu_mem_fraction: float, enable_prefix_reuse: bool,
-                      catalog: Catalog | None = None) -> EngineProfile:
+                      catalog: Catalog | None = None, gpus_per_node: int | None = None) -> EngineProfile:
     """The planner's latency model of this engine build on this GPU, linearised for the emulator.
 
     The planner's step is a roofline per kernel (GEMMs: max(weights, FLOPs)); the emulator's is
@@ -143,13 +144,16 @@ def profile_for_build(model: ModelArch, gpu: GpuType, quantization: str, kv_cach
     base = the empty step; per sequence = secant of a zero-context decode step from 0 to
     max_batch_size sequences; per KV token = KV bytes per token per GPU over effective
     bandwidth; per prompt token = secant of a prefill step from 0 to max_num_tokens tokens;
-    fixed per prompt = the LM head of one prompt.
+    fixed per prompt = the LM head of one prompt. `parallel` and `gpus_per_node` as for the
+    planner's `build_engine` (a layout spanning nodes pays its hand-offs over the network).
     """
     catalog = catalog or load_catalog()
+    layout = Layout.of(parallel)
+    tensor_parallel_size = layout.tensor_parallel_size
     engine = build_engine(
         model, gpu, catalog.quantization(quantization), catalog.kv_cache_dtype(kv_cache_dtype),
-        tensor_parallel_size, catalog.calibration, max_batch_size=max_batch_size,
-        max_num_tokens=max_num_tokens, kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction)
+        layout, catalog.calibration, max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
+        kv_cache_free_gpu_mem_fraction=kv_cache_free_gpu_mem_fraction, gpus_per_node=gpus_per_node)
     empty_step_s = step_seconds(engine, 0, 0)
     full_batch, full_chunk = engine.max_batch_size, engine.max_num_tokens
     full_batch_step_s = step_seconds(engine, full_batch, 0)

@@ -30,6 +30,7 @@ from llmfleet_sandbox.emulator.profile import (
     GPU_PRODUCT_VARIABLE,
     gpu_for_product,
     profile_for_engine,
+    ranks_per_node,
     with_faults,
 )
 from llmfleet_sandbox.emulator.tokenizer import TokenizerError, WordTokenizer
@@ -105,7 +106,8 @@ class TritonPythonModel:
                              "(it sizes the KV cache as the planner did)")
         self.profile = with_faults(profile_for_engine(self.engine_config, gpu,
                                                       float(kv_cache["free_gpu_memory_fraction"]),
-                                                      bool(kv_cache.get("enable_block_reuse", True))),
+                                                      bool(kv_cache.get("enable_block_reuse", True)),
+                                                      ranks_per_node(dict(os.environ))),
                                    dict(os.environ))
 
     def execute(self, requests):

@@ -33,6 +33,7 @@ from llmfleet_sandbox.emulator.profile import (
     GPU_PRODUCT_VARIABLE,
     gpu_for_product,
     profile_for_engine,
+    ranks_per_node,
     with_faults,
 )
 
@@ -158,7 +159,8 @@ class TritonPythonModel:
         if not 0 < fraction <= 1:
             raise ValueError(f"parameter kv_cache_free_gpu_mem_fraction must be within (0, 1], got {fraction}")
         self.profile = with_faults(profile_for_engine(self.engine_config, gpu, fraction,
-                                                      _flag(config, "enable_kv_cache_reuse")), dict(os.environ))
+                                                      _flag(config, "enable_kv_cache_reuse"),
+                                                      ranks_per_node(dict(os.environ))), dict(os.environ))
         self._exclude_input_in_output = _flag(config, "exclude_input_in_output")
         self._batched_shape = config.get("max_batch_size", 0) > 0
 

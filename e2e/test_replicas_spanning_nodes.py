@@ -1,0 +1,130 @@
+"""Replicas that span nodes (issue 29) through the operator, the real LeaderWorkerSet controller
+and the sandbox's rank-group launch: Llama 3.1 405B in BF16 needs 16 H100s, so its one replica
+is a group of two pods, one per H100 node, the leader serving through the Service. A worker
+killed restarts its whole group. The sandbox has two H100 nodes, so it holds one such group:
+the replica that keeps serving meanwhile is a single-node one (Llama 3.1 8B on the L40S node),
+which also shows that a single-node plan still renders a Deployment."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import llm_deployment, service_target, stop_load, wait_for, wait_until_ready
+from llmfleet.catalog.lws_record import load_lws_record
+from llmfleet.render import group, serving
+from llmfleet.render.identity import DEPLOYMENT_LABEL
+
+NAMESPACE = "spanning"
+SPANNING, SINGLE = "llama-405b", "llama-8b"
+LWS = load_lws_record()
+ENGINE = {"runtime": "engine", "maxBatchSize": 4, "maxInputLen": 1024, "maxSeqLen": 2048, "maxNumTokens": 2048}
+WORKLOAD = {"inputTokensMean": 128, "inputTokensP99": 256, "outputTokensMean": 32, "outputTokensP99": 64,
+            "peakRequestsPerSecond": 0.5}
+
+
+def spanning() -> dict:
+    """BF16 only: 810 GB of weights, TP8 PP2 over two nodes of eight H100s."""
+    return llm_deployment(SPANNING, NAMESPACE, "llama-3.1-405b", engine=ENGINE, workload=WORKLOAD,
+                          slo={"ttftP99Ms": 5000, "tpotP99Ms": 200, "quality": {"allowedQuantizations": ["BF16"]}},
+                          resources={"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 16}, plan={"replicas": 1})
+
+
+def single() -> dict:
+    return llm_deployment(SINGLE, NAMESPACE, "llama-3.1-8b", engine=ENGINE, workload=WORKLOAD,
+                          slo={"ttftP99Ms": 5000, "tpotP99Ms": 200},
+                          resources={"allowedGpuTypes": ["L40S-48GB"]}, plan={"replicas": 1})
+
+
+def load(sandbox, name: str, seconds: int, output) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "llmfleet", "load", "--target", service_target(sandbox, name, NAMESPACE, timeout=60),
+         "--schedule", "constant:2", "--duration-s", str(seconds), "--input-tokens", "fixed:64",
+         "--output-tokens", "fixed:8", "--output-dir", str(output), "--quiet"],
+        env=sandbox.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def served_every_request(process: subprocess.Popen, output, *, stop: bool = False) -> dict:
+    """The load's outcome once it ends (`stop`: ended now; in-flight requests still count)."""
+    stdout, stderr = stop_load(process) if stop else process.communicate(timeout=300)
+    assert process.returncode == 0, stderr + stdout
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["requests"] > 0 and summary["errors"] == 0 and summary["truncated"] == 0, summary
+    return summary
+
+
+def group_pods(sandbox) -> dict[str, dict]:
+    """The spanning replica's pods by worker index ("0" the leader)."""
+    pods = sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "-l", f"{DEPLOYMENT_LABEL}={SPANNING}")["items"]
+    return {pod["metadata"]["labels"][LWS.worker_index_label]: pod for pod in pods
+            if not pod["metadata"].get("deletionTimestamp") and LWS.worker_index_label in pod["metadata"]["labels"]}
+
+
+@pytest.fixture(scope="module")
+def deployed(sandbox, operator):
+    sandbox.kubectl("create", "namespace", NAMESPACE)
+    sandbox.apply([spanning(), single()], namespace=NAMESPACE)
+    wait_until_ready(sandbox, SINGLE, NAMESPACE, timeout=300)
+    wait_until_ready(sandbox, SPANNING, NAMESPACE, timeout=600)
+    yield
+    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=180s", check=False)
+
+
+def test_a_replica_spanning_two_nodes_is_ready_and_serves_through_its_service(sandbox, deployed, tmp_path):
+    status = sandbox.kubectl_json("get", "llmdeployment", SPANNING, "-n", NAMESPACE)["status"]
+    assert (status["plan"]["tensorParallelSize"], status["plan"]["pipelineParallelSize"],
+            status["plan"]["nodesPerReplica"]) == (8, 2, 2), status["plan"]
+    (workload,) = sandbox.kubectl_json("get", "leaderworkersets", "-n", NAMESPACE)["items"]
+    assert workload["spec"]["leaderWorkerTemplate"]["size"] == 2 and workload["status"]["readyReplicas"] == 1
+    assert not sandbox.kubectl_json("get", "deployments", "-n", NAMESPACE, "-l",
+                                    f"{DEPLOYMENT_LABEL}={SPANNING}")["items"]
+    pods = group_pods(sandbox)
+    assert sorted(pods) == ["0", "1"]
+    assert pods["0"]["spec"]["nodeName"] != pods["1"]["spec"]["nodeName"], "the group's pods share a node"
+    # The leader ran the recorded launch: its mpirun checked the worker, rank 0 serves here.
+    leader_log = sandbox.container_log(pods["0"], serving.CONTAINER)
+    assert "mpirun (sandbox): world size 16, 8 on this host" in leader_log, leader_log[-2000:]
+    assert pods["0"]["spec"]["serviceAccountName"] == group.LAUNCHER_SERVICE_ACCOUNT
+    served_every_request(load(sandbox, SPANNING, 10, tmp_path), tmp_path)
+
+
+def test_a_worker_killed_restarts_its_whole_group_while_another_replica_serves(sandbox, deployed, tmp_path):
+    before = group_pods(sandbox)
+    meanwhile = load(sandbox, SINGLE, 600, tmp_path / "single")
+    sandbox.kubectl("delete", "pod", before["1"]["metadata"]["name"], "-n", NAMESPACE, "--wait=false")
+
+    def recreated():
+        pods = group_pods(sandbox)
+        return pods if (sorted(pods) == ["0", "1"] and all(
+            pods[index]["metadata"]["uid"] != before[index]["metadata"]["uid"] for index in pods)) else None
+    wait_for(recreated, 120, "the group's leader and worker recreated (RecreateGroupOnPodRestart)")
+    wait_for(lambda: (sandbox.kubectl_json("get", "leaderworkersets", "-n", NAMESPACE)["items"][0]
+                      .get("status", {}).get("readyReplicas") == 1), 300, "the recreated group ready")
+    served_every_request(meanwhile, tmp_path / "single", stop=True)
+    served_every_request(load(sandbox, SPANNING, 10, tmp_path / "spanning"), tmp_path / "spanning")
+
+
+def test_a_single_node_plan_still_renders_a_deployment(sandbox, deployed):
+    (workload,) = sandbox.kubectl_json("get", "deployments", "-n", NAMESPACE, "-l",
+                                       f"{DEPLOYMENT_LABEL}={SINGLE}")["items"]
+    assert workload["status"]["readyReplicas"] == 1
+    assert not sandbox.kubectl_json("get", "leaderworkersets", "-n", NAMESPACE, "-l",
+                                    f"{DEPLOYMENT_LABEL}={SINGLE}")["items"]
+
+
+def test_a_replica_that_no_longer_spans_nodes_rolls_out_as_a_deployment(sandbox, deployed, tmp_path):
+    """The 405B replica re-planned as the 8B on one L40S: the new revision is a Deployment, and
+    once it is ready the LeaderWorkerSet revision is pruned (the operator's delete)."""
+    sandbox.kubectl("patch", "llmdeployment", SPANNING, "-n", NAMESPACE, "--type=merge", "-p", json.dumps(
+        {"spec": {"model": single()["spec"]["model"], "resources": {"allowedGpuTypes": ["L40S-48GB"]}}}))
+
+    def rolled_out():
+        workloads = sandbox.kubectl_json("get", "deployments", "-n", NAMESPACE, "-l", f"{DEPLOYMENT_LABEL}={SPANNING}")
+        groups = sandbox.kubectl_json("get", "leaderworkersets", "-n", NAMESPACE)["items"]
+        ready = [w for w in workloads["items"] if (w.get("status") or {}).get("readyReplicas") == 1]
+        return ready if ready and not groups else None
+    wait_for(rolled_out, 420, "the single-node revision ready and the LeaderWorkerSet pruned", interval=2)
+    served_every_request(load(sandbox, SPANNING, 10, tmp_path), tmp_path)
