@@ -65,7 +65,7 @@ def test_target_is_the_spec_target_or_60_percent_of_the_slo_capped_by_the_slo(sp
     (550.0, 2, HOLD, "within 10% of the 500 ms target"),
     (450.0, 2, HOLD, "within 10%"),
     (551.0, 3, UP, "scaling up from 2 to 3"),
-    (449.0, 2, HOLD, "not under 50% of it"),
+    (449.0, 2, HOLD, "not under 50% of the 500 ms target"),
     (249.0, 1, DOWN, "under 50% of the 500 ms target and no request waits"),
 ])
 def test_tolerance_band(ttft_ms, desired, decision, words):
@@ -133,7 +133,7 @@ def test_queue_growth_scales_up_before_ttft_breaches(waiting, growth, served, tt
     # Full batches with an empty cache: the busier resource decides.
     (4, dict(kv_cache_utilization=0.05, batch_utilization=0.6), 4, "batch slot use 60% would exceed 70%"),
     (4, dict(kv_cache_utilization=None, batch_utilization=0.1), 3, "batch slot use 10%"),
-    (4, dict(waiting_requests=1.0), 4, "not under 50% of it with an empty queue"),
+    (4, dict(waiting_requests=1.0), 4, "not under 50% of the 500 ms target with an empty queue"),
     # A release without a waiting count: unknown KV or batch use leaves the queue unknown,
     # which is not empty; both well under the ceiling mean nothing can wait.
     (4, dict(waiting_requests=None), 4, "not under 50%"),

@@ -1,18 +1,20 @@
-"""The p99-TTFT scaling policy: one pure decision per reconcile pass.
+"""The scaling policy: one pure decision per reconcile pass.
 
-Pipeline: bounds -> metrics check -> raw recommendation -> stabilisation windows (HPA-style) ->
-per-step limits -> cooldown (scale-down) and warm-up (scale-up) gates. docs/autoscaling.md explains each step and
-its numbers.
+Pipeline: bounds -> metrics check -> raw recommendation (the p99 TTFT feedback, and the request
+rate at the modelled per-replica capacity) -> stabilisation windows (HPA-style) -> per-step
+limits -> cooldown (scale-down) and warm-up (scale-up) gates. docs/autoscaling.md explains each
+step and its numbers.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from llmfleet.api import AutoscalingSpec, Reason
-from llmfleet.api.status import AutoscalerInputs, ScalingDecision
+from llmfleet.api.status import AutoscalerInputs, ScalingDecision, ScalingSignal
+from llmfleet.autoscale.capacity import ReplicaCapacity, replicas_for_rate, waiting_ms
 from llmfleet.autoscale.snapshot import MetricsSnapshot, ReplicaObservation
 from llmfleet.autoscale.state import AutoscalerState, Recommendation, in_force, record
 
@@ -57,6 +59,7 @@ class Decision:
     desired_replicas: int
     decision: ScalingDecision
     reason: str  # a sentence for status.autoscaler.reason and the event
+    signal: ScalingSignal  # which signal decided
     metrics_available: bool
     metrics_reason: str  # CamelCase, for the MetricsAvailable condition
     metrics_message: str
@@ -65,12 +68,19 @@ class Decision:
     # Why requests are not spread over the replicas (some swamped while others idle), when the
     # breach is one of routing, not of capacity; None otherwise.
     imbalance: str | None = None
+    # A change opposite to the last one within the longer stabilisation window of it (counted
+    # in state.reversals).
+    reversal: bool = False
+
+
+_FEEDBACK = ScalingSignal.TTFT_FEEDBACK
 
 
 @dataclass(frozen=True)
 class _Proposal:
     replicas: int
     reason: str
+    signal: ScalingSignal = _FEEDBACK
     imbalance: str | None = None
 
 
@@ -89,15 +99,16 @@ def target_ttft_p99_ms(spec: AutoscalingSpec, slo_ttft_p99_ms: int) -> int:
 
 def decide(spec: AutoscalingSpec, slo_ttft_p99_ms: int, snapshot: MetricsSnapshot,
            state: AutoscalerState, current_replicas: int, ready_replicas: int, now: datetime,
-           tuning: PolicyTuning = DEFAULT_TUNING) -> Decision:
+           tuning: PolicyTuning = DEFAULT_TUNING, capacity: ReplicaCapacity | None = None) -> Decision:
     """Desired replicas for this pass. `current_replicas` is the desired count in force
-    (warming replicas included), `ready_replicas` how many of them serve."""
+    (warming replicas included), `ready_replicas` how many of them serve. `capacity`: what one
+    replica carries at the target (`ReplicaCapacity`); None leaves the p99 feedback alone."""
     target_ms = target_ttft_p99_ms(spec, slo_ttft_p99_ms)
     bounded = min(max(current_replicas, spec.min_replicas), spec.max_replicas)
     metrics_problem = _metrics_problem(snapshot, now, tuning)
     recommended = None
     if metrics_problem is None and bounded == current_replicas:
-        recommended = _recommend(spec, target_ms, snapshot, current_replicas, tuning)
+        recommended = _recommend(spec, target_ms, snapshot, current_replicas, tuning, capacity)
         if recommended is None:
             metrics_problem = (Reason.NO_TTFT_DATA, "no request got a first token in the window, "
                                                     "and the queue is below the backlog threshold")
@@ -108,15 +119,15 @@ def decide(spec: AutoscalingSpec, slo_ttft_p99_ms: int, snapshot: MetricsSnapsho
             # missing until its first scrape, which must not flap the condition.)
             metrics_problem = partial
             recommended = _Proposal(current_replicas, f"{recommended.reason}, but {partial[1]}: "
-                                    f"holding {current_replicas} replicas")
+                                    f"holding {current_replicas} replicas", ScalingSignal.METRICS_UNAVAILABLE)
     # The bounds are the user's and apply at once; without metrics nothing else moves.
     if bounded != current_replicas:
         proposal = _Proposal(bounded, f"{current_replicas} replicas is outside minReplicas "
                              f"{spec.min_replicas}..maxReplicas {spec.max_replicas}: "
-                             f"scaling to {bounded}")
+                             f"scaling to {bounded}", ScalingSignal.REPLICA_BOUNDS)
     elif recommended is None:
         proposal = _Proposal(current_replicas, f"holding {current_replicas} replicas: "
-                             f"{metrics_problem[1]}")
+                             f"{metrics_problem[1]}", ScalingSignal.METRICS_UNAVAILABLE)
     else:
         proposal = recommended
 
@@ -128,23 +139,41 @@ def decide(spec: AutoscalingSpec, slo_ttft_p99_ms: int, snapshot: MetricsSnapsho
         desired, reason = _stabilise_and_limit(spec, state, history, recommended,
                                                current_replicas, ready_replicas, now, tuning)
 
+    decision = (ScalingDecision.SCALE_UP if desired > current_replicas else
+                ScalingDecision.SCALE_DOWN if desired < current_replicas else
+                ScalingDecision.HOLD)
+    # The user's bounds moving the count are no flapping of the autoscaler's.
+    reversal = (decision != ScalingDecision.HOLD and proposal.signal != ScalingSignal.REPLICA_BOUNDS
+                and _reverses(state, decision, keep_seconds, now))
+    if reversal:
+        reason += (f" (a reversal: the last change, {(now - state.last_scale_time).total_seconds():.0f} s ago, "
+                   f"was a {state.last_scale_direction.value})")
     return Decision(
         desired_replicas=desired,
-        decision=(ScalingDecision.SCALE_UP if desired > current_replicas else
-                  ScalingDecision.SCALE_DOWN if desired < current_replicas else
-                  ScalingDecision.HOLD),
+        decision=decision,
         reason=reason,
+        signal=proposal.signal,
         metrics_available=metrics_problem is None,
         metrics_reason=metrics_problem[0] if metrics_problem else Reason.METRICS_FRESH,
         metrics_message=metrics_problem[1] if metrics_problem else _fresh_message(snapshot, now),
-        inputs=_inputs(snapshot, target_ms, current_replicas, ready_replicas),
+        inputs=_inputs(spec, snapshot, target_ms, current_replicas, ready_replicas, capacity),
         imbalance=recommended.imbalance if recommended is not None else None,
+        reversal=reversal,
         state=AutoscalerState(
             last_scale_time=now if desired != current_replicas else state.last_scale_time,
             warming_since=_warming_since(state, desired, current_replicas, ready_replicas, now),
             recommendations=history,
+            last_scale_direction=decision if desired != current_replicas else state.last_scale_direction,
+            reversals=state.reversals + reversal,
         ),
     )
+
+
+def _reverses(state: AutoscalerState, decision: ScalingDecision, window_seconds: float, now: datetime) -> bool:
+    """Whether `decision` goes against the last change, made within `window_seconds`: a sign the
+    last one was wrong (a scale-down the load did not allow, a scale-up it did not need)."""
+    return (state.last_scale_direction not in (None, decision) and state.last_scale_time is not None
+            and (now - state.last_scale_time).total_seconds() < window_seconds)
 
 
 def _metrics_problem(snapshot: MetricsSnapshot, now: datetime,
@@ -189,10 +218,20 @@ def _age_seconds(snapshot: MetricsSnapshot, now: datetime) -> float:
     return max(0.0, (now - snapshot.sample_time).total_seconds())
 
 
-def _recommend(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot,
-               current: int, tuning: PolicyTuning) -> _Proposal | None:
-    """The replica count the fresh metrics call for, before stabilisation and limits; None
-    when they hold no usable signal."""
+def _recommend(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot, current: int,
+               tuning: PolicyTuning, capacity: ReplicaCapacity | None) -> _Proposal | None:
+    """The replica count the fresh metrics call for, before stabilisation and limits: the larger
+    of the p99 feedback's and the request rate's at the modelled capacity, a scale-down only
+    where that capacity holds the window's peak rate; None when they hold no usable signal."""
+    feedback = _feedback(spec, target_ms, snapshot, current, tuning, capacity)
+    if feedback is None or capacity is None or capacity.requests_per_second is None:
+        return feedback
+    return _with_capacity(spec, target_ms, snapshot, current, capacity, feedback)
+
+
+def _feedback(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot, current: int,
+              tuning: PolicyTuning, capacity: ReplicaCapacity | None) -> _Proposal | None:
+    """What the p99 TTFT and the queue call for."""
     tolerance = spec.tolerance_percent / 100
     queue_factor = _queue_growth_factor(snapshot, current, tuning)
     queue_empty, queue_text = _queue_empty(snapshot, tuning)
@@ -207,28 +246,98 @@ def _recommend(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot,
             imbalance = _imbalance(snapshot, target_ms, tuning)
             if imbalance is not None:
                 return _Proposal(current, f"{breach}, but {imbalance}: more replicas would not "
-                                 f"help, holding {current}", imbalance)
+                                 f"help, holding {current}", imbalance=imbalance)
+            # A growing queue is load beyond the fleet's capacity, whatever the prefill takes.
+            if capacity is not None and queue_factor <= 1 + tolerance:
+                waiting = waiting_ms(ttft, capacity)
+                band_ms = tolerance * target_ms
+                if waiting <= band_ms:
+                    return _Proposal(current, (
+                        f"{breach}, but the model puts {capacity.prefill_ttft_p99_ms:.0f} ms of it in the "
+                        f"prompts' own prefill, which no replica count shortens: more replicas could take "
+                        f"away at most the {waiting:.0f} ms spent waiting, within the "
+                        f"{spec.tolerance_percent:g}% tolerance ({band_ms:.0f} ms); not scaling up"),
+                        ScalingSignal.PREFILL_BOUND)
             return _scale_up(current, max(ratio, queue_factor), breach)
         if ratio >= 1 - tolerance:
             return _Proposal(current, f"{observed} is within {spec.tolerance_percent:g}% of the "
                              f"{target_ms} ms target")
-        if ratio < tuning.scale_down_below_target_fraction and queue_empty:
-            return _scale_down(spec, snapshot, current, tuning,
-                               f"{observed} is under {tuning.scale_down_below_target_fraction:.0%}"
-                               f" of the {target_ms} ms target and {queue_text}")
+        low_ms, low_text = _scale_down_threshold(target_ms, capacity, tuning)
+        if ttft < low_ms and queue_empty:
+            return _scale_down(spec, snapshot, current, tuning, f"{observed} is under {low_text} and {queue_text}")
         return _Proposal(current, f"{observed} is under the {target_ms} ms target, but not "
-                         f"under {tuning.scale_down_below_target_fraction:.0%} of it with an "
-                         "empty queue")
+                         f"under {low_text} with an empty queue")
 
     # No first token in the window: an idle fleet, a stalled one, or no signal.
     if snapshot.requests_per_second == 0 and queue_empty:
         return _scale_down(spec, snapshot, current, tuning, f"no request in the window and {queue_text}")
     waiting = snapshot.waiting_requests
     if waiting is not None and waiting >= tuning.backlog_waiting_per_replica * current:
-        return _scale_up(current, queue_factor,
-                         f"no request got a first token in the window but {waiting:.0f} wait "
-                         f"({waiting / current:.1f} per replica)")
+        proposal = _scale_up(current, queue_factor,
+                             f"no request got a first token in the window but {waiting:.0f} wait "
+                             f"({waiting / current:.1f} per replica)")
+        return replace(proposal, signal=ScalingSignal.QUEUE_BACKLOG)
     return None
+
+
+def _scale_down_threshold(target_ms: int, capacity: ReplicaCapacity | None,
+                          tuning: PolicyTuning) -> tuple[float, str]:
+    """(ms, in words) the p99 TTFT must be under for a scale-down: half the target, since TTFT
+    climbs steeply near saturation and a removed replica's load lands on the others. With the
+    prefill floor known, half of what the target leaves above it: the floor does not grow with
+    load, and a floor above half the target would otherwise forbid every scale-down."""
+    fraction = tuning.scale_down_below_target_fraction
+    if capacity is None or capacity.prefill_ttft_p99_ms >= target_ms:
+        return fraction * target_ms, f"{fraction:.0%} of the {target_ms} ms target"
+    floor = capacity.prefill_ttft_p99_ms
+    low = floor + fraction * (target_ms - floor)
+    return low, (f"{low:.0f} ms (the {floor:.0f} ms prefill floor plus {fraction:.0%} of the "
+                 f"{target_ms} ms target's room above it)")
+
+
+def forecast_requests_per_second(spec: AutoscalingSpec, snapshot: MetricsSnapshot) -> float | None:
+    """The request rate its trend reaches spec.autoscaling.rateForecastSeconds ahead; None
+    while it does not rise (a falling rate is left to the stabilisation window) or is unknown."""
+    rate, trend = snapshot.requests_per_second, snapshot.requests_per_second_trend
+    if rate is None or trend is None or trend <= 0 or spec.rate_forecast_seconds == 0:
+        return None
+    return rate + trend * spec.rate_forecast_seconds
+
+
+def _with_capacity(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot, current: int,
+                   capacity: ReplicaCapacity, feedback: _Proposal) -> _Proposal:
+    """`feedback` raised to what the rate (now, or as its trend forecasts) needs at the capacity;
+    a scale-down cut to what the window's peak rate needs, or refused."""
+    rate = snapshot.requests_per_second or 0.0
+    forecast = forecast_requests_per_second(spec, snapshot)
+    at_target = f"at the {target_ms} ms target"
+    if feedback.replicas < current:
+        peak = max(rate, snapshot.requests_per_second_peak or 0.0, forecast or 0.0)
+        needed = replicas_for_rate(peak, capacity)
+        window = (f"over the {snapshot.peak_window_seconds} s stabilisation window"
+                  if snapshot.peak_window_seconds else "in the window")
+        seen = f"the {peak:.2f} req/s peak {window}"
+        if needed >= current:
+            fewer = current - 1
+            return replace(feedback, replicas=current, signal=ScalingSignal.REQUEST_RATE, reason=(
+                f"{feedback.reason}, but {seen} would put {peak / max(fewer, 1):.2f} req/s on each of "
+                f"{fewer} replicas, above the {capacity.describe()} {at_target}: holding {current}"))
+        if needed > feedback.replicas:
+            return replace(feedback, replicas=needed, signal=ScalingSignal.REQUEST_RATE, reason=(
+                f"{feedback.reason}; {seen} needs {needed} replicas at {capacity.describe()} {at_target}"))
+        return feedback
+    by_rate = replicas_for_rate(rate, capacity)
+    by_forecast = replicas_for_rate(forecast, capacity) if forecast is not None else 0
+    needed = max(by_rate, by_forecast)
+    if needed <= feedback.replicas:
+        return feedback
+    if by_forecast > by_rate:
+        return replace(feedback, replicas=needed, signal=ScalingSignal.RATE_FORECAST, reason=(
+            f"the request rate rises by {snapshot.requests_per_second_trend:.3f} req/s per second: "
+            f"{rate:.2f} req/s now, {forecast:.2f} in {spec.rate_forecast_seconds} s, which needs {needed} "
+            f"replicas at {capacity.describe()} {at_target} ({feedback.reason})"))
+    return replace(feedback, replicas=needed, signal=ScalingSignal.REQUEST_RATE, reason=(
+        f"{rate:.2f} req/s needs {needed} replicas at {capacity.describe()} {at_target} ({feedback.reason})"))
 
 
 def _imbalance(snapshot: MetricsSnapshot, target_ms: int, tuning: PolicyTuning) -> str | None:
@@ -311,8 +420,8 @@ def _scale_down(spec: AutoscalingSpec, snapshot: MetricsSnapshot, current: int,
     needed = math.ceil(current * use / ceiling - _CEIL_SLACK)
     if needed >= current:
         return _Proposal(current, f"{why}, but {name} use {use:.0%} would exceed {ceiling:.0%} "
-                         "on fewer replicas")
-    return _Proposal(max(spec.min_replicas, needed), f"{why}; {name} use {use:.0%}")
+                         "on fewer replicas", ScalingSignal.UTILIZATION)
+    return _Proposal(max(spec.min_replicas, needed), f"{why}; {name} use {use:.0%}", ScalingSignal.UTILIZATION)
 
 
 def _stabilise_and_limit(spec: AutoscalingSpec, state: AutoscalerState,
@@ -403,9 +512,15 @@ def display_round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def _inputs(snapshot: MetricsSnapshot, target_ms: int, current: int, ready: int) -> AutoscalerInputs:
+def _inputs(spec: AutoscalingSpec, snapshot: MetricsSnapshot, target_ms: int, current: int, ready: int,
+            capacity: ReplicaCapacity | None) -> AutoscalerInputs:
     kv = snapshot.kv_cache_utilization
     return AutoscalerInputs(
+        peak_requests_per_second=display_round(snapshot.requests_per_second_peak, 3),
+        forecast_requests_per_second=display_round(forecast_requests_per_second(spec, snapshot), 3),
+        replica_capacity_requests_per_second=display_round(capacity and capacity.requests_per_second, 3),
+        prefill_ttft_p99_ms=display_round(capacity and capacity.prefill_ttft_p99_ms, 1),
+        speed_factor=display_round(capacity and capacity.speed_factor, 4),
         observed_ttft_p99_ms=display_round(snapshot.ttft_p99_ms, 1),
         target_ttft_p99_ms=target_ms,
         current_replicas=current,

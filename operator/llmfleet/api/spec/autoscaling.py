@@ -6,7 +6,7 @@ from llmfleet.api.base import ApiModel, CelRule
 
 
 class AutoscalingSpec(ApiModel):
-    """Replica autoscaling on observed p99 TTFT."""
+    """Replica autoscaling on observed p99 TTFT and the request rate at the modelled capacity."""
 
     enabled: bool = Field(
         default=False,
@@ -53,6 +53,15 @@ class AutoscalingSpec(ApiModel):
         description="Quiet time after any scaling decision before replicas are removed, in "
         "seconds, so that the metrics show the fleet the last decision left. Scale-ups never "
         "wait for it; they wait only while new replicas load their engine.",
+    )
+
+    rate_forecast_seconds: int = Field(
+        default=30,
+        ge=0,
+        le=3600,
+        description="How far ahead, in seconds, the request rate's recent trend is extrapolated "
+        "to start replicas before a ramp peaks: about the time a new replica takes to serve "
+        "(engine load plus a scrape and a pass). 0 turns the forecast off.",
     )
 
     cel_rules = (
