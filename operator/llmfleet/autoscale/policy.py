@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from llmfleet.api import AutoscalingSpec, Reason
 from llmfleet.api.status import AutoscalerInputs, ScalingDecision, ScalingSignal
-from llmfleet.autoscale.capacity import ReplicaCapacity, replicas_for_rate, waiting_ms
+from llmfleet.autoscale.capacity import ReplicaCapacity, replicas_for_rate, ttft_p99_reduction_ms
 from llmfleet.autoscale.snapshot import MetricsSnapshot, ReplicaObservation
 from llmfleet.autoscale.state import AutoscalerState, Recommendation, in_force, record
 
@@ -86,14 +86,17 @@ class _Proposal:
 
 # Reactive scaling needs seconds to add capacity (scrape, pass, engine load) while TTFT climbs
 # steeply near saturation: without a target of its own, the autoscaler steers this far under the
-# SLO, so that scaling starts before users see a breach.
+# SLO (above the prefill floor, when known), so that scaling starts before users see a breach.
 DEFAULT_TARGET_SHARE_OF_SLO = 0.6
 
 
-def target_ttft_p99_ms(spec: AutoscalingSpec, slo_ttft_p99_ms: int) -> int:
-    """The p99 TTFT the autoscaler steers to: spec.autoscaling's target, else 60 % of the SLO;
-    never above the SLO."""
-    default_ms = max(1, round(slo_ttft_p99_ms * DEFAULT_TARGET_SHARE_OF_SLO))
+def target_ttft_p99_ms(spec: AutoscalingSpec, slo_ttft_p99_ms: int, prefill_floor_ms: float | None = None) -> int:
+    """The p99 TTFT the autoscaler steers to: spec.autoscaling's target, else 60 % of the way
+    from the prefill floor (the p99 TTFT at a vanishing load, when modelled; else 0) to the SLO;
+    never above the SLO. Only waiting climbs with load, so the margin is kept on it: 60 % of an
+    SLO that the prompts' own prefill nearly fills is a target no replica count reaches."""
+    floor = prefill_floor_ms if prefill_floor_ms is not None and prefill_floor_ms < slo_ttft_p99_ms else 0.0
+    default_ms = max(1, round(floor + (slo_ttft_p99_ms - floor) * DEFAULT_TARGET_SHARE_OF_SLO))
     return min(spec.target_ttft_p99_ms or default_ms, slo_ttft_p99_ms)
 
 
@@ -102,8 +105,9 @@ def decide(spec: AutoscalingSpec, slo_ttft_p99_ms: int, snapshot: MetricsSnapsho
            tuning: PolicyTuning = DEFAULT_TUNING, capacity: ReplicaCapacity | None = None) -> Decision:
     """Desired replicas for this pass. `current_replicas` is the desired count in force
     (warming replicas included), `ready_replicas` how many of them serve. `capacity`: what one
-    replica carries at the target (`ReplicaCapacity`); None leaves the p99 feedback alone."""
-    target_ms = target_ttft_p99_ms(spec, slo_ttft_p99_ms)
+    replica carries at the target (`ReplicaCapacity`, which names the target it was modelled at);
+    None leaves the p99 feedback alone."""
+    target_ms = capacity.target_ttft_p99_ms if capacity is not None else target_ttft_p99_ms(spec, slo_ttft_p99_ms)
     bounded = min(max(current_replicas, spec.min_replicas), spec.max_replicas)
     metrics_problem = _metrics_problem(snapshot, now, tuning)
     recommended = None
@@ -247,18 +251,16 @@ def _feedback(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot, 
             if imbalance is not None:
                 return _Proposal(current, f"{breach}, but {imbalance}: more replicas would not "
                                  f"help, holding {current}", imbalance=imbalance)
-            # A growing queue is load beyond the fleet's capacity, whatever the prefill takes.
-            if capacity is not None and queue_factor <= 1 + tolerance:
-                waiting = waiting_ms(ttft, capacity)
-                band_ms = tolerance * target_ms
-                if waiting <= band_ms:
-                    return _Proposal(current, (
-                        f"{breach}, but the model puts {capacity.prefill_ttft_p99_ms:.0f} ms of it in the "
-                        f"prompts' own prefill, which no replica count shortens: more replicas could take "
-                        f"away at most the {waiting:.0f} ms spent waiting, within the "
-                        f"{spec.tolerance_percent:g}% tolerance ({band_ms:.0f} ms); not scaling up"),
-                        ScalingSignal.PREFILL_BOUND)
-            return _scale_up(current, max(ratio, queue_factor), breach)
+            proposal = _scale_up(current, max(ratio, queue_factor), breach)
+            # A growing queue is load beyond the fleet's capacity; a p99 longer than the longest
+            # prompt the engine admits takes alone is waiting the model does not see (it may be
+            # wrong: no speed learned yet). Both are acted on whatever the model says.
+            if capacity is not None and queue_factor <= 1 + tolerance and snapshot.requests_per_second \
+                    and ttft <= capacity.longest_prompt_ttft_ms:
+                futile = _futile(spec, target_ms, snapshot.requests_per_second, capacity, current, proposal.replicas)
+                if futile is not None:
+                    return _Proposal(current, f"{breach}, but {futile}; not scaling up", ScalingSignal.PREFILL_BOUND)
+            return proposal
         if ratio >= 1 - tolerance:
             return _Proposal(current, f"{observed} is within {spec.tolerance_percent:g}% of the "
                              f"{target_ms} ms target")
@@ -278,6 +280,22 @@ def _feedback(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot, 
                              f"({waiting / current:.1f} per replica)")
         return replace(proposal, signal=ScalingSignal.QUEUE_BACKLOG)
     return None
+
+
+def _futile(spec: AutoscalingSpec, target_ms: int, requests_per_second: float, capacity: ReplicaCapacity,
+            current: int, proposed: int) -> str | None:
+    """Why a scale-up would not lower the p99 TTFT enough to matter, when the model says so: the
+    replicas are far from saturation, so what they show above the target is the prompts' own
+    prefill (long prompts), which no replica count shortens. Enough is the tolerance band."""
+    band_ms = spec.tolerance_percent / 100 * target_ms
+    reduction_ms = ttft_p99_reduction_ms(requests_per_second, capacity, current, proposed)
+    if reduction_ms > band_ms:
+        return None
+    return (f"at {requests_per_second / current:.2f} req/s per replica {capacity.describe_model()} predicts "
+            f"a p99 TTFT only {reduction_ms:.0f} ms lower on {proposed} replicas than on {current}, within the "
+            f"{spec.tolerance_percent:g}% tolerance ({band_ms:.0f} ms): the p99 is set by the prompts' own "
+            f"prefill ({capacity.prefill_ttft_p99_ms:.0f} ms at the p99 prompt, up to "
+            f"{capacity.longest_prompt_ttft_ms:.0f} ms at the longest admitted), which no replica count shortens")
 
 
 def _scale_down_threshold(target_ms: int, capacity: ReplicaCapacity | None,

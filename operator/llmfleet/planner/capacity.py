@@ -4,6 +4,9 @@ left at a vanishing load. The autoscaler sizes the fleet on it (llmfleet.autosca
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
 from llmfleet.autoscale.capacity import ReplicaCapacity
 from llmfleet.catalog import Catalog
 from llmfleet.planner.latency import Engine, predict_at_load, saturation_throughput_tokens_per_sec
@@ -20,31 +23,39 @@ def _ttft_p99_ms(engine: Engine, workload: Workload, requests_per_second: float)
                            w.output_tokens_mean, w.output_tokens_p99, w.prefix_sharing_fraction).ttft_p99_ms
 
 
-def engine_capacity(engine: Engine, workload: Workload, target_ttft_p99_ms: float, speed_factor: float
-                    ) -> ReplicaCapacity:
-    """`engine`'s capacity for `workload` at the target (the model's p99 TTFT rises with the rate,
-    as the planner's replica search takes it)."""
-    floor_ms = _ttft_p99_ms(engine, workload, 0.0)
+def engine_capacity(engine: Engine, workload: Workload, target_at_floor: Callable[[float], int],
+                    longest_prompt_tokens: int, speed_factor: float) -> ReplicaCapacity:
+    """`engine`'s capacity for `workload` at the target `target_at_floor` sets for its prefill
+    floor (the model's p99 TTFT rises with the rate, as the planner's replica search takes it)."""
+    def at(requests_per_second: float) -> float:
+        return _ttft_p99_ms(engine, workload, requests_per_second)
+
+    floor_ms = at(0.0)
+    longest = replace(workload, input_tokens_mean=longest_prompt_tokens, input_tokens_p99=longest_prompt_tokens)
+    longest_ms = _ttft_p99_ms(engine, longest, 0.0)
+    target_ttft_p99_ms = target_at_floor(floor_ms)
     if floor_ms > target_ttft_p99_ms:
-        return ReplicaCapacity(None, floor_ms, speed_factor)
+        return ReplicaCapacity(target_ttft_p99_ms, None, floor_ms, longest_ms, at, speed_factor)
     w = workload
     low, high = 0.0, saturation_throughput_tokens_per_sec(
         engine, w.input_tokens_mean, w.output_tokens_mean,
         w.input_tokens_mean * w.prefix_sharing_fraction) / w.output_tokens_mean
     for _ in range(_BISECTION_STEPS):
         middle = (low + high) / 2
-        if _ttft_p99_ms(engine, workload, middle) <= target_ttft_p99_ms:
+        if at(middle) <= target_ttft_p99_ms:
             low = middle
         else:
             high = middle
-    return ReplicaCapacity(low, floor_ms, speed_factor)
+    return ReplicaCapacity(target_ttft_p99_ms, low, floor_ms, longest_ms, at, speed_factor)
 
 
-def replica_capacity(request: PlanRequest, served: Plan, target_ttft_p99_ms: float,
-                     catalog: Catalog | None = None) -> ReplicaCapacity:
+def replica_capacity(request: PlanRequest, served: Plan, target_at_floor: Callable[[float], int],
+                     longest_prompt_tokens: int, catalog: Catalog | None = None) -> ReplicaCapacity:
     """One replica of the served plan for the request's workload, at the speed the request's
-    space learned for its GPU type and format (the model's own where none is learned)."""
+    space learned for its GPU type and format (the model's own where none is learned), at the
+    autoscaler's target for the modelled prefill floor (`target_at_floor`); prompts of up to
+    `longest_prompt_tokens` (the engine's maxInputLen)."""
     learned = request.space.speed_factor(served.gpu_type, served.quantization)
     factor = learned.factor if learned is not None else 1.0
     engine = engine_for_plan(request, served, catalog)(factor)
-    return engine_capacity(engine, request.workload, target_ttft_p99_ms, factor)
+    return engine_capacity(engine, request.workload, target_at_floor, longest_prompt_tokens, factor)

@@ -52,7 +52,9 @@ def _capacity(ctx: Context, spec: LLMDeploymentSpec, plan: Plan) -> ReplicaCapac
     """One replica of the served plan at the autoscaler's target, at the speed this deployment
     learned for it (its own traffic; the fleet's speeds are read only when it is observed)."""
     request = plan_request_from_spec(spec, learned=ctx.stored.learned_speeds or ())
-    return replica_capacity(request, plan, target_ttft_p99_ms(spec.autoscaling, spec.slo.ttft_p99_ms))
+    return replica_capacity(request, plan,
+                            lambda floor_ms: target_ttft_p99_ms(spec.autoscaling, spec.slo.ttft_p99_ms, floor_ms),
+                            spec.engine.max_input_len)
 
 
 def scale(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, build: BuildState, ready: int,

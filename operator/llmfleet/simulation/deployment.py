@@ -38,7 +38,8 @@ def fleet_for(spec: LLMDeploymentSpec, plan: Plan, catalog: Catalog) -> Fleet:
     if autoscaling is not None:
         replicas = min(max(replicas, autoscaling.min_replicas), autoscaling.max_replicas)
         capacity = replica_capacity(plan_request_from_spec(spec, catalog=catalog), plan,
-                                    target_ttft_p99_ms(autoscaling, spec.slo.ttft_p99_ms), catalog)
+                                    lambda floor_ms: target_ttft_p99_ms(autoscaling, spec.slo.ttft_p99_ms, floor_ms),
+                                    spec.engine.max_input_len, catalog)
     return Fleet(engine_for(spec, plan, catalog), replicas, spec.slo.ttft_p99_ms, autoscaling, capacity)
 
 
