@@ -19,8 +19,9 @@ class AutoscalingSpec(ApiModel):
         default=None,
         ge=1,
         description="p99 TTFT the autoscaler steers to, in milliseconds; at most "
-        "spec.slo.ttftP99Ms. Defaults to 60 % of spec.slo.ttftP99Ms, so that scaling starts "
-        "before the SLO breaks.",
+        "spec.slo.ttftP99Ms. Defaults to 60 % of the way from the prefill floor (the p99 TTFT "
+        "the planner's model predicts at a vanishing load) to spec.slo.ttftP99Ms, so that "
+        "scaling starts before the SLO breaks.",
     )
     tolerance_percent: float = Field(
         default=10.0,
