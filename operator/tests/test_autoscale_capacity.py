@@ -85,11 +85,22 @@ def test_above_the_prefill_floor_the_scale_down_threshold_leaves_half_the_target
 # --- scale-up: the rate at the capacity, now and as its trend forecasts -----------------------
 
 def test_the_request_rate_at_the_capacity_scales_up_where_the_p99_does_not_yet():
-    result = run(fresh(ttft_p99_ms=480.0, requests_per_second=6.0), cap=capacity())
+    result = run(fresh(ttft_p99_ms=520.0, requests_per_second=6.0), cap=capacity())
     assert (result.desired_replicas, result.decision, result.signal) == (5, UP, SIGNAL.REQUEST_RATE)
     assert result.reason.startswith("6.00 req/s needs 5 replicas at 1.20 req/s per replica (the planner's model) "
-                                    "at the 500 ms target (p99 TTFT 480 ms is within 10%")
-    assert run(fresh(ttft_p99_ms=480.0, requests_per_second=6.0)).decision == HOLD
+                                    "at the 500 ms target (p99 TTFT 520 ms is within 10%")
+    assert run(fresh(ttft_p99_ms=520.0, requests_per_second=6.0)).decision == HOLD
+
+
+def test_a_replica_carries_at_least_what_it_is_seen_carrying_within_the_target():
+    # The model says 1.2 req/s per replica; three replicas carry 2 each with p99 under the
+    # target: the observation wins, no replica is added, and a scale-down is judged at 2 each.
+    busy = fresh(ttft_p99_ms=480.0, requests_per_second=6.0)
+    assert run(busy, cap=capacity()).decision == HOLD
+    quiet = fresh(ttft_p99_ms=100.0, requests_per_second=4.0, requests_per_second_peak=4.0)
+    result = run(quiet, cap=capacity())
+    assert (result.desired_replicas, result.signal) == (3, SIGNAL.REQUEST_RATE)
+    assert "above the 1.33 req/s per replica (carried now within the target; 1.20 req/s per replica" in result.reason
 
 
 def test_the_larger_of_feedback_and_rate_decides():
@@ -104,7 +115,7 @@ def test_the_larger_of_feedback_and_rate_decides():
     (-0.05, 30, 2, SIGNAL.REQUEST_RATE),  # a falling rate is left to the stabilisation window
 ])
 def test_a_rising_rate_starts_replicas_before_the_ramp_peaks(trend, horizon, desired, signal):
-    rising = fresh(ttft_p99_ms=300.0, requests_per_second=2.0, requests_per_second_trend=trend)
+    rising = fresh(ttft_p99_ms=520.0, requests_per_second=2.0, requests_per_second_trend=trend)
     result = run(rising, current=1, cap=capacity(), rate_forecast_seconds=horizon)
     assert (result.desired_replicas, result.signal) == (desired, signal)
     if signal == SIGNAL.RATE_FORECAST:
@@ -115,7 +126,7 @@ def test_a_rising_rate_starts_replicas_before_the_ramp_peaks(trend, horizon, des
 def test_a_forecast_peak_also_holds_a_scale_down():
     rising = fresh(ttft_p99_ms=100.0, requests_per_second=2.0, requests_per_second_peak=2.0,
                    requests_per_second_trend=0.05)
-    assert run(rising, cap=capacity()).desired_replicas == 3  # 3.5 req/s in 30 s needs 3
+    assert run(rising, cap=capacity(), rate_forecast_seconds=30).desired_replicas == 3  # 3.5 req/s in 30 s needs 3
 
 
 # --- a scale-up the model says would not lower p99 enough to matter ---------------------------

@@ -24,7 +24,7 @@ from llmfleet.autoscale import (
     forecast_requests_per_second,
     target_ttft_p99_ms,
 )
-from llmfleet.autoscale.capacity import replicas_for_rate
+from llmfleet.autoscale.capacity import carried_requests_per_second, replicas_for_rate
 from llmfleet.autoscale.policy import DEFAULT_TUNING, stale_after_seconds
 from llmfleet.autoscale.state import in_force, record
 
@@ -614,7 +614,8 @@ def test_properties_of_every_decision(case):
         # What is left carries the window's peak rate (and the forecast) at the modelled capacity.
         peak = max(snapshot.requests_per_second or 0, snapshot.requests_per_second_peak or 0,
                    forecast_requests_per_second(spec, snapshot) or 0)
-        assert replicas_for_rate(peak, capacity) <= desired
+        per_replica = carried_requests_per_second(snapshot, result.inputs.target_ttft_p99_ms, current, capacity)
+        assert replicas_for_rate(peak, per_replica) <= desired
     assert result.state.reversals == state.reversals + result.reversal
 
 

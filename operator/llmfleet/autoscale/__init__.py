@@ -5,7 +5,7 @@ pure policy (no I/O, no clock).
 `AutoscalerState` into a `Decision`; the caller persists `Decision.state`.
 """
 
-from llmfleet.autoscale.capacity import ReplicaCapacity
+from llmfleet.autoscale.capacity import ReplicaCapacity, forecast_requests_per_second
 from llmfleet.autoscale.policy import (
     DEFAULT_TUNING,
     Decision,
@@ -13,7 +13,6 @@ from llmfleet.autoscale.policy import (
     decide,
     describe_ttft_p99,
     display_round,
-    forecast_requests_per_second,
     target_ttft_p99_ms,
 )
 from llmfleet.autoscale.snapshot import MetricsFailure, MetricsSnapshot, ReplicaObservation

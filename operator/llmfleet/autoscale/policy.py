@@ -14,7 +14,13 @@ from datetime import datetime, timedelta
 
 from llmfleet.api import AutoscalingSpec, Reason
 from llmfleet.api.status import AutoscalerInputs, ScalingDecision, ScalingSignal
-from llmfleet.autoscale.capacity import ReplicaCapacity, replicas_for_rate, ttft_p99_reduction_ms
+from llmfleet.autoscale.capacity import (
+    ReplicaCapacity,
+    forecast_requests_per_second,
+    futile_scale_up,
+    rate_rule,
+    scale_down_threshold,
+)
 from llmfleet.autoscale.snapshot import MetricsSnapshot, ReplicaObservation
 from llmfleet.autoscale.state import AutoscalerState, Recommendation, in_force, record
 
@@ -230,7 +236,11 @@ def _recommend(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot,
     feedback = _feedback(spec, target_ms, snapshot, current, tuning, capacity)
     if feedback is None or capacity is None or capacity.requests_per_second is None:
         return feedback
-    return _with_capacity(spec, target_ms, snapshot, current, capacity, feedback)
+    by_rate = rate_rule(spec, target_ms, snapshot, current, capacity, feedback.replicas, feedback.reason)
+    if by_rate is None:
+        return feedback
+    replicas, signal, reason = by_rate
+    return replace(feedback, replicas=replicas, signal=signal, reason=reason)
 
 
 def _feedback(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot, current: int,
@@ -257,14 +267,15 @@ def _feedback(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot, 
             # wrong: no speed learned yet). Both are acted on whatever the model says.
             if capacity is not None and queue_factor <= 1 + tolerance and snapshot.requests_per_second \
                     and ttft <= capacity.longest_prompt_ttft_ms:
-                futile = _futile(spec, target_ms, snapshot.requests_per_second, capacity, current, proposal.replicas)
+                futile = futile_scale_up(spec, target_ms, snapshot.requests_per_second, capacity, current,
+                                         proposal.replicas)
                 if futile is not None:
                     return _Proposal(current, f"{breach}, but {futile}; not scaling up", ScalingSignal.PREFILL_BOUND)
             return proposal
         if ratio >= 1 - tolerance:
             return _Proposal(current, f"{observed} is within {spec.tolerance_percent:g}% of the "
                              f"{target_ms} ms target")
-        low_ms, low_text = _scale_down_threshold(target_ms, capacity, tuning)
+        low_ms, low_text = scale_down_threshold(target_ms, capacity, tuning.scale_down_below_target_fraction)
         if ttft < low_ms and queue_empty:
             return _scale_down(spec, snapshot, current, tuning, f"{observed} is under {low_text} and {queue_text}")
         return _Proposal(current, f"{observed} is under the {target_ms} ms target, but not "
@@ -280,82 +291,6 @@ def _feedback(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot, 
                              f"({waiting / current:.1f} per replica)")
         return replace(proposal, signal=ScalingSignal.QUEUE_BACKLOG)
     return None
-
-
-def _futile(spec: AutoscalingSpec, target_ms: int, requests_per_second: float, capacity: ReplicaCapacity,
-            current: int, proposed: int) -> str | None:
-    """Why a scale-up would not lower the p99 TTFT enough to matter, when the model says so: the
-    replicas are far from saturation, so what they show above the target is the prompts' own
-    prefill (long prompts), which no replica count shortens. Enough is the tolerance band."""
-    band_ms = spec.tolerance_percent / 100 * target_ms
-    reduction_ms = ttft_p99_reduction_ms(requests_per_second, capacity, current, proposed)
-    if reduction_ms > band_ms:
-        return None
-    return (f"at {requests_per_second / current:.2f} req/s per replica {capacity.describe_model()} predicts "
-            f"a p99 TTFT only {reduction_ms:.0f} ms lower on {proposed} replicas than on {current}, within the "
-            f"{spec.tolerance_percent:g}% tolerance ({band_ms:.0f} ms): the p99 is set by the prompts' own "
-            f"prefill ({capacity.prefill_ttft_p99_ms:.0f} ms at the p99 prompt, up to "
-            f"{capacity.longest_prompt_ttft_ms:.0f} ms at the longest admitted), which no replica count shortens")
-
-
-def _scale_down_threshold(target_ms: int, capacity: ReplicaCapacity | None,
-                          tuning: PolicyTuning) -> tuple[float, str]:
-    """(ms, in words) the p99 TTFT must be under for a scale-down: half the target, since TTFT
-    climbs steeply near saturation and a removed replica's load lands on the others. With the
-    prefill floor known, half of what the target leaves above it: the floor does not grow with
-    load, and a floor above half the target would otherwise forbid every scale-down."""
-    fraction = tuning.scale_down_below_target_fraction
-    if capacity is None or capacity.prefill_ttft_p99_ms >= target_ms:
-        return fraction * target_ms, f"{fraction:.0%} of the {target_ms} ms target"
-    floor = capacity.prefill_ttft_p99_ms
-    low = floor + fraction * (target_ms - floor)
-    return low, (f"{low:.0f} ms (the {floor:.0f} ms prefill floor plus {fraction:.0%} of the "
-                 f"{target_ms} ms target's room above it)")
-
-
-def forecast_requests_per_second(spec: AutoscalingSpec, snapshot: MetricsSnapshot) -> float | None:
-    """The request rate its trend reaches spec.autoscaling.rateForecastSeconds ahead; None
-    while it does not rise (a falling rate is left to the stabilisation window) or is unknown."""
-    rate, trend = snapshot.requests_per_second, snapshot.requests_per_second_trend
-    if rate is None or trend is None or trend <= 0 or spec.rate_forecast_seconds == 0:
-        return None
-    return rate + trend * spec.rate_forecast_seconds
-
-
-def _with_capacity(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot, current: int,
-                   capacity: ReplicaCapacity, feedback: _Proposal) -> _Proposal:
-    """`feedback` raised to what the rate (now, or as its trend forecasts) needs at the capacity;
-    a scale-down cut to what the window's peak rate needs, or refused."""
-    rate = snapshot.requests_per_second or 0.0
-    forecast = forecast_requests_per_second(spec, snapshot)
-    at_target = f"at the {target_ms} ms target"
-    if feedback.replicas < current:
-        peak = max(rate, snapshot.requests_per_second_peak or 0.0, forecast or 0.0)
-        needed = replicas_for_rate(peak, capacity)
-        window = (f"over the {snapshot.peak_window_seconds} s stabilisation window"
-                  if snapshot.peak_window_seconds else "in the window")
-        seen = f"the {peak:.2f} req/s peak {window}"
-        if needed >= current:
-            fewer = current - 1
-            return replace(feedback, replicas=current, signal=ScalingSignal.REQUEST_RATE, reason=(
-                f"{feedback.reason}, but {seen} would put {peak / max(fewer, 1):.2f} req/s on each of "
-                f"{fewer} replicas, above the {capacity.describe()} {at_target}: holding {current}"))
-        if needed > feedback.replicas:
-            return replace(feedback, replicas=needed, signal=ScalingSignal.REQUEST_RATE, reason=(
-                f"{feedback.reason}; {seen} needs {needed} replicas at {capacity.describe()} {at_target}"))
-        return feedback
-    by_rate = replicas_for_rate(rate, capacity)
-    by_forecast = replicas_for_rate(forecast, capacity) if forecast is not None else 0
-    needed = max(by_rate, by_forecast)
-    if needed <= feedback.replicas:
-        return feedback
-    if by_forecast > by_rate:
-        return replace(feedback, replicas=needed, signal=ScalingSignal.RATE_FORECAST, reason=(
-            f"the request rate rises by {snapshot.requests_per_second_trend:.3f} req/s per second: "
-            f"{rate:.2f} req/s now, {forecast:.2f} in {spec.rate_forecast_seconds} s, which needs {needed} "
-            f"replicas at {capacity.describe()} {at_target} ({feedback.reason})"))
-    return replace(feedback, replicas=needed, signal=ScalingSignal.REQUEST_RATE, reason=(
-        f"{rate:.2f} req/s needs {needed} replicas at {capacity.describe()} {at_target} ({feedback.reason})"))
 
 
 def _imbalance(snapshot: MetricsSnapshot, target_ms: int, tuning: PolicyTuning) -> str | None:

@@ -57,12 +57,13 @@ class AutoscalingSpec(ApiModel):
     )
 
     rate_forecast_seconds: int = Field(
-        default=30,
+        default=0,
         ge=0,
         le=3600,
         description="How far ahead, in seconds, the request rate's recent trend is extrapolated "
         "to start replicas before a ramp peaks: about the time a new replica takes to serve "
-        "(engine load plus a scrape and a pass). 0 turns the forecast off.",
+        "(engine load plus a scrape and a pass). 0 (the default) turns the forecast off: a step "
+        "in traffic reads as a ramp in a windowed rate, and the extrapolation overshoots it.",
     )
 
     cel_rules = (
