@@ -80,7 +80,8 @@ def drive(env, name: str, target: str, schedule: str, seconds: int, output: Path
           load_flags: Sequence[str] = ("--model", "ensemble", *LOAD_FLAGS),
           slo_ms: int = SLO_TTFT_MS) -> tuple[list, list]:
     """Run the load while sampling the deployment's status every second: (seconds, replicas,
-    ready replicas, p99 TTFT ms, RequestsBalanced status) per sample, and the requests."""
+    ready replicas, p99 TTFT ms, RequestsBalanced status, reversals so far) per sample, and the
+    requests."""
     samples, stop = [], threading.Event()
     started = time.monotonic()
 
@@ -90,7 +91,8 @@ def drive(env, name: str, target: str, schedule: str, seconds: int, output: Path
             balanced = next((c["status"] for c in current.get("conditions") or []
                              if c["type"] == "RequestsBalanced"), None)
             samples.append((time.monotonic() - started, current.get("replicas"),
-                            current.get("readyReplicas"), current.get("ttftP99Ms"), balanced))
+                            current.get("readyReplicas"), current.get("ttftP99Ms"), balanced,
+                            (current.get("autoscaler") or {}).get("reversals")))
             stop.wait(1.0)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -179,9 +181,15 @@ def misses_text(requests: list) -> str:
     return f"{len(arrivals)}, arriving between {arrivals[0]:.0f} s and {arrivals[-1]:.0f} s"
 
 
+def reversals(samples: list) -> int:
+    """Scalings against the previous one within the stabilisation window, as the deployment's
+    status.autoscaler counts them (a fresh deployment per run)."""
+    return max((sample[5] or 0 for sample in samples), default=0)
+
+
 def trace_figures(seconds: int, climb_s: tuple[int, int], runs: dict[str, tuple[list, list]]) -> dict:
     """Per run label: requests, attainment over the trace and over the climb and peak,
-    replica-seconds and their share of the static run's, and whether the goal is met."""
+    replica-seconds and their share of the static run's, reversals, and whether the goal is met."""
     static_cost = replica_seconds(runs[STATIC][0], seconds)
     figures = {}
     for label, (samples, requests) in runs.items():
@@ -189,7 +197,7 @@ def trace_figures(seconds: int, climb_s: tuple[int, int], runs: dict[str, tuple[
         within, share = attainment(requests), cost / static_cost
         figures[label] = {"requests": len(requests), "within": within,
                           "within_climb": attainment(requests, climb_s), "misses": misses_text(requests),
-                          "replica_seconds": cost, "share": share,
+                          "replica_seconds": cost, "share": share, "reversals": reversals(samples),
                           "met": within >= 0.99 and share <= 0.70}
     return figures
 
@@ -198,12 +206,12 @@ def ramp_section(title: str, schedule: str, seconds: int, climb_s: tuple[int, in
     lines = [
         f"## Ramp and fall, {title} ({schedule} requests/s, {seconds} s, same seeded trace)", "",
         f"| deployment | requests | within SLO | within SLO, climb and peak ({climb_s[0]}-{climb_s[1]} s) "
-        "| SLO misses | replica-seconds | share of static |",
-        "|---|---:|---:|---:|---|---:|---:|",
+        "| SLO misses | replica-seconds | share of static | reversals |",
+        "|---|---:|---:|---:|---|---:|---:|---:|",
     ]
     for label, f in figures.items():
         lines.append(f"| {label} | {f['requests']} | {f['within']:.1%} | {f['within_climb']:.1%} | "
-                     f"{f['misses']} | {f['replica_seconds']:.0f} | {f['share']:.0%} |")
+                     f"{f['misses']} | {f['replica_seconds']:.0f} | {f['share']:.0%} | {f['reversals']} |")
     lines.append("")
     for label, f in figures.items():
         if label != STATIC:

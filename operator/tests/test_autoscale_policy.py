@@ -18,11 +18,14 @@ from llmfleet.autoscale import (
     MetricsFailure,
     MetricsSnapshot,
     Recommendation,
+    ReplicaCapacity,
     ReplicaObservation,
     decide,
+    forecast_requests_per_second,
     target_ttft_p99_ms,
 )
-from llmfleet.autoscale.policy import stale_after_seconds
+from llmfleet.autoscale.capacity import carried_requests_per_second, replicas_for_rate
+from llmfleet.autoscale.policy import DEFAULT_TUNING, stale_after_seconds
 from llmfleet.autoscale.state import in_force, record
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
@@ -65,7 +68,7 @@ def test_target_is_the_spec_target_or_60_percent_of_the_slo_capped_by_the_slo(sp
     (550.0, 2, HOLD, "within 10% of the 500 ms target"),
     (450.0, 2, HOLD, "within 10%"),
     (551.0, 3, UP, "scaling up from 2 to 3"),
-    (449.0, 2, HOLD, "not under 50% of it"),
+    (449.0, 2, HOLD, "not under 50% of the 500 ms target"),
     (249.0, 1, DOWN, "under 50% of the 500 ms target and no request waits"),
 ])
 def test_tolerance_band(ttft_ms, desired, decision, words):
@@ -133,7 +136,7 @@ def test_queue_growth_scales_up_before_ttft_breaches(waiting, growth, served, tt
     # Full batches with an empty cache: the busier resource decides.
     (4, dict(kv_cache_utilization=0.05, batch_utilization=0.6), 4, "batch slot use 60% would exceed 70%"),
     (4, dict(kv_cache_utilization=None, batch_utilization=0.1), 3, "batch slot use 10%"),
-    (4, dict(waiting_requests=1.0), 4, "not under 50% of it with an empty queue"),
+    (4, dict(waiting_requests=1.0), 4, "not under 50% of the 500 ms target with an empty queue"),
     # A release without a waiting count: unknown KV or batch use leaves the queue unknown,
     # which is not empty; both well under the ceiling mean nothing can wait.
     (4, dict(waiting_requests=None), 4, "not under 50%"),
@@ -556,6 +559,8 @@ def snapshots(draw):
         waiting_growth_per_second=draw(st.none() | st.floats(-100, 100)),
         kv_cache_utilization=draw(st.none() | st.floats(0, 1)),
         requests_per_second=draw(optional_float),
+        requests_per_second_peak=draw(optional_float),
+        requests_per_second_trend=draw(st.none() | st.floats(-10, 10)),
         sample_time=draw(st.none() | st.builds(lambda age: T0 - timedelta(seconds=age),
                                                st.floats(-5, 120))),
         reporting_pods=draw(st.none() | st.integers(0, 12)),
@@ -573,17 +578,26 @@ def states(draw):
 
 
 @st.composite
+def capacities(draw):
+    floor = draw(st.floats(1, 2000))
+    slope = draw(st.floats(0, 1e4))
+    return ReplicaCapacity(draw(st.integers(1, 2000)), draw(st.none() | st.floats(0.01, 100)), floor,
+                           floor + draw(st.floats(0, 5000)), lambda rate: floor + slope * rate ** 2)
+
+
+@st.composite
 def passes(draw):
     spec = draw(specs())
     current = draw(st.integers(spec.min_replicas, spec.max_replicas))
-    return spec, draw(snapshots()), draw(states()), current, draw(st.integers(0, current))
+    return (spec, draw(snapshots()), draw(states()), current, draw(st.integers(0, current)),
+            draw(st.none() | capacities()))
 
 
 @settings(max_examples=400, deadline=None)
 @given(passes())
 def test_properties_of_every_decision(case):
-    spec, snapshot, state, current, ready = case
-    result = decide(spec, SLO_MS, snapshot, state, current, ready, T0)
+    spec, snapshot, state, current, ready, capacity = case
+    result = decide(spec, SLO_MS, snapshot, state, current, ready, T0, DEFAULT_TUNING, capacity)
     desired = result.desired_replicas
     assert spec.min_replicas <= desired <= spec.max_replicas
     assert desired - current <= spec.max_scale_up_step
@@ -596,6 +610,13 @@ def test_properties_of_every_decision(case):
     assert len(result.reason) <= 1024
     assert len(result.state.recommendations) <= MAX_RECOMMENDATIONS
     assert result.state.recommendations[-1].time <= T0
+    if desired < current and capacity is not None and capacity.requests_per_second is not None:
+        # What is left carries the window's peak rate (and the forecast) at the modelled capacity.
+        peak = max(snapshot.requests_per_second or 0, snapshot.requests_per_second_peak or 0,
+                   forecast_requests_per_second(spec, snapshot) or 0)
+        per_replica = carried_requests_per_second(snapshot, result.inputs.target_ttft_p99_ms, current, capacity)
+        assert replicas_for_rate(peak, per_replica) <= desired
+    assert result.state.reversals == state.reversals + result.reversal
 
 
 @settings(max_examples=100, deadline=None)

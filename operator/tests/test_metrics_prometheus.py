@@ -280,6 +280,18 @@ def test_a_snapshot_carries_its_cadence_for_the_staleness_check(metrics):
     assert (snapshot.scrape_interval_seconds, snapshot.window_seconds) == (1.0, WINDOW_SECONDS)
 
 
+def test_the_request_rates_peak_and_trend_are_read_over_their_windows(metrics):
+    time.sleep(2 * WINDOW_SECONDS)  # the trend's range (two rate windows) full of scrapes
+    snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(), scrape_interval_seconds=1.0,
+                                peak_window_seconds=3)
+    assert snapshot.error is None
+    assert (snapshot.peak_window_seconds, snapshot.trend_window_seconds) == (3, 2 * WINDOW_SECONDS)
+    # A steady 100 requests/s: the peak is the rate, and the rate does not trend.
+    assert snapshot.requests_per_second_peak == pytest.approx(REQUESTS_PER_SECOND, rel=0.1)
+    assert snapshot.requests_per_second_peak >= snapshot.requests_per_second * 0.99
+    assert snapshot.requests_per_second_trend == pytest.approx(0, abs=0.05 * REQUESTS_PER_SECOND)
+
+
 def test_snapshot_reads_the_fleet(metrics):
     now = _now()
     snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, now)

@@ -308,11 +308,34 @@ def test_autoscaler_scales_up_on_a_ttft_breach_and_records_why():
     assert outcome.status["replicas"] > 1
     assert by_kind(outcome.apply, "Deployment")["spec"]["replicas"] == outcome.status["replicas"]
     assert outcome.status["autoscaler"]["lastDecision"] == "ScaleUp"
+    # Which signal decided, the reversal count and the modelled capacity reach status.
+    assert outcome.status["autoscaler"]["signal"] == "TtftFeedback"
+    assert outcome.status["autoscaler"]["reversals"] == 0
+    assert outcome.status["autoscaler"]["lastScaleDirection"] == "ScaleUp"
+    assert outcome.status["autoscaler"]["inputs"]["replicaCapacityRequestsPerSecond"] > 0
+    assert outcome.status["autoscaler"]["inputs"]["speedFactor"] == 1.0
     assert outcome.status["ttftP99Ms"] == 3000.0  # rounded to 0.1 ms for kubectl get
     assert outcome.status["autoscaler"]["inputs"]["observedTtftP99Ms"] == 3000.0
     assert condition(outcome, "MetricsAvailable")["status"] == "True"
     assert condition(outcome, "RequestsBalanced")["status"] == "True"
     assert ("Normal", "ScaleUp") in [(e.type, e.reason) for e in outcome.events]
+
+
+def test_a_reversal_is_counted_across_passes_in_status():
+    from llmfleet.autoscale import MetricsSnapshot
+
+    first = decide_pass(autoscaling_body(), [], SETTINGS, NOW)
+    built = finished_job(by_kind(first.apply, "Job"))
+    serving = ready_deployment(by_kind(first.apply, "Deployment"), 1)
+    # A replica was removed 20 s ago; now the p99 breaches.
+    status = {**first.status, "autoscaler": {"lastScaleDirection": "ScaleDown", "reversals": 1,
+                                             "lastScaleTime": (NOW - timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%SZ")}}
+    breach = MetricsSnapshot(ttft_p99_ms=3000.0, waiting_requests=0.0, requests_per_second=2.0,
+                             kv_cache_utilization=0.5, sample_time=NOW, scrape_interval_seconds=5.0)
+    outcome = decide_pass(autoscaling_body(status=status), [built, serving], SETTINGS, NOW, breach)
+    autoscaler = outcome.status["autoscaler"]
+    assert (autoscaler["lastDecision"], autoscaler["reversals"]) == ("ScaleUp", 2)
+    assert "(a reversal: the last change, 20 s ago, was a ScaleDown)" in autoscaler["reason"]
 
 
 def test_a_swamped_replica_beside_an_idle_one_is_a_routing_condition_not_a_scale_up():

@@ -62,6 +62,8 @@ def test_a_trace_is_simulated_and_reported(tmp_path, capsys):
     assert summary["slo_attainment_percent"]["both"] == 100.0
     assert summary["autoscaling"] is True and summary["query_window_s"] == 60  # 4 scrapes of 15 s
     assert summary["replica_seconds"] > 0 and summary["gpu_hours"] > 0
+    assert summary["reversals"] == 0
+    assert all(event["signal"] and event["reversal"] is False for event in summary["scaling"])
     svg = ElementTree.parse(out / "timeline.svg").getroot()
     assert svg.tag == "{http://www.w3.org/2000/svg}svg"
     assert len(svg.findall("{http://www.w3.org/2000/svg}circle")) == 120  # one dot per request

@@ -76,6 +76,7 @@ from llmfleet.api.status import (
     ReleaseRequired,
     RevisionStatus,
     ScalingDecision,
+    ScalingSignal,
 )
 
 __all__ = [
@@ -137,6 +138,7 @@ __all__ = [
     "SHORT_NAMES",
     "SINGULAR",
     "ScalingDecision",
+    "ScalingSignal",
     "SecretKeyReference",
     "SloSpec",
     "TENSOR_PARALLEL_SIZES",

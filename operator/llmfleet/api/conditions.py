@@ -37,7 +37,7 @@ class ConditionType(str, Enum):
 
 class Reason:
     """Every condition and event reason the operator writes, in one place (CamelCase, for
-    machines). Enums whose values are reasons (ScalingDecision, MetricsFailure) take them from
+    machines). Enums whose values are reasons (ScalingDecision, ScalingSignal, MetricsFailure) take them from
     here."""
 
     # Planned
@@ -85,6 +85,15 @@ class Reason:
     SCALE_UP = "ScaleUp"
     SCALE_DOWN = "ScaleDown"
     HOLD = "Hold"
+    # The signal that decided it (status.autoscaler.signal)
+    REPLICA_BOUNDS = "ReplicaBounds"
+    TTFT_FEEDBACK = "TtftFeedback"
+    QUEUE_BACKLOG = "QueueBacklog"
+    REQUEST_RATE = "RequestRate"
+    RATE_FORECAST = "RateForecast"
+    PREFILL_BOUND = "PrefillBound"
+    UTILIZATION = "Utilization"
+    METRICS_UNAVAILABLE = "MetricsUnavailable"
     # MetricsAvailable (and RequestsBalanced while it is not True)
     METRICS_FRESH = "MetricsFresh"
     NO_DATA = "NoData"

@@ -189,6 +189,19 @@ class ScalingDecision(str, Enum):
     HOLD = Reason.HOLD
 
 
+class ScalingSignal(str, Enum):
+    """Which signal decided the autoscaler's last decision."""
+
+    REPLICA_BOUNDS = Reason.REPLICA_BOUNDS  # the count was outside minReplicas..maxReplicas
+    TTFT_FEEDBACK = Reason.TTFT_FEEDBACK  # the observed p99 TTFT against the target (and the queue's growth)
+    QUEUE_BACKLOG = Reason.QUEUE_BACKLOG  # waiting requests while no first token came out
+    REQUEST_RATE = Reason.REQUEST_RATE  # the observed request rate at the modelled per-replica capacity
+    RATE_FORECAST = Reason.RATE_FORECAST  # the rate's short trend, ahead of a ramp
+    PREFILL_BOUND = Reason.PREFILL_BOUND  # a scale-up the model says would not lower p99 TTFT enough
+    UTILIZATION = Reason.UTILIZATION  # KV-cache or batch-slot use on fewer replicas
+    METRICS_UNAVAILABLE = Reason.METRICS_UNAVAILABLE  # no usable metrics: holding
+
+
 class AutoscalerInputs(ApiModel):
     """The observations behind the last scaling decision."""
 
@@ -205,6 +218,31 @@ class AutoscalerInputs(ApiModel):
     )
     kv_cache_utilization_percent: float | None = Field(
         default=None, ge=0, le=100, description="Mean KV-cache block use across replicas, %."
+    )
+    peak_requests_per_second: float | None = Field(
+        default=None, ge=0,
+        description="Highest request rate over the scale-down stabilisation window, per second: what a "
+        "scale-down must leave capacity for.",
+    )
+    forecast_requests_per_second: float | None = Field(
+        default=None, ge=0,
+        description="The request rate its recent trend reaches spec.autoscaling.rateForecastSeconds ahead, "
+        "per second (absent while the rate does not rise).",
+    )
+    replica_capacity_requests_per_second: float | None = Field(
+        default=None, ge=0,
+        description="Requests per second one replica serves with p99 TTFT at the target, by the planner's "
+        "model at the learned speed.",
+    )
+    prefill_ttft_p99_ms: float | None = Field(
+        default=None, ge=0,
+        description="p99 TTFT the model predicts at vanishing load (the prompts' own prefill), ms: no "
+        "replica count lowers p99 TTFT below it.",
+    )
+    speed_factor: float | None = Field(
+        default=None, gt=0,
+        description="The learned speed (status.learnedSpeeds) the capacity was modelled at; 1 when none is "
+        "learned yet.",
     )
 
 
@@ -227,6 +265,19 @@ class AutoscalerStatus(ApiModel):
     )
     reason: str | None = Field(
         default=None, max_length=1024, description="Why, in words (e.g. holding: no metrics)."
+    )
+    signal: ScalingSignal | None = Field(
+        default=None,
+        description="Which signal decided: TtftFeedback, RequestRate, RateForecast, QueueBacklog, "
+        "PrefillBound, Utilization, ReplicaBounds or MetricsUnavailable.",
+    )
+    reversals: int | None = Field(
+        default=None, ge=0,
+        description="Scalings in the direction opposite to the previous one within the longer "
+        "stabilisation window of it (flapping), counted since the deployment was created.",
+    )
+    last_scale_direction: ScalingDecision | None = Field(
+        default=None, description="ScaleUp or ScaleDown: the direction of the last change, for the reversal count."
     )
     inputs: AutoscalerInputs | None = Field(
         default=None, description="Observations behind the last decision."

@@ -1,9 +1,11 @@
-"""Replica autoscaling on observed p99 TTFT: a pure policy (no I/O, no clock).
+"""Replica autoscaling on observed p99 TTFT and the request rate at the modelled capacity: a
+pure policy (no I/O, no clock).
 
 `decide` turns a `MetricsSnapshot` (from llmfleet.metrics) and the remembered
 `AutoscalerState` into a `Decision`; the caller persists `Decision.state`.
 """
 
+from llmfleet.autoscale.capacity import ReplicaCapacity, forecast_requests_per_second
 from llmfleet.autoscale.policy import (
     DEFAULT_TUNING,
     Decision,
@@ -25,9 +27,11 @@ __all__ = [
     "MetricsSnapshot",
     "PolicyTuning",
     "Recommendation",
+    "ReplicaCapacity",
     "ReplicaObservation",
     "decide",
     "describe_ttft_p99",
     "display_round",
+    "forecast_requests_per_second",
     "target_ttft_p99_ms",
 ]

@@ -1,18 +1,26 @@
-"""The p99-TTFT scaling policy: one pure decision per reconcile pass.
+"""The scaling policy: one pure decision per reconcile pass.
 
-Pipeline: bounds -> metrics check -> raw recommendation -> stabilisation windows (HPA-style) ->
-per-step limits -> cooldown (scale-down) and warm-up (scale-up) gates. docs/autoscaling.md explains each step and
-its numbers.
+Pipeline: bounds -> metrics check -> raw recommendation (the p99 TTFT feedback, and the request
+rate at the modelled per-replica capacity) -> stabilisation windows (HPA-style) -> per-step
+limits -> cooldown (scale-down) and warm-up (scale-up) gates. docs/autoscaling.md explains each
+step and its numbers.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from llmfleet.api import AutoscalingSpec, Reason
-from llmfleet.api.status import AutoscalerInputs, ScalingDecision
+from llmfleet.api.status import AutoscalerInputs, ScalingDecision, ScalingSignal
+from llmfleet.autoscale.capacity import (
+    ReplicaCapacity,
+    forecast_requests_per_second,
+    futile_scale_up,
+    rate_rule,
+    scale_down_threshold,
+)
 from llmfleet.autoscale.snapshot import MetricsSnapshot, ReplicaObservation
 from llmfleet.autoscale.state import AutoscalerState, Recommendation, in_force, record
 
@@ -57,6 +65,7 @@ class Decision:
     desired_replicas: int
     decision: ScalingDecision
     reason: str  # a sentence for status.autoscaler.reason and the event
+    signal: ScalingSignal  # which signal decided
     metrics_available: bool
     metrics_reason: str  # CamelCase, for the MetricsAvailable condition
     metrics_message: str
@@ -65,39 +74,51 @@ class Decision:
     # Why requests are not spread over the replicas (some swamped while others idle), when the
     # breach is one of routing, not of capacity; None otherwise.
     imbalance: str | None = None
+    # A change opposite to the last one within the longer stabilisation window of it (counted
+    # in state.reversals).
+    reversal: bool = False
+
+
+_FEEDBACK = ScalingSignal.TTFT_FEEDBACK
 
 
 @dataclass(frozen=True)
 class _Proposal:
     replicas: int
     reason: str
+    signal: ScalingSignal = _FEEDBACK
     imbalance: str | None = None
 
 
 # Reactive scaling needs seconds to add capacity (scrape, pass, engine load) while TTFT climbs
 # steeply near saturation: without a target of its own, the autoscaler steers this far under the
-# SLO, so that scaling starts before users see a breach.
+# SLO (above the prefill floor, when known), so that scaling starts before users see a breach.
 DEFAULT_TARGET_SHARE_OF_SLO = 0.6
 
 
-def target_ttft_p99_ms(spec: AutoscalingSpec, slo_ttft_p99_ms: int) -> int:
-    """The p99 TTFT the autoscaler steers to: spec.autoscaling's target, else 60 % of the SLO;
-    never above the SLO."""
-    default_ms = max(1, round(slo_ttft_p99_ms * DEFAULT_TARGET_SHARE_OF_SLO))
+def target_ttft_p99_ms(spec: AutoscalingSpec, slo_ttft_p99_ms: int, prefill_floor_ms: float | None = None) -> int:
+    """The p99 TTFT the autoscaler steers to: spec.autoscaling's target, else 60 % of the way
+    from the prefill floor (the p99 TTFT at a vanishing load, when modelled; else 0) to the SLO;
+    never above the SLO. Only waiting climbs with load, so the margin is kept on it: 60 % of an
+    SLO that the prompts' own prefill nearly fills is a target no replica count reaches."""
+    floor = prefill_floor_ms if prefill_floor_ms is not None and prefill_floor_ms < slo_ttft_p99_ms else 0.0
+    default_ms = max(1, round(floor + (slo_ttft_p99_ms - floor) * DEFAULT_TARGET_SHARE_OF_SLO))
     return min(spec.target_ttft_p99_ms or default_ms, slo_ttft_p99_ms)
 
 
 def decide(spec: AutoscalingSpec, slo_ttft_p99_ms: int, snapshot: MetricsSnapshot,
            state: AutoscalerState, current_replicas: int, ready_replicas: int, now: datetime,
-           tuning: PolicyTuning = DEFAULT_TUNING) -> Decision:
+           tuning: PolicyTuning = DEFAULT_TUNING, capacity: ReplicaCapacity | None = None) -> Decision:
     """Desired replicas for this pass. `current_replicas` is the desired count in force
-    (warming replicas included), `ready_replicas` how many of them serve."""
-    target_ms = target_ttft_p99_ms(spec, slo_ttft_p99_ms)
+    (warming replicas included), `ready_replicas` how many of them serve. `capacity`: what one
+    replica carries at the target (`ReplicaCapacity`, which names the target it was modelled at);
+    None leaves the p99 feedback alone."""
+    target_ms = capacity.target_ttft_p99_ms if capacity is not None else target_ttft_p99_ms(spec, slo_ttft_p99_ms)
     bounded = min(max(current_replicas, spec.min_replicas), spec.max_replicas)
     metrics_problem = _metrics_problem(snapshot, now, tuning)
     recommended = None
     if metrics_problem is None and bounded == current_replicas:
-        recommended = _recommend(spec, target_ms, snapshot, current_replicas, tuning)
+        recommended = _recommend(spec, target_ms, snapshot, current_replicas, tuning, capacity)
         if recommended is None:
             metrics_problem = (Reason.NO_TTFT_DATA, "no request got a first token in the window, "
                                                     "and the queue is below the backlog threshold")
@@ -108,15 +129,15 @@ def decide(spec: AutoscalingSpec, slo_ttft_p99_ms: int, snapshot: MetricsSnapsho
             # missing until its first scrape, which must not flap the condition.)
             metrics_problem = partial
             recommended = _Proposal(current_replicas, f"{recommended.reason}, but {partial[1]}: "
-                                    f"holding {current_replicas} replicas")
+                                    f"holding {current_replicas} replicas", ScalingSignal.METRICS_UNAVAILABLE)
     # The bounds are the user's and apply at once; without metrics nothing else moves.
     if bounded != current_replicas:
         proposal = _Proposal(bounded, f"{current_replicas} replicas is outside minReplicas "
                              f"{spec.min_replicas}..maxReplicas {spec.max_replicas}: "
-                             f"scaling to {bounded}")
+                             f"scaling to {bounded}", ScalingSignal.REPLICA_BOUNDS)
     elif recommended is None:
         proposal = _Proposal(current_replicas, f"holding {current_replicas} replicas: "
-                             f"{metrics_problem[1]}")
+                             f"{metrics_problem[1]}", ScalingSignal.METRICS_UNAVAILABLE)
     else:
         proposal = recommended
 
@@ -128,23 +149,41 @@ def decide(spec: AutoscalingSpec, slo_ttft_p99_ms: int, snapshot: MetricsSnapsho
         desired, reason = _stabilise_and_limit(spec, state, history, recommended,
                                                current_replicas, ready_replicas, now, tuning)
 
+    decision = (ScalingDecision.SCALE_UP if desired > current_replicas else
+                ScalingDecision.SCALE_DOWN if desired < current_replicas else
+                ScalingDecision.HOLD)
+    # The user's bounds moving the count are no flapping of the autoscaler's.
+    reversal = (decision != ScalingDecision.HOLD and proposal.signal != ScalingSignal.REPLICA_BOUNDS
+                and _reverses(state, decision, keep_seconds, now))
+    if reversal:
+        reason += (f" (a reversal: the last change, {(now - state.last_scale_time).total_seconds():.0f} s ago, "
+                   f"was a {state.last_scale_direction.value})")
     return Decision(
         desired_replicas=desired,
-        decision=(ScalingDecision.SCALE_UP if desired > current_replicas else
-                  ScalingDecision.SCALE_DOWN if desired < current_replicas else
-                  ScalingDecision.HOLD),
+        decision=decision,
         reason=reason,
+        signal=proposal.signal,
         metrics_available=metrics_problem is None,
         metrics_reason=metrics_problem[0] if metrics_problem else Reason.METRICS_FRESH,
         metrics_message=metrics_problem[1] if metrics_problem else _fresh_message(snapshot, now),
-        inputs=_inputs(snapshot, target_ms, current_replicas, ready_replicas),
+        inputs=_inputs(spec, snapshot, target_ms, current_replicas, ready_replicas, capacity),
         imbalance=recommended.imbalance if recommended is not None else None,
+        reversal=reversal,
         state=AutoscalerState(
             last_scale_time=now if desired != current_replicas else state.last_scale_time,
             warming_since=_warming_since(state, desired, current_replicas, ready_replicas, now),
             recommendations=history,
+            last_scale_direction=decision if desired != current_replicas else state.last_scale_direction,
+            reversals=state.reversals + reversal,
         ),
     )
+
+
+def _reverses(state: AutoscalerState, decision: ScalingDecision, window_seconds: float, now: datetime) -> bool:
+    """Whether `decision` goes against the last change, made within `window_seconds`: a sign the
+    last one was wrong (a scale-down the load did not allow, a scale-up it did not need)."""
+    return (state.last_scale_direction not in (None, decision) and state.last_scale_time is not None
+            and (now - state.last_scale_time).total_seconds() < window_seconds)
 
 
 def _metrics_problem(snapshot: MetricsSnapshot, now: datetime,
@@ -189,10 +228,24 @@ def _age_seconds(snapshot: MetricsSnapshot, now: datetime) -> float:
     return max(0.0, (now - snapshot.sample_time).total_seconds())
 
 
-def _recommend(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot,
-               current: int, tuning: PolicyTuning) -> _Proposal | None:
-    """The replica count the fresh metrics call for, before stabilisation and limits; None
-    when they hold no usable signal."""
+def _recommend(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot, current: int,
+               tuning: PolicyTuning, capacity: ReplicaCapacity | None) -> _Proposal | None:
+    """The replica count the fresh metrics call for, before stabilisation and limits: the larger
+    of the p99 feedback's and the request rate's at the modelled capacity, a scale-down only
+    where that capacity holds the window's peak rate; None when they hold no usable signal."""
+    feedback = _feedback(spec, target_ms, snapshot, current, tuning, capacity)
+    if feedback is None or capacity is None or capacity.requests_per_second is None:
+        return feedback
+    by_rate = rate_rule(spec, target_ms, snapshot, current, capacity, feedback.replicas, feedback.reason)
+    if by_rate is None:
+        return feedback
+    replicas, signal, reason = by_rate
+    return replace(feedback, replicas=replicas, signal=signal, reason=reason)
+
+
+def _feedback(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot, current: int,
+              tuning: PolicyTuning, capacity: ReplicaCapacity | None) -> _Proposal | None:
+    """What the p99 TTFT and the queue call for."""
     tolerance = spec.tolerance_percent / 100
     queue_factor = _queue_growth_factor(snapshot, current, tuning)
     queue_empty, queue_text = _queue_empty(snapshot, tuning)
@@ -207,27 +260,36 @@ def _recommend(spec: AutoscalingSpec, target_ms: int, snapshot: MetricsSnapshot,
             imbalance = _imbalance(snapshot, target_ms, tuning)
             if imbalance is not None:
                 return _Proposal(current, f"{breach}, but {imbalance}: more replicas would not "
-                                 f"help, holding {current}", imbalance)
-            return _scale_up(current, max(ratio, queue_factor), breach)
+                                 f"help, holding {current}", imbalance=imbalance)
+            proposal = _scale_up(current, max(ratio, queue_factor), breach)
+            # A growing queue is load beyond the fleet's capacity; a p99 longer than the longest
+            # prompt the engine admits takes alone is waiting the model does not see (it may be
+            # wrong: no speed learned yet). Both are acted on whatever the model says.
+            if capacity is not None and queue_factor <= 1 + tolerance and snapshot.requests_per_second \
+                    and ttft <= capacity.longest_prompt_ttft_ms:
+                futile = futile_scale_up(spec, target_ms, snapshot.requests_per_second, capacity, current,
+                                         proposal.replicas)
+                if futile is not None:
+                    return _Proposal(current, f"{breach}, but {futile}; not scaling up", ScalingSignal.PREFILL_BOUND)
+            return proposal
         if ratio >= 1 - tolerance:
             return _Proposal(current, f"{observed} is within {spec.tolerance_percent:g}% of the "
                              f"{target_ms} ms target")
-        if ratio < tuning.scale_down_below_target_fraction and queue_empty:
-            return _scale_down(spec, snapshot, current, tuning,
-                               f"{observed} is under {tuning.scale_down_below_target_fraction:.0%}"
-                               f" of the {target_ms} ms target and {queue_text}")
+        low_ms, low_text = scale_down_threshold(target_ms, capacity, tuning.scale_down_below_target_fraction)
+        if ttft < low_ms and queue_empty:
+            return _scale_down(spec, snapshot, current, tuning, f"{observed} is under {low_text} and {queue_text}")
         return _Proposal(current, f"{observed} is under the {target_ms} ms target, but not "
-                         f"under {tuning.scale_down_below_target_fraction:.0%} of it with an "
-                         "empty queue")
+                         f"under {low_text} with an empty queue")
 
     # No first token in the window: an idle fleet, a stalled one, or no signal.
     if snapshot.requests_per_second == 0 and queue_empty:
         return _scale_down(spec, snapshot, current, tuning, f"no request in the window and {queue_text}")
     waiting = snapshot.waiting_requests
     if waiting is not None and waiting >= tuning.backlog_waiting_per_replica * current:
-        return _scale_up(current, queue_factor,
-                         f"no request got a first token in the window but {waiting:.0f} wait "
-                         f"({waiting / current:.1f} per replica)")
+        proposal = _scale_up(current, queue_factor,
+                             f"no request got a first token in the window but {waiting:.0f} wait "
+                             f"({waiting / current:.1f} per replica)")
+        return replace(proposal, signal=ScalingSignal.QUEUE_BACKLOG)
     return None
 
 
@@ -311,8 +373,8 @@ def _scale_down(spec: AutoscalingSpec, snapshot: MetricsSnapshot, current: int,
     needed = math.ceil(current * use / ceiling - _CEIL_SLACK)
     if needed >= current:
         return _Proposal(current, f"{why}, but {name} use {use:.0%} would exceed {ceiling:.0%} "
-                         "on fewer replicas")
-    return _Proposal(max(spec.min_replicas, needed), f"{why}; {name} use {use:.0%}")
+                         "on fewer replicas", ScalingSignal.UTILIZATION)
+    return _Proposal(max(spec.min_replicas, needed), f"{why}; {name} use {use:.0%}", ScalingSignal.UTILIZATION)
 
 
 def _stabilise_and_limit(spec: AutoscalingSpec, state: AutoscalerState,
@@ -403,9 +465,15 @@ def display_round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def _inputs(snapshot: MetricsSnapshot, target_ms: int, current: int, ready: int) -> AutoscalerInputs:
+def _inputs(spec: AutoscalingSpec, snapshot: MetricsSnapshot, target_ms: int, current: int, ready: int,
+            capacity: ReplicaCapacity | None) -> AutoscalerInputs:
     kv = snapshot.kv_cache_utilization
     return AutoscalerInputs(
+        peak_requests_per_second=display_round(snapshot.requests_per_second_peak, 3),
+        forecast_requests_per_second=display_round(forecast_requests_per_second(spec, snapshot), 3),
+        replica_capacity_requests_per_second=display_round(capacity and capacity.requests_per_second, 3),
+        prefill_ttft_p99_ms=display_round(capacity and capacity.prefill_ttft_p99_ms, 1),
+        speed_factor=display_round(capacity and capacity.speed_factor, 4),
         observed_ttft_p99_ms=display_round(snapshot.ttft_p99_ms, 1),
         target_ttft_p99_ms=target_ms,
         current_replicas=current,

@@ -45,6 +45,13 @@ class MetricsSnapshot:
     kv_cache_utilization: float | None = None  # used blocks / all blocks, 0..1
     batch_utilization: float | None = None  # active sequences / batch slots over the window, 0..1
     requests_per_second: float | None = None  # requests that got their first token
+    # That rate's highest value over the last `peak_window_seconds` (the scale-down stabilisation
+    # window), and its least-squares slope over the last `trend_window_seconds`, per second per
+    # second: what a scale-down must leave room for, and where a ramp is heading.
+    requests_per_second_peak: float | None = None
+    requests_per_second_trend: float | None = None
+    peak_window_seconds: int | None = None
+    trend_window_seconds: int | None = None
     sample_time: datetime | None = None  # newest sample behind the observations
     # How often Prometheus scrapes these pods (llmfleet.metrics.cadence), and the window the
     # rates and the p99 cover: staleness is counted in scrapes.

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from llmfleet.api.status import ScalingDecision
+
 # Bound on the persisted history; enough for a change every 15 s pass over a 15 min window.
 MAX_RECOMMENDATIONS = 64
 
@@ -25,6 +27,8 @@ class AutoscalerState:
     last_scale_time: datetime | None = None  # last change of desired replicas, for the cooldown
     warming_since: datetime | None = None  # since when some replicas are not ready
     recommendations: tuple[Recommendation, ...] = ()  # change points, oldest first
+    last_scale_direction: ScalingDecision | None = None  # of the last change, for reversals
+    reversals: int = 0  # changes opposite to the previous one within the stabilisation window
 
 
 def record(history: tuple[Recommendation, ...], recommendation: Recommendation,

@@ -19,6 +19,9 @@ RATE_WINDOW_SCRAPES = 4
 # The p99 window is never shorter than this, whatever the interval: shorter windows hold too
 # few requests for a p99 at a few requests per second.
 MIN_RATE_WINDOW_SECONDS = 30
+# The request rate's trend (the autoscaler's forecast) is its least-squares slope over this many
+# rate windows: one window's rates overlap, so a shorter fit follows Poisson noise.
+RATE_TREND_WINDOWS = 2
 # How far back the interval is read from sample spacing: three samples at a 60 s interval.
 INTERVAL_LOOKBACK_SECONDS = 300
 # Until two samples exist and no interval is configured: kube-prometheus-stack's global default,
@@ -112,3 +115,8 @@ class MetricsWindows:
 def metrics_windows(cadence: ScrapeCadence, observation_requested_seconds: int) -> MetricsWindows:
     return MetricsWindows(cadence, rate_window(cadence),
                           at_least(observation_requested_seconds, cadence.shortest_window_seconds))
+
+
+def trend_window_seconds(rate_window_seconds: int) -> int:
+    """The range the request rate's trend is fitted over."""
+    return RATE_TREND_WINDOWS * rate_window_seconds

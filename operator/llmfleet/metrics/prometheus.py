@@ -23,7 +23,14 @@ from urllib3.util.retry import Retry
 
 from llmfleet.autoscale import MetricsFailure, MetricsSnapshot, ReplicaObservation
 from llmfleet.metrics.connection import PrometheusConnection
-from llmfleet.metrics.cadence import INTERVAL_LOOKBACK_SECONDS, ScrapeCadence, choose_cadence, observed_interval
+from llmfleet.metrics.cadence import (
+    INTERVAL_LOOKBACK_SECONDS,
+    RATE_WINDOW_SCRAPES,
+    ScrapeCadence,
+    choose_cadence,
+    observed_interval,
+    trend_window_seconds,
+)
 from llmfleet.planner.live import ObservedWorkload
 from llmfleet.rollout import RevisionSample, Samples
 from llmfleet.render.identity import REVISION_LABEL, selector_labels
@@ -55,6 +62,8 @@ class DeploymentQueries:
     kv_cache_utilization: str
     batch_utilization: str
     requests_per_second: str
+    requests_per_second_peak: str
+    requests_per_second_trend: str
     newest_sample_unix_seconds: str
     reporting_pods: str
 
@@ -95,11 +104,20 @@ def sample_spacing_query(namespace: str, deployment_name: str) -> str:
     return f"{_pod_series(_deployment_selector(namespace, deployment_name))}[{INTERVAL_LOOKBACK_SECONDS}s]"
 
 
-def deployment_queries(namespace: str, deployment_name: str,
-                       window_seconds: int) -> DeploymentQueries:
-    """The PromQL for one LLMDeployment, summed over all its pods and revisions."""
+def _duration(seconds: float) -> str:
+    """A PromQL duration (whole units only: a 7.5 s scrape interval is 7500ms)."""
+    return f"{round(seconds * 1000)}ms"
+
+
+def deployment_queries(namespace: str, deployment_name: str, window_seconds: int, peak_window_seconds: int = 0,
+                       step_seconds: float | None = None) -> DeploymentQueries:
+    """The PromQL for one LLMDeployment, summed over all its pods and revisions. The request
+    rate's peak over `peak_window_seconds` and its trend are subqueries over the windowed rate,
+    evaluated every `step_seconds` (the scrape interval; a quarter of the window when unknown)."""
     selector = _deployment_selector(namespace, deployment_name)
     window = f"[{window_seconds}s]"
+    step = step_seconds or window_seconds / RATE_WINDOW_SCRAPES
+    first_token_rate = f"sum(rate({TTFT_HISTOGRAM}_count{{{selector}}}{window}))"
     waiting = f'{REQUEST_GAUGE}{{{selector}, request_type="waiting"}}'
     # A failed scrape or a lost target ends its series at once (Prometheus' staleness markers).
     pod_series = _pod_series(selector)
@@ -118,7 +136,11 @@ def deployment_queries(namespace: str, deployment_name: str,
             f'sum(avg_over_time({REQUEST_GAUGE}{{{selector}, request_type="active"}}{window})) / '
             f'sum(avg_over_time({REQUEST_GAUGE}{{{selector}, request_type="max"}}{window}))'),
         # Requests that got a first token: present in sandbox and real mode alike.
-        requests_per_second=f"sum(rate({TTFT_HISTOGRAM}_count{{{selector}}}{window}))",
+        requests_per_second=first_token_rate,
+        requests_per_second_peak=(f"max_over_time({first_token_rate}"
+                                  f"[{_duration(max(peak_window_seconds, step))}:{_duration(step)}])"),
+        requests_per_second_trend=(f"deriv({first_token_rate}"
+                                   f"[{_duration(trend_window_seconds(window_seconds))}:{_duration(step)}])"),
         newest_sample_unix_seconds=f"max(timestamp({pod_series}))",
         reporting_pods=f"count(count by (pod) ({pod_series}))",
     )
@@ -293,12 +315,15 @@ class PrometheusMetrics:
 
     def snapshot(self, namespace: str, deployment_name: str, window_seconds: int,
                  now: datetime, exported_metrics: Collection[str] = QUEUE_METRICS,
-                 scrape_interval_seconds: float | None = None) -> MetricsSnapshot:
+                 scrape_interval_seconds: float | None = None, peak_window_seconds: int = 0) -> MetricsSnapshot:
         """Observations over the `window_seconds` before `now`; None fields mean no data.
         `exported_metrics`: the metric families the serving release exports; without the
         engine's queue gauges the snapshot says the queue is not observable.
-        `scrape_interval_seconds` is passed through for the staleness check."""
-        queries = asdict(deployment_queries(namespace, deployment_name, window_seconds))
+        `scrape_interval_seconds` is passed through for the staleness check and steps the
+        subqueries; `peak_window_seconds` is the range of the request rate's peak (the
+        scale-down stabilisation window)."""
+        queries = asdict(deployment_queries(namespace, deployment_name, window_seconds, peak_window_seconds,
+                                            scrape_interval_seconds))
         per_replica = replica_queries(namespace, deployment_name, window_seconds)
         queue_observable = all(name in exported_metrics for name in QUEUE_METRICS)
         try:
@@ -313,6 +338,8 @@ class PrometheusMetrics:
             **values,
             scrape_interval_seconds=scrape_interval_seconds,
             window_seconds=window_seconds,
+            peak_window_seconds=peak_window_seconds,
+            trend_window_seconds=trend_window_seconds(window_seconds),
             ttft_histogram_top_ms=TTFT_HISTOGRAM_BUCKETS_MS[-1],
             sample_time=None if newest is None else datetime.fromtimestamp(newest, timezone.utc),
             reporting_pods=None if reporting is None else round(reporting),

@@ -57,7 +57,9 @@ def observe(ctx: Context, kube, metrics, fleet: Fleet, may_observe: bool = True,
     failing = due.failing_build(ctx)
     return Observations(
         snapshot=(metrics.snapshot(namespace, name, read_now.rate.seconds, ctx.now, release.metrics,
-                                   read_now.cadence.interval_seconds) if autoscaled else None),
+                                   read_now.cadence.interval_seconds,
+                                   deployment.spec.autoscaling.scale_down_stabilization_seconds)
+                  if autoscaled else None),
         samples=samples, golden=golden,
         not_ready_reason=not_ready_reason(_pods_of(kube, ctx, asked)) if asked else None,
         build_failure=last_build_failure(_pods_of(kube, ctx, failing, BUILD_COMPONENT)) if failing else None,

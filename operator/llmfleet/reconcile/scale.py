@@ -7,8 +7,11 @@ from datetime import datetime
 
 from llmfleet.api import LLMDeploymentSpec
 from llmfleet.api.status import AutoscalerStatus, ReplicaRecommendation
-from llmfleet.autoscale import AutoscalerState, Decision, MetricsSnapshot, Recommendation
+from llmfleet.autoscale import AutoscalerState, Decision, MetricsSnapshot, Recommendation, ReplicaCapacity, \
+    target_ttft_p99_ms
 from llmfleet.autoscale import decide as autoscale
+from llmfleet.planner.capacity import replica_capacity
+from llmfleet.planner.spec_adapter import plan_request_from_spec
 from llmfleet.planner.types import Plan
 from llmfleet.reconcile.build import BuildState
 from llmfleet.reconcile.context import Context
@@ -28,7 +31,8 @@ def _autoscaler_state(stored: AutoscalerStatus | None) -> AutoscalerState:
         return AutoscalerState()
     return AutoscalerState(
         last_scale_time=stored.last_scale_time, warming_since=stored.warming_since,
-        recommendations=tuple(Recommendation(r.time, r.replicas) for r in stored.recommendations or ()))
+        recommendations=tuple(Recommendation(r.time, r.replicas) for r in stored.recommendations or ()),
+        last_scale_direction=stored.last_scale_direction, reversals=stored.reversals or 0)
 
 
 def _autoscaler_status(decision: Decision, stored: AutoscalerStatus | None, now: datetime) -> AutoscalerStatus:
@@ -38,9 +42,19 @@ def _autoscaler_status(decision: Decision, stored: AutoscalerStatus | None, now:
     return AutoscalerStatus(
         desired_replicas=decision.desired_replicas, last_decision=decision.decision,
         last_decision_time=stored.last_decision_time if unchanged else now, reason=decision.reason[:1024],
+        signal=decision.signal, reversals=state.reversals, last_scale_direction=state.last_scale_direction,
         inputs=decision.inputs, last_scale_time=state.last_scale_time, warming_since=state.warming_since,
         recommendations=[ReplicaRecommendation(time=r.time, replicas=r.replicas)
                          for r in state.recommendations] or None)
+
+
+def _capacity(ctx: Context, spec: LLMDeploymentSpec, plan: Plan) -> ReplicaCapacity:
+    """One replica of the served plan at the autoscaler's target, at the speed this deployment
+    learned for it (its own traffic; the fleet's speeds are read only when it is observed)."""
+    request = plan_request_from_spec(spec, learned=ctx.stored.learned_speeds or ())
+    return replica_capacity(request, plan,
+                            lambda floor_ms: target_ttft_p99_ms(spec.autoscaling, spec.slo.ttft_p99_ms, floor_ms),
+                            spec.engine.max_input_len)
 
 
 def scale(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, build: BuildState, ready: int,
@@ -54,6 +68,6 @@ def scale(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, build: BuildState, 
     current = min(max(previous, scaling.min_replicas), scaling.max_replicas)
     decision = autoscale(scaling, spec.slo.ttft_p99_ms, snapshot or MetricsSnapshot(error="no Prometheus URL configured"),
                          _autoscaler_state(ctx.stored.autoscaler), current, ready if build.finished else current,
-                         ctx.now)
+                         ctx.now, capacity=_capacity(ctx, spec, plan))
     return Scaling(decision.desired_replicas, previous,
                    _autoscaler_status(decision, ctx.stored.autoscaler, ctx.now), decision)

@@ -5,9 +5,11 @@ query window its metrics would use at a scrape interval."""
 from __future__ import annotations
 
 from llmfleet.api import LLMDeploymentSpec
+from llmfleet.autoscale import target_ttft_p99_ms
 from llmfleet.catalog import Catalog
 from llmfleet.metrics.cadence import choose_cadence, rate_window
-from llmfleet.planner.spec_adapter import model_arch_from_spec
+from llmfleet.planner.capacity import replica_capacity
+from llmfleet.planner.spec_adapter import model_arch_from_spec, plan_request_from_spec
 from llmfleet.planner.types import Plan
 from llmfleet.render.identity import prefix_reuse_enabled
 from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION
@@ -28,12 +30,17 @@ def engine_for(spec: LLMDeploymentSpec, plan: Plan, catalog: Catalog) -> Engine:
 
 def fleet_for(spec: LLMDeploymentSpec, plan: Plan, catalog: Catalog) -> Fleet:
     """The fleet as the operator runs it: the plan's replicas, or with autoscaling the plan's
-    replicas within minReplicas..maxReplicas (the first pass's count) and the policy after."""
+    replicas within minReplicas..maxReplicas (the first pass's count) and the policy after, told
+    the capacity of a replica as the operator computes it before any speed is learned (the
+    simulated engine runs at the model's own speed)."""
     autoscaling = spec.autoscaling if spec.autoscaling.enabled else None
-    replicas = plan.replicas
+    replicas, capacity = plan.replicas, None
     if autoscaling is not None:
         replicas = min(max(replicas, autoscaling.min_replicas), autoscaling.max_replicas)
-    return Fleet(engine_for(spec, plan, catalog), replicas, spec.slo.ttft_p99_ms, autoscaling)
+        capacity = replica_capacity(plan_request_from_spec(spec, catalog=catalog), plan,
+                                    lambda floor_ms: target_ttft_p99_ms(autoscaling, spec.slo.ttft_p99_ms, floor_ms),
+                                    spec.engine.max_input_len, catalog)
+    return Fleet(engine_for(spec, plan, catalog), replicas, spec.slo.ttft_p99_ms, autoscaling, capacity)
 
 
 def query_window_seconds(scrape_interval_seconds: float) -> int:

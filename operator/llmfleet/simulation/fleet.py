@@ -24,8 +24,8 @@ from datetime import datetime, timedelta, timezone
 from enum import Enum
 
 from llmfleet.api import AutoscalingSpec
-from llmfleet.api.status import ScalingDecision
-from llmfleet.autoscale import AutoscalerState, decide
+from llmfleet.api.status import ScalingDecision, ScalingSignal
+from llmfleet.autoscale import AutoscalerState, ReplicaCapacity, decide
 from llmfleet.simulation.profile import EngineProfile
 from llmfleet.simulation.prometheus_view import PodSeries, Sample, ScrapeSettings, TtftHistogram, snapshot
 from llmfleet.simulation.replica import Arrival, VirtualEngine
@@ -63,6 +63,9 @@ class Fleet:
     initial_replicas: int
     slo_ttft_p99_ms: int
     autoscaling: AutoscalingSpec | None  # None: the initial replicas throughout
+    # What the autoscaler is told one replica carries (llmfleet.planner.capacity); None: the p99
+    # feedback alone.
+    capacity: ReplicaCapacity | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,8 @@ class ScalingEvent:
     to_replicas: int
     decision: ScalingDecision
     reason: str
+    signal: ScalingSignal
+    reversal: bool = False  # against the previous change, within the stabilisation window
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,9 @@ class FleetRun:
     scaling: tuple[ScalingEvent, ...]
     replicas: tuple[ReplicaSpan, ...]
     end_s: float
+
+    def reversals(self) -> int:
+        return sum(event.reversal for event in self.scaling)
 
     def replica_seconds(self) -> float:
         return sum(span.ended_s - span.created_s for span in self.replicas)
@@ -309,15 +317,16 @@ class _Simulation:
         spec = self.fleet.autoscaling
         view = snapshot([replica.series for replica in self.replicas],
                         ScrapeSettings(self.settings.scrape_interval_seconds, self.settings.window_seconds,
-                                       self.settings.queue_observable), now_s, EPOCH)
+                                       self.settings.queue_observable, spec.scale_down_stabilization_seconds),
+                        now_s, EPOCH)
         current = min(max(self.desired, spec.min_replicas), spec.max_replicas)
         ready = len(self.serving())
         decision = decide(spec, self.fleet.slo_ttft_p99_ms, view, self.state, current, ready,
-                          EPOCH + timedelta(seconds=now_s))
+                          EPOCH + timedelta(seconds=now_s), capacity=self.fleet.capacity)
         self.state = decision.state
         if decision.desired_replicas != self.desired:
             self.scaling.append(ScalingEvent(now_s, self.desired, decision.desired_replicas, decision.decision,
-                                             decision.reason))
+                                             decision.reason, decision.signal, decision.reversal))
         for _ in range(decision.desired_replicas - self.desired):
             self.add_replica(now_s, ready=False)
         for _ in range(self.desired - decision.desired_replicas):

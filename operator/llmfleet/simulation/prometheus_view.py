@@ -7,17 +7,20 @@ bounds) and its engine gauges. A snapshot evaluates the same expressions as
 llmfleet.metrics.prometheus's queries, with PromQL's semantics: `rate` extrapolated to the
 window's edges, `histogram_quantile` interpolated within the bucket, `deriv` by least squares,
 `avg_over_time` the mean of the window's samples, instant selectors the newest sample of each
-pod still scraped (a deleted pod's series ends at once, as its staleness marker ends it).
+pod still scraped (a deleted pod's series ends at once, as its staleness marker ends it), and a
+subquery `expr[range:step]` as `expr` at every multiple of the step within the range.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from llmfleet.autoscale import MetricsSnapshot, ReplicaObservation
+from llmfleet.metrics.cadence import trend_window_seconds
 from llmfleet.render.layout import TTFT_HISTOGRAM_BUCKETS_MS
 
 P99 = 0.99
@@ -122,6 +125,27 @@ class ScrapeSettings:
     interval_seconds: float
     window_seconds: int  # the autoscaler's rate window (llmfleet.metrics.cadence.rate_window)
     queue_observable: bool = True  # the release exports the engine's queue and KV gauges
+    peak_window_seconds: int = 0  # the request rate's peak range (the scale-down stabilisation window)
+
+
+def _rate(samples: list[Sample], value, start_s: float, end_s: float) -> float | None:
+    return extrapolated_rate([(sample.time_s, value(sample)) for sample in samples], start_s, end_s)
+
+
+def _first_token_rate(pods: Sequence[PodSeries], window_seconds: int, at_s: float) -> float | None:
+    """`sum(rate(first tokens[window]))` evaluated at `at_s`."""
+    start_s = at_s - window_seconds
+    return _sum(_rate(_window(pod, start_s, at_s), lambda sample: sample.ttft_cumulative[-1], start_s, at_s)
+                for pod in pods)
+
+
+def _subquery(pods: Sequence[PodSeries], window_seconds: int, now_s: float, range_seconds: float,
+              step_seconds: float) -> list[tuple[float, float]]:
+    """(time, fleet first-token rate) at each multiple of the step in (now - range, now]."""
+    first = math.floor((now_s - range_seconds) / step_seconds) + 1
+    times = [index * step_seconds for index in range(first, math.floor(now_s / step_seconds + 1e-9) + 1)]
+    points = [(time_s, _first_token_rate(pods, window_seconds, time_s)) for time_s in times]
+    return [(time_s, rate) for time_s, rate in points if rate is not None]
 
 
 def snapshot(pods: Sequence[PodSeries], settings: ScrapeSettings, now_s: float, epoch: datetime,
@@ -132,7 +156,7 @@ def snapshot(pods: Sequence[PodSeries], settings: ScrapeSettings, now_s: float, 
     live = [pod for pod in pods if pod.scraped and pod.samples]
 
     def rate(samples: list[Sample], value) -> float | None:
-        return extrapolated_rate([(sample.time_s, value(sample)) for sample in samples], start_s, now_s)
+        return _rate(samples, value, start_s, now_s)
 
     def bucket_rates(samples_by_pod: Sequence[list[Sample]]) -> list[float] | None:
         rates = [[rate(samples, lambda sample, i=i: sample.ttft_cumulative[i]) for i in range(len(bounds_ms) + 1)]
@@ -163,6 +187,8 @@ def snapshot(pods: Sequence[PodSeries], settings: ScrapeSettings, now_s: float, 
               if observable and kv_total else None)
     batch_use = (avg_over_time(lambda sample: sample.active_requests) / slots
                  if observable and slots else None)
+    step_s, trend_s = settings.interval_seconds, trend_window_seconds(settings.window_seconds)
+    peak_points = _subquery(pods, settings.window_seconds, now_s, max(settings.peak_window_seconds, step_s), step_s)
     return MetricsSnapshot(
         ttft_p99_ms=p99(list(windows.values())),
         ttft_histogram_top_ms=float(bounds_ms[-1]),
@@ -171,6 +197,11 @@ def snapshot(pods: Sequence[PodSeries], settings: ScrapeSettings, now_s: float, 
         kv_cache_utilization=kv_use,
         batch_utilization=batch_use,
         requests_per_second=requests_per_second(list(windows.values())),
+        requests_per_second_peak=max((rate for _, rate in peak_points), default=None),
+        requests_per_second_trend=least_squares_slope(
+            _subquery(pods, settings.window_seconds, now_s, trend_s, step_s)),
+        peak_window_seconds=settings.peak_window_seconds,
+        trend_window_seconds=trend_s,
         sample_time=(epoch + timedelta(seconds=max(newest(pod).time_s for pod in live))) if live else None,
         scrape_interval_seconds=settings.interval_seconds,
         window_seconds=settings.window_seconds,

@@ -63,8 +63,11 @@ def summarize(run: FleetRun, slo_ttft_ms: float, slo_tpot_ms: float, costs: Cost
         "relative_cost": round(relative_cost, 4),
         "relative_cost_per_million_output_tokens_within_slo": (
             round(relative_cost / tokens_within_slo * TOKENS_PER_MILLION, 4) if tokens_within_slo else None),
+        # Scalings against the previous one within the stabilisation window (flapping).
+        "reversals": run.reversals(),
         "scaling": [{"time_s": round(event.time_s, 3), "from_replicas": event.from_replicas,
-                     "to_replicas": event.to_replicas, "decision": event.decision.value, "reason": event.reason}
+                     "to_replicas": event.to_replicas, "decision": event.decision.value,
+                     "signal": event.signal.value, "reversal": event.reversal, "reason": event.reason}
                     for event in run.scaling],
     }
 
@@ -88,8 +91,9 @@ def format_summary(summary: dict) -> str:
         f"GPU-hours           {number(summary['gpu_hours'])}, relative cost {number(summary['relative_cost'])}, "
         f"per million output tokens within the SLO "
         f"{number(summary['relative_cost_per_million_output_tokens_within_slo'])}",
-        f"scaling decisions   {len(summary['scaling'])}",
+        f"scaling decisions   {len(summary['scaling'])} ({summary['reversals']} reversals)",
     ]
-    lines += [f"  {event['time_s']:>9.1f} s  {event['from_replicas']} -> {event['to_replicas']}  {event['reason']}"
+    lines += [f"  {event['time_s']:>9.1f} s  {event['from_replicas']} -> {event['to_replicas']}  "
+              f"[{event['signal']}{', reversal' if event['reversal'] else ''}] {event['reason']}"
               for event in summary["scaling"]]
     return "\n".join(lines)

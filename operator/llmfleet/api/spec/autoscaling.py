@@ -6,7 +6,7 @@ from llmfleet.api.base import ApiModel, CelRule
 
 
 class AutoscalingSpec(ApiModel):
-    """Replica autoscaling on observed p99 TTFT."""
+    """Replica autoscaling on observed p99 TTFT and the request rate at the modelled capacity."""
 
     enabled: bool = Field(
         default=False,
@@ -19,8 +19,9 @@ class AutoscalingSpec(ApiModel):
         default=None,
         ge=1,
         description="p99 TTFT the autoscaler steers to, in milliseconds; at most "
-        "spec.slo.ttftP99Ms. Defaults to 60 % of spec.slo.ttftP99Ms, so that scaling starts "
-        "before the SLO breaks.",
+        "spec.slo.ttftP99Ms. Defaults to 60 % of the way from the prefill floor (the p99 TTFT "
+        "the planner's model predicts at a vanishing load) to spec.slo.ttftP99Ms, so that "
+        "scaling starts before the SLO breaks.",
     )
     tolerance_percent: float = Field(
         default=10.0,
@@ -53,6 +54,16 @@ class AutoscalingSpec(ApiModel):
         description="Quiet time after any scaling decision before replicas are removed, in "
         "seconds, so that the metrics show the fleet the last decision left. Scale-ups never "
         "wait for it; they wait only while new replicas load their engine.",
+    )
+
+    rate_forecast_seconds: int = Field(
+        default=0,
+        ge=0,
+        le=3600,
+        description="How far ahead, in seconds, the request rate's recent trend is extrapolated "
+        "to start replicas before a ramp peaks: about the time a new replica takes to serve "
+        "(engine load plus a scrape and a pass). 0 (the default) turns the forecast off: a step "
+        "in traffic reads as a ramp in a windowed rate, and the extrapolation overshoots it.",
     )
 
     cel_rules = (
