@@ -93,6 +93,21 @@ def walk_canary(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, revision: str
     return CanaryStep(decision.state, decision.split, events)
 
 
+def stable_rescaled(ctx: Context, canary: CanaryStep, autoscaled: bool) -> list[tuple[dict, int]]:
+    """(the stable revision's Deployment, its replicas) when the autoscaler changed them while a
+    canary runs or after one was rolled back. This pass renders only the current revision; the
+    stable one's objects are an older spec's, so only their replica count is written. Without
+    the autoscaler stable keeps the replicas its own plan gave it (another plan's count would
+    not be its capacity)."""
+    state, split = canary.state, canary.split
+    if not autoscaled or split is None or state.phase == CanaryPhase.PROMOTED:
+        return []
+    deployment = ctx.children.serving.get(state.stable_revision)
+    if deployment is None or (deployment.get("spec") or {}).get("replicas") == split.stable_replicas:
+        return []
+    return [(deployment, split.stable_replicas)]
+
+
 def route_weights(ctx: Context, revision: str, canary: CanaryStep) -> dict[str, int]:
     """The HTTPRoute's weight per revision: a running canary's share of the replicas beside
     stable; otherwise all on the serving revision (stable until a new one has replaced it)."""

@@ -1,0 +1,135 @@
+"""Canary rollouts under the faults of issue 31: the autoscaler resizing the fleet while a canary
+runs (the canary keeps the share its step says)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from llmfleet.api import CanaryPhase, RolloutStep
+from llmfleet.autoscale import MetricsSnapshot
+from llmfleet.reconcile import reconcile
+from llmfleet.rollout import Observed, Verdict, advance, canary_replicas_for
+from reconcile_builders import NOW, SETTINGS, canary_started, decide_pass, kind, manifest_with_steps
+
+# --- autoscaling while a canary runs ------------------------------------------------------------
+
+
+def seen(stable: int, canary_ready: int, now=NOW, room: int = 100, analysis: Verdict | None = None) -> Observed:
+    return Observed("new", "old", True, False, canary_ready, stable, room, now, analysis=analysis)
+
+
+PAUSE = RolloutStep.model_validate({"pause": {"durationSeconds": 300}})
+WAIT_FOR_A_PERSON = RolloutStep.model_validate({"pause": {"durationSeconds": 0}})
+ANALYSIS = RolloutStep.model_validate({"analysis": {"durationSeconds": 300, "intervalSeconds": 30}})
+
+
+def at_second_step(weight: int, step: RolloutStep, stable: int):
+    """A canary past its `setWeight` step, in the step after it, beside `stable` replicas."""
+    steps = (RolloutStep(set_weight=weight), step, RolloutStep(set_weight=100))
+    warming = advance(None, steps, seen(stable, 0))
+    canary = warming.split.canary_replicas
+    there = advance(warming.state, steps, seen(stable, canary))
+    assert there.state.step_index == 1 and there.state.phase in (CanaryPhase.PROGRESSING, CanaryPhase.PAUSED)
+    return steps, there
+
+
+@pytest.mark.parametrize("step", [PAUSE, WAIT_FOR_A_PERSON, ANALYSIS], ids=["pause", "paused", "analysis"])
+@pytest.mark.parametrize(("weight", "stable_counts"), [(50, (2, 4, 2)), (25, (3, 6, 9, 3)), (20, (4, 8, 2))])
+def test_the_canary_keeps_its_steps_share_as_the_autoscaler_resizes_stable(step, weight, stable_counts):
+    steps, decision = at_second_step(weight, step, stable_counts[0])
+    where = (decision.state.phase, decision.state.step_index)
+    for seconds, stable in enumerate(stable_counts[1:], start=1):
+        # The canary's ready replicas lag: resizing is not waiting for them, nor a step passing.
+        decision = advance(decision.state, steps, seen(stable, decision.split.canary_replicas,
+                                                        NOW + timedelta(seconds=seconds)))
+        split = decision.split
+        assert (decision.state.phase, decision.state.step_index) == where
+        assert split.stable_replicas == stable and split.canary_replicas == canary_replicas_for(weight, stable)
+        assert decision.state.canary_replicas == split.canary_replicas, "the stored count is the one applied"
+        # Within what whole replicas allow: the nearest share to the step's weight.
+        assert abs(split.weight_percent - weight) <= 100 / (split.stable_replicas + split.canary_replicas) / 2 + 1
+
+
+def test_a_canary_without_replicas_gets_none_when_stable_grows():
+    """Paused for want of GPU budget before its first replica: more stable replicas do not
+    start one behind the person's back."""
+    steps = (RolloutStep(set_weight=50), PAUSE)
+    paused = advance(None, steps, seen(2, 0, room=0))
+    assert paused.state.phase == CanaryPhase.PAUSED and paused.split.canary_replicas == 0
+    grown = advance(paused.state, steps, seen(4, 0, room=10))
+    assert grown.split.canary_replicas == 0
+
+
+def autoscaled(engine_revision: str, generation: int, status: dict | None = None) -> dict:
+    body = manifest_with_steps(engine_revision, generation, status)
+    del body["spec"]["plan"]
+    body["spec"]["autoscaling"] = {"enabled": True, "minReplicas": 2, "maxReplicas": 4}
+    body["spec"]["routing"] = {"httpRoute": {"parentRefs": [{"name": "inference"}]}}
+    return body
+
+
+BREACH = MetricsSnapshot(ttft_p99_ms=3000.0, waiting_requests=4.0, requests_per_second=2.0,
+                         kv_cache_utilization=0.5, sample_time=NOW, scrape_interval_seconds=5.0)
+
+
+def test_a_scale_up_during_a_paused_step_resizes_stable_and_the_canary_alike():
+    """The autoscaler sizes the stable revision; the pass writes its count to stable's
+    Deployment (not rendered while a canary runs) and renders the canary at the step's share,
+    so replicas, status and the route's weights agree."""
+    _, warming, children = canary_started(autoscaled)
+    paused = decide_pass(autoscaled("v2", 2, warming.status), children, SETTINGS, NOW)
+    assert paused.status["canary"]["phase"] == "Paused" and paused.scale == []
+    stable_revision, canary_revision = paused.status["stableRevision"], paused.status["currentRevision"]
+    up = decide_pass(autoscaled("v2", 2, paused.status), children, SETTINGS, NOW, BREACH)
+    assert up.status["replicas"] == 4 and up.status["autoscaler"]["lastDecision"] == "ScaleUp"
+    [(stable_deployment, replicas)] = up.scale
+    assert stable_deployment["metadata"]["name"] == f"chat-{stable_revision}" and replicas == 4
+    assert kind(up, "Deployment", canary_revision)["spec"]["replicas"] == 4
+    assert (up.status["canary"]["phase"], up.status["canary"]["canaryReplicas"],
+            up.status["canary"]["weightPercent"]) == ("Paused", 4, 50)
+    backends = {ref["name"]: ref["weight"] for ref in kind(up, "HTTPRoute")["spec"]["rules"][0]["backendRefs"]}
+    assert backends == {f"chat-{stable_revision}": 50, f"chat-{canary_revision}": 50}
+
+
+def test_without_the_autoscaler_stable_keeps_its_own_plans_replicas():
+    """A new plan's replica count is not the stable revision's capacity (another GPU or TP)."""
+    _, warming, children = canary_started()
+    body = manifest_with_steps("v2", 3, warming.status)
+    body["spec"]["plan"]["replicas"] = 3
+    outcome = decide_pass(body, children, SETTINGS, NOW)
+    assert outcome.status["replicas"] == 3 and outcome.scale == []
+
+
+class RecordingGateway:
+    def __init__(self):
+        self.scaled: list[tuple[str, int]] = []
+
+    def ensure(self, manifest):
+        pass
+
+    def apply(self, manifest, live=None):
+        pass
+
+    def scale(self, child, replicas):
+        self.scaled.append((child["metadata"]["name"], replicas))
+
+    def delete(self, child):
+        pass
+
+    def patch_status(self, namespace, name, status, resource_version=None):
+        return True
+
+    def emit_event(self, obj, event_type, reason, message):
+        pass
+
+
+def test_the_pass_writes_the_stable_revisions_replicas():
+    """Without Prometheus the autoscaler holds at the stored count, which stable's Deployment
+    has fallen behind (say, written before an operator restart)."""
+    _, warming, children = canary_started(autoscaled)
+    body = autoscaled("v2", 2, {**warming.status, "replicas": 3})
+    kube = RecordingGateway()
+    reconcile(body, kube, SETTINGS, NOW, children=children)
+    assert kube.scaled == [(f"chat-{warming.status['stableRevision']}", 3)]
