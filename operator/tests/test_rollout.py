@@ -174,6 +174,7 @@ from llmfleet.api import RolloutGates  # noqa: E402
 from llmfleet.rollout import Outcome, RevisionSample, Samples, Verdict, judge  # noqa: E402
 
 GATES = RolloutGates(min_requests=20)
+SLO_TTFT_P99_MS = 1000  # above every p99 below: these cases are about the comparison
 
 
 def sample(succeeded=100.0, failed=0.0, ttft=200.0, mean=None) -> RevisionSample:
@@ -198,12 +199,12 @@ def sample(succeeded=100.0, failed=0.0, ttft=200.0, mean=None) -> RevisionSample
     (sample(ttft=24.8, mean=12.0), sample(ttft=49.0, mean=16.0), Outcome.SUCCESSFUL, "(+98%)"),
 ])
 def test_the_gate_compares_canary_with_stable(stable, canary, outcome, words):
-    verdict = judge(Samples(stable, canary, 60), GATES)
+    verdict = judge(Samples(stable, canary, 60), GATES, SLO_TTFT_P99_MS)
     assert verdict.outcome == outcome and words in verdict.message
 
 
 def test_prometheus_down_is_an_error_not_a_failure():
-    verdict = judge(Samples(window_seconds=60, error="connection refused"), GATES)
+    verdict = judge(Samples(window_seconds=60, error="connection refused"), GATES, SLO_TTFT_P99_MS)
     assert verdict.outcome == Outcome.ERROR and "connection refused" in verdict.message
 
 

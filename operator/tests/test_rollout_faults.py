@@ -1,5 +1,6 @@
 """Canary rollouts under the faults of issue 31: the autoscaler resizing the fleet while a canary
-runs (the canary keeps the share its step says)."""
+runs (the canary keeps the share its step says), and a stable revision that degrades beside a
+canary (the gate holds; it never promotes a canary because stable looks worse)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ from datetime import timedelta
 
 import pytest
 
-from llmfleet.api import CanaryPhase, RolloutStep
+from llmfleet.api import CanaryPhase, Reason, RolloutGates, RolloutStep
 from llmfleet.autoscale import MetricsSnapshot
 from llmfleet.reconcile import reconcile
-from llmfleet.rollout import Observed, Verdict, advance, canary_replicas_for
-from reconcile_builders import NOW, SETTINGS, canary_started, decide_pass, kind, manifest_with_steps
+from llmfleet.rollout import Observed, Outcome, RevisionSample, Samples, Verdict, advance, canary_replicas_for, judge
+from reconcile_builders import NOW, SETTINGS, canary_started, condition, decide_pass, kind, manifest_with_steps
 
 # --- autoscaling while a canary runs ------------------------------------------------------------
 
@@ -133,3 +134,82 @@ def test_the_pass_writes_the_stable_revisions_replicas():
     kube = RecordingGateway()
     reconcile(body, kube, SETTINGS, NOW, children=children)
     assert kube.scaled == [(f"chat-{warming.status['stableRevision']}", 3)]
+
+
+# --- the stable revision degrades while a canary runs -------------------------------------------
+
+GATES = RolloutGates(min_requests=20)
+SLO_TTFT_P99_MS = 1000
+
+
+def sample(ttft: float = 200.0, failed: float = 0.0, mean: float | None = None) -> RevisionSample:
+    return RevisionSample(100.0 - failed, failed, ttft, mean)
+
+
+@pytest.mark.parametrize(("stable", "canary", "outcome", "words"), [
+    # The issue's case: stable at 2000 ms makes a canary at 200 ms read -90 %; it is held, not passed.
+    (sample(2000.0), sample(200.0), Outcome.STABLE_DEGRADED, "p99 TTFT above the SLO's 1000 ms"),
+    # A canary above the SLO, better than a worse stable: held, never promoted.
+    (sample(5000.0), sample(1800.0), Outcome.STABLE_DEGRADED, "no worse"),
+    # Worse than an already degraded stable: rolled back.
+    (sample(1800.0), sample(9000.0), Outcome.FAILED, "maxTtftP99RegressionPercent"),
+    # Stable failing requests (a cause both share): the canary failing as many is held...
+    (sample(failed=5.0), sample(failed=5.0), Outcome.STABLE_DEGRADED, "error rate above maxErrorRatePercent 1%"),
+    # ... one failing far more is rolled back.
+    (sample(failed=5.0), sample(failed=30.0), Outcome.FAILED, "error rate 30.0%"),
+    # Beside a stable revision within its bounds the canary is held to them too: a p99 above the
+    # SLO fails it even within the relative margin (its bucket 1000-1250 ms, stable's 800-1000 ms).
+    (sample(950.0), sample(1100.0), Outcome.FAILED, "above the SLO's 1000 ms"),
+    # Where the buckets cannot tell it from the SLO, it is within it.
+    (sample(900.0), sample(990.0), Outcome.SUCCESSFUL, "(+10%)"),
+])
+def test_a_degraded_stable_revision_holds_the_canary_and_never_makes_it_pass(stable, canary, outcome, words):
+    verdict = judge(Samples(stable, canary, 60), GATES, SLO_TTFT_P99_MS)
+    assert verdict.outcome == outcome and words in verdict.message, verdict.message
+
+
+ANALYSED = (RolloutStep(set_weight=50), ANALYSIS)
+
+
+def test_a_stable_degraded_verdict_holds_the_step_then_pauses_past_the_deadline():
+    steps, decision = at_second_step(50, ANALYSIS, 2)
+    held = Verdict(Outcome.STABLE_DEGRADED, "the stable revision breaches its bounds")
+    for seconds in (30, 299, 330):  # past the step's duration: a Successful verdict would pass it
+        decision = advance(decision.state, steps, seen(2, 2, NOW + timedelta(seconds=seconds), analysis=held))
+        assert (decision.state.phase, decision.state.step_index) == (CanaryPhase.PROGRESSING, 1), decision.state
+        assert decision.split.canary_replicas == 2 and not decision.events, "held: not rolled back, not moved on"
+        assert "StableDegraded" in decision.state.message
+    late = NOW + timedelta(seconds=300 + GATES.analysis_deadline_seconds)
+    paused = advance(decision.state, steps, seen(2, 2, late, analysis=held))
+    assert paused.state.phase == CanaryPhase.PAUSED and "promote or abort by hand" in paused.state.message
+
+
+def analysed(revision: str, generation: int, status: dict | None = None) -> dict:
+    body = manifest_with_steps(revision, generation, status)
+    body["spec"]["rollout"]["steps"] = [{"setWeight": 50}, {"analysis": {"durationSeconds": 60,
+                                                                         "intervalSeconds": 10}}]
+    return body
+
+
+def test_the_pass_says_the_stable_revision_holds_the_canary_in_progressing_and_a_warning():
+    _, warming, children = canary_started(analysed)
+    analysing = decide_pass(analysed("v2", 2, warming.status), children, SETTINGS, NOW)
+    assert analysing.status["canary"]["stepIndex"] == 1
+    stable_revision = analysing.status["stableRevision"]
+    degraded = Samples(sample(2000.0), sample(200.0), 60)
+    held = decide_pass(analysed("v2", 2, analysing.status), children, SETTINGS, NOW + timedelta(seconds=10),
+                       samples=degraded)
+    assert held.status["canary"]["analysisVerdict"] == "StableDegraded"
+    progressing = condition(held, "Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("True", Reason.STABLE_DEGRADED)
+    assert f"stable revision {stable_revision} degraded" in progressing["message"]
+    assert "p99 TTFT above the SLO's 1000 ms" in progressing["message"]
+    assert [(e.type, e.reason) for e in held.events if e.reason == Reason.STABLE_DEGRADED] == [
+        ("Warning", Reason.STABLE_DEGRADED)]
+    assert condition(held, "Ready")["status"] == "True" and condition(held, "Degraded")["status"] == "False"
+    # Stable recovers: the hold ends, and the step passes on a Successful verdict.
+    healthy = Samples(sample(200.0), sample(210.0), 60)
+    passed = decide_pass(analysed("v2", 2, held.status), children, SETTINGS, NOW + timedelta(seconds=61),
+                         samples=healthy)
+    assert passed.status["canary"]["phase"] in ("Promoting", "Promoted")
+    assert condition(passed, "Progressing")["reason"] != Reason.STABLE_DEGRADED

@@ -83,7 +83,7 @@ def walk_canary(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, revision: str
     samples, golden = observations.samples, observations.golden
     observed = Observed(revision, stable, build.finished, build.failed, ctx.children.ready(revision),
                         desired, max(0, room), ctx.now, Command.parse(ctx.rollout_command),
-                        None if samples is None else judge(samples, spec.rollout.gates),
+                        None if samples is None else judge(samples, spec.rollout.gates, spec.slo.ttft_p99_ms),
                         None if golden is None or spec.rollout.quality is None
                         else judge_quality(golden, spec.rollout.quality), observations.not_ready_reason)
     decision = advance(stored, tuple(spec.rollout.steps), observed, spec.rollout.gates,

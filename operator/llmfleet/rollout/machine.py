@@ -350,8 +350,8 @@ def _check_quality(state: CanaryState, observed: Observed, gates: RolloutGates):
 
 def _analyse(state: CanaryState, step: RolloutStep, observed: Observed, gates: RolloutGates, label: str):
     """(state, events, done) for an analysis step: a Failed verdict rolls back at once; the step
-    passes when its duration is over and the last verdict is Successful; Inconclusive or Error
-    holds, and pauses for a person past analysisDeadlineSeconds."""
+    passes when its duration is over and the last verdict is Successful; Inconclusive, Error or
+    StableDegraded holds, and pauses for a person past analysisDeadlineSeconds."""
     duration = step.analysis.duration_seconds
     if observed.analysis is not None and analysis_due(state, step, observed.now):
         state = replace(state, verdict=observed.analysis.outcome, verdict_message=observed.analysis.message,
