@@ -14,7 +14,8 @@ from llmfleet.api import CanaryPhase, RolloutStep
 from llmfleet.reconcile import Context
 from llmfleet.reconcile.due import quality_query
 from reconcile_builders import (
-    NOW, SETTINGS, canary_started, condition, decide_pass, kind, manifest_with_steps, stored_after, with_status)
+    NOW, SETTINGS, SilentGateway, canary_started, condition, decide_pass, kind, manifest_with_steps, stored_after,
+    with_status)
 from llmfleet.rollout import Command, Observed, advance, canary_replicas_for
 
 STEPS = (RolloutStep(set_weight=25), RolloutStep.model_validate({"pause": {"durationSeconds": 60}}),
@@ -572,27 +573,12 @@ def test_the_stable_revisions_own_service_serves_the_canary_and_goes_when_routin
     assert children[1] not in unrouted.delete, "the stable revision's Deployment still serves"
 
 
-class HungGoldenGateway:
+class HungGoldenGateway(SilentGateway):
     """Writes go nowhere; listing the canary's pods for the golden prompts hangs until released."""
 
     def __init__(self):
         self.released = threading.Event()
         self.listing = threading.Event()
-
-    def ensure(self, manifest):
-        pass
-
-    def apply(self, manifest, live=None):
-        pass
-
-    def delete(self, child):
-        pass
-
-    def patch_status(self, namespace, name, status, resource_version=None):
-        return True
-
-    def emit_event(self, obj, event_type, reason, message):
-        pass
 
     def list_pods(self, namespace, selector):
         self.listing.set()

@@ -12,7 +12,8 @@ from llmfleet.api import CanaryPhase, Reason, RolloutGates, RolloutStep
 from llmfleet.autoscale import MetricsSnapshot
 from llmfleet.reconcile import reconcile
 from llmfleet.rollout import Observed, Outcome, RevisionSample, Samples, Verdict, advance, canary_replicas_for, judge
-from reconcile_builders import NOW, SETTINGS, canary_started, condition, decide_pass, kind, manifest_with_steps
+from reconcile_builders import (
+    NOW, SETTINGS, SilentGateway, canary_started, condition, decide_pass, kind, manifest_with_steps)
 
 # --- autoscaling while a canary runs ------------------------------------------------------------
 
@@ -103,27 +104,12 @@ def test_without_the_autoscaler_stable_keeps_its_own_plans_replicas():
     assert outcome.status["replicas"] == 3 and outcome.scale == []
 
 
-class RecordingGateway:
+class ScaleRecordingGateway(SilentGateway):
     def __init__(self):
         self.scaled: list[tuple[str, int]] = []
 
-    def ensure(self, manifest):
-        pass
-
-    def apply(self, manifest, live=None):
-        pass
-
     def scale(self, child, replicas):
         self.scaled.append((child["metadata"]["name"], replicas))
-
-    def delete(self, child):
-        pass
-
-    def patch_status(self, namespace, name, status, resource_version=None):
-        return True
-
-    def emit_event(self, obj, event_type, reason, message):
-        pass
 
 
 def test_the_pass_writes_the_stable_revisions_replicas():
@@ -131,7 +117,7 @@ def test_the_pass_writes_the_stable_revisions_replicas():
     has fallen behind (say, written before an operator restart)."""
     _, warming, children = canary_started(autoscaled)
     body = autoscaled("v2", 2, {**warming.status, "replicas": 3})
-    kube = RecordingGateway()
+    kube = ScaleRecordingGateway()
     reconcile(body, kube, SETTINGS, NOW, children=children)
     assert kube.scaled == [(f"chat-{warming.status['stableRevision']}", 3)]
 
