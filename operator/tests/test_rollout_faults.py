@@ -95,6 +95,22 @@ def test_a_scale_up_during_a_paused_step_resizes_stable_and_the_canary_alike():
     assert backends == {f"chat-{stable_revision}": 50, f"chat-{canary_revision}": 50}
 
 
+def test_after_a_rollback_the_autoscaler_still_sizes_stable():
+    """The spec still asks for the rolled-back revision, so the canary machinery stays in
+    charge: the autoscaler's count must reach stable's Deployment all the same."""
+    _, warming, children = canary_started(autoscaled)
+    body = autoscaled("v2", 2, warming.status)
+    body["metadata"]["annotations"] = {"llmfleet.io/rollout-command": "abort/1"}
+    aborted = decide_pass(body, children, SETTINGS, NOW)
+    assert aborted.status["canary"]["phase"] == "RolledBack"
+    body["status"] = aborted.status
+    up = decide_pass(body, children, SETTINGS, NOW + timedelta(seconds=10), BREACH)
+    assert up.status["replicas"] == 4 and up.status["canary"]["phase"] == "RolledBack"
+    assert [(child["metadata"]["name"], replicas) for child, replicas in up.scale] == [
+        (f"chat-{aborted.status['stableRevision']}", 4)]
+    assert kind(up, "Deployment", aborted.status["currentRevision"])["spec"]["replicas"] == 0
+
+
 def test_without_the_autoscaler_stable_keeps_its_own_plans_replicas():
     """A new plan's replica count is not the stable revision's capacity (another GPU or TP)."""
     _, warming, children = canary_started()
