@@ -152,6 +152,47 @@ def test_an_aborted_canary_goes_to_zero_and_stable_pods_serve_on_untouched(sandb
     assert "RolledBack" in shown.stdout and canary in shown.stdout
 
 
+def _ready_pods_by_revision(sandbox, name: str) -> dict[str, int]:
+    ready: dict[str, int] = {}
+    for pod in _serving(sandbox, name, "pods"):
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions") or []):
+            revision = pod["metadata"]["labels"]["llmfleet.io/revision"]
+            ready[revision] = ready.get(revision, 0) + 1
+    return ready
+
+
+def test_the_autoscaler_resizing_stable_during_a_paused_step_keeps_the_canarys_share(sandbox):
+    """The autoscaler sizes the stable revision; a scale-up while the canary waits in a pause
+    step reaches stable's Deployment and the canary alike, so replicas, ready pods, status and
+    the route keep the step's 50 %. The scale-up comes from raising minReplicas (the
+    autoscaler's own floor), not from load: quicker, and the same path from its count on."""
+    body = manifest("scaled", "v1", [{"setWeight": 50}, {"pause": {"durationSeconds": 0}}])
+    del body["spec"]["plan"]
+    body["spec"]["autoscaling"] = {"enabled": True, "minReplicas": 1, "maxReplicas": 2}
+    body["spec"]["routing"] = {"httpRoute": {"parentRefs": [{"name": "inference"}]}}
+    sandbox.apply([body], namespace=NAMESPACE)
+    stable = wait_until_ready(sandbox, "scaled", NAMESPACE)["status"]["currentRevision"]
+    _new_engine_revision(sandbox, "scaled")
+    _watch_phases(sandbox, "scaled", "Paused", 240)
+    canary = _status(sandbox, "scaled")["currentRevision"]
+    assert _revision_replicas(sandbox, "scaled", stable) == [1] and _revision_replicas(sandbox, "scaled", canary) == [1]
+
+    sandbox.kubectl("patch", "llmdeployment", "scaled", "-n", NAMESPACE, "--type=merge",
+                    "-p", '{"spec": {"autoscaling": {"minReplicas": 2}}}')
+    wait_for(lambda: (_revision_replicas(sandbox, "scaled", stable), _revision_replicas(sandbox, "scaled", canary))
+             == ([2], [2]), 60, "stable's and the canary's Deployments at 2 replicas each")
+    wait_for(lambda: _ready_pods_by_revision(sandbox, "scaled") == {stable: 2, canary: 2}, 180,
+             "two ready pods of each revision")
+    status = _status(sandbox, "scaled")
+    assert status["replicas"] == 2 and status["currentRevision"] == canary, status
+    held = status["canary"]
+    assert (held["phase"], held["stepIndex"], held["canaryReplicas"], held["weightPercent"]) == ("Paused", 1, 2, 50), held
+    route = sandbox.kubectl_json("get", "httproute", "scaled", "-n", NAMESPACE)
+    assert {ref["name"]: ref["weight"] for ref in route["spec"]["rules"][0]["backendRefs"]} == {
+        f"scaled-{stable}": 50, f"scaled-{canary}": 50}
+    sandbox.kubectl("delete", "llmdeployment", "scaled", "-n", NAMESPACE)
+
+
 def _revision_of(sandbox, body: dict) -> str:
     """The revision the operator makes of `body`, as `llmfleet plan` names it."""
     planned = subprocess.run([*LLMFLEET, "plan", "-f", "-", "-o", "json"], input=json.dumps(body), env=sandbox.env,

@@ -95,6 +95,28 @@ def canary_started(body=manifest_with_steps):
     return stable, warming, [job_a, serving_a, job_b, serving_b]
 
 
+class SilentGateway:
+    """A KubeGateway whose writes go nowhere and whose status patches all succeed."""
+
+    def ensure(self, manifest):
+        pass
+
+    def apply(self, manifest, live=None):
+        pass
+
+    def scale(self, child, replicas):
+        pass
+
+    def delete(self, child):
+        pass
+
+    def patch_status(self, namespace, name, status, resource_version=None):
+        return True
+
+    def emit_event(self, obj, event_type, reason, message):
+        pass
+
+
 def decide_pass(body: dict, children, settings: OperatorSettings, now: datetime, snapshot=None, *,
                 cluster_gpus=None, fleet_speeds=None, observed=None, **observations) -> Outcome:
     """`observed` is the settled revision's traffic (Observations.workload); `cluster_gpus` and

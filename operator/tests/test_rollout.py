@@ -14,7 +14,8 @@ from llmfleet.api import CanaryPhase, RolloutStep
 from llmfleet.reconcile import Context
 from llmfleet.reconcile.due import quality_query
 from reconcile_builders import (
-    NOW, SETTINGS, canary_started, condition, decide_pass, kind, manifest_with_steps, stored_after, with_status)
+    NOW, SETTINGS, SilentGateway, canary_started, condition, decide_pass, kind, manifest_with_steps, stored_after,
+    with_status)
 from llmfleet.rollout import Command, Observed, advance, canary_replicas_for
 
 STEPS = (RolloutStep(set_weight=25), RolloutStep.model_validate({"pause": {"durationSeconds": 60}}),
@@ -174,6 +175,7 @@ from llmfleet.api import RolloutGates  # noqa: E402
 from llmfleet.rollout import Outcome, RevisionSample, Samples, Verdict, judge  # noqa: E402
 
 GATES = RolloutGates(min_requests=20)
+SLO_TTFT_P99_MS = 1000  # above every p99 below: these cases are about the comparison
 
 
 def sample(succeeded=100.0, failed=0.0, ttft=200.0, mean=None) -> RevisionSample:
@@ -198,12 +200,12 @@ def sample(succeeded=100.0, failed=0.0, ttft=200.0, mean=None) -> RevisionSample
     (sample(ttft=24.8, mean=12.0), sample(ttft=49.0, mean=16.0), Outcome.SUCCESSFUL, "(+98%)"),
 ])
 def test_the_gate_compares_canary_with_stable(stable, canary, outcome, words):
-    verdict = judge(Samples(stable, canary, 60), GATES)
+    verdict = judge(Samples(stable, canary, 60), GATES, SLO_TTFT_P99_MS)
     assert verdict.outcome == outcome and words in verdict.message
 
 
 def test_prometheus_down_is_an_error_not_a_failure():
-    verdict = judge(Samples(window_seconds=60, error="connection refused"), GATES)
+    verdict = judge(Samples(window_seconds=60, error="connection refused"), GATES, SLO_TTFT_P99_MS)
     assert verdict.outcome == Outcome.ERROR and "connection refused" in verdict.message
 
 
@@ -571,27 +573,12 @@ def test_the_stable_revisions_own_service_serves_the_canary_and_goes_when_routin
     assert children[1] not in unrouted.delete, "the stable revision's Deployment still serves"
 
 
-class HungGoldenGateway:
+class HungGoldenGateway(SilentGateway):
     """Writes go nowhere; listing the canary's pods for the golden prompts hangs until released."""
 
     def __init__(self):
         self.released = threading.Event()
         self.listing = threading.Event()
-
-    def ensure(self, manifest):
-        pass
-
-    def apply(self, manifest, live=None):
-        pass
-
-    def delete(self, child):
-        pass
-
-    def patch_status(self, namespace, name, status, resource_version=None):
-        return True
-
-    def emit_event(self, obj, event_type, reason, message):
-        pass
 
     def list_pods(self, namespace, selector):
         self.listing.set()

@@ -72,6 +72,9 @@ class Reason:
     CANARY_PROMOTING = "CanaryPromoting"
     CANARY_PROMOTED = "CanaryPromoted"
     CANARY_SUPERSEDED = "CanarySuperseded"
+    # The analysis verdict and Progressing reason (its event a Warning) of a canary held because
+    # the stable revision it is compared with breaches the SLO or the error bound
+    STABLE_DEGRADED = "StableDegraded"
     # Degraded
     AS_PLANNED = "AsPlanned"
     BELOW_DESIRED_REPLICAS = "BelowDesiredReplicas"
@@ -119,6 +122,11 @@ class Reason:
 # (EngineBuilt False while Building, Progressing False once RolledOut): their events are Normal.
 PROGRESS_REASONS = frozenset({Reason.BUILD_PENDING, Reason.BUILDING, Reason.ENGINE_READY, Reason.ROLLING_OUT,
                               Reason.SCALING_UP, Reason.ROLLED_OUT, Reason.AS_PLANNED, Reason.REPLANNED})
+
+
+# Reasons of bad news whatever the status they sit on (a canary held beside a degraded stable
+# revision: Progressing stays True): their events are Warnings.
+WARNING_REASONS = frozenset({Reason.STABLE_DEGRADED})
 
 
 # Ready is derived, as KServe derives it from a condition set: True when each condition it

@@ -346,7 +346,8 @@ class CanaryStatus(ApiModel):
     )
     analysis_verdict: str | None = Field(
         default=None, max_length=32,
-        description="The current analysis step's last verdict: Successful, Failed, Inconclusive or Error."
+        description="The current analysis step's last verdict: Successful, Failed, Inconclusive, Error or "
+                    "StableDegraded (the stable revision breaches the SLO or the error bound: held)."
     )
     analysis_message: str | None = Field(
         default=None, max_length=1024, description="The numbers behind the verdict."

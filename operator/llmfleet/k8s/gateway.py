@@ -169,6 +169,16 @@ class KubeGateway:
                 field_manager=FIELD_MANAGER, force_conflicts=True)
         self._applied[key] = (digest, _fingerprint(applied.to_dict()))
 
+    def scale(self, child: dict, replicas: int) -> None:
+        """Set a child's spec.replicas alone (a merge patch, as an autoscaler writes it), leaving
+        the rest of the object as it was applied."""
+        resource = self._resource(child["apiVersion"], child["kind"])
+        metadata = child["metadata"]
+        with _refusal_named(child):
+            resource.patch(body={"spec": {"replicas": replicas}}, name=metadata["name"],
+                           namespace=metadata["namespace"], content_type="application/merge-patch+json",
+                           field_manager=FIELD_MANAGER)
+
     def ensure(self, manifest: dict) -> None:
         """Create the object unless it exists; never change or take over an existing one (a
         user may have created the engine cache claim with their own storage class)."""

@@ -92,7 +92,7 @@ def walk_canary(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, revision: str
     samples, golden = observations.samples, observations.golden
     observed = Observed(revision, stable, build.finished, build.failed, ctx.children.ready(revision),
                         desired, max(0, room), ctx.now, Command.parse(ctx.rollout_command),
-                        None if samples is None else judge(samples, spec.rollout.gates),
+                        None if samples is None else judge(samples, spec.rollout.gates, spec.slo.ttft_p99_ms),
                         None if golden is None or spec.rollout.quality is None
                         else judge_quality(golden, spec.rollout.quality), observations.not_ready_reason)
     decision = advance(stored, tuple(spec.rollout.steps), observed, spec.rollout.gates,
@@ -100,6 +100,21 @@ def walk_canary(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, revision: str
     events = tuple(Event.warning(reason, message) if reason == Reason.CANARY_ROLLED_BACK
                    else Event.normal(reason, message) for reason, message in decision.events)
     return CanaryStep(decision.state, decision.split, events)
+
+
+def stable_rescaled(ctx: Context, canary: CanaryStep, autoscaled: bool) -> list[tuple[dict, int]]:
+    """(the stable revision's Deployment, its replicas) when the autoscaler changed them while a
+    canary runs or after one was rolled back. This pass renders only the current revision; the
+    stable one's objects are an older spec's, so only their replica count is written. Without
+    the autoscaler stable keeps the replicas its own plan gave it (another plan's count would
+    not be its capacity)."""
+    state, split = canary.state, canary.split
+    if not autoscaled or split is None or state.phase == CanaryPhase.PROMOTED:
+        return []
+    deployment = ctx.children.serving.get(state.stable_revision)
+    if deployment is None or (deployment.get("spec") or {}).get("replicas") == split.stable_replicas:
+        return []
+    return [(deployment, split.stable_replicas)]
 
 
 def route_weights(ctx: Context, revision: str, canary: CanaryStep) -> dict[str, int]:

@@ -10,6 +10,7 @@ from llmfleet.reconcile.canary import CanaryStep
 from llmfleet.reconcile.context import REPLAN_ANNOTATION, Context
 from llmfleet.reconcile.rollout import Rollout
 from llmfleet.reconcile.scale import Scaling
+from llmfleet.rollout import Outcome as AnalysisOutcome
 
 TRUE, FALSE, UNKNOWN = ConditionStatus.TRUE, ConditionStatus.FALSE, ConditionStatus.UNKNOWN
 
@@ -37,7 +38,11 @@ def _canary_conditions(ctx: Context, rollout: Rollout, canary: CanaryStep) -> tu
         progressing = (FALSE, Reason.CANARY_ROLLED_BACK, state.message)
         degraded = (TRUE, Reason.CANARY_ROLLED_BACK, state.message)
     else:
-        progressing = (TRUE, Reason.ROLLING_OUT, where)
+        # A canary held beside a degraded stable revision says so in the reason.
+        held = state.verdict == AnalysisOutcome.STABLE_DEGRADED and state.phase in (CanaryPhase.PROGRESSING,
+                                                                                     CanaryPhase.PAUSED)
+        progressing = ((TRUE, Reason.STABLE_DEGRADED, f"stable revision {stable} degraded; {where}") if held
+                       else (TRUE, Reason.ROLLING_OUT, where))
         degraded = (FALSE, Reason.AS_PLANNED, where)
     available = ((TRUE, Reason.REPLICAS_READY,
                   f"stable revision {stable} serves with {stable_ready} replica(s) ready; {where}")

@@ -9,7 +9,7 @@ from llmfleet.api import LLMDeployment, Reason
 from llmfleet.api.status import PlanStatus, RevisionStatus
 from llmfleet.autoscale import describe_ttft_p99, display_round
 from llmfleet.reconcile.build import build_state
-from llmfleet.reconcile.canary import canary_runs, canary_status, route_weights, walk_canary
+from llmfleet.reconcile.canary import canary_runs, canary_status, route_weights, stable_rescaled, walk_canary
 from llmfleet.reconcile.conditions import blocked_conditions, serving_conditions
 from llmfleet.reconcile.context import Context
 from llmfleet.reconcile.events import Event
@@ -78,7 +78,7 @@ def decide(ctx: Context, observations: Observations) -> Outcome:
     }
     return outcome(ctx, status, conditions, events=[*_scale_events(scaling), *canary.events, *learning.events],
                    ensure=namespace_prerequisites(deployment, plan, ctx.settings.render), apply=manifests,
-                   delete=rollout.delete)
+                   scale=stable_rescaled(ctx, canary, scaling.autoscaler is not None), delete=rollout.delete)
 
 
 def blocked(ctx: Context, reason: str, message: str, plan_status: PlanStatus | None = None) -> Outcome:

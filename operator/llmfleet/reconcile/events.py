@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmfleet.api import ConditionStatus, ConditionType, find_condition
-from llmfleet.api.conditions import PROGRESS_REASONS, Condition
+from llmfleet.api.conditions import PROGRESS_REASONS, WARNING_REASONS, Condition
 
 NORMAL, WARNING = "Normal", "Warning"
 # Conditions whose True status is bad news.
@@ -33,14 +33,16 @@ def transition_events(before: list[Condition], after: list[Condition]) -> list[E
     """One event per condition that changed status or reason; several conditions moving to
     the same reason in one pass (a build holds EngineBuilt, Progressing and Ready) tell one
     story, told once, in the words of the first. A reason of progress (Building, RolledOut) is
-    Normal whatever the status it sits on; otherwise the status says whether it is bad news."""
+    Normal whatever the status it sits on, one of WARNING_REASONS a Warning; otherwise the
+    status says whether it is bad news."""
     events: dict[tuple[str, str], Event] = {}
     for condition in after:
         previous = find_condition(before, condition.type)
         if previous is not None and previous.status == condition.status and previous.reason == condition.reason:
             continue
-        good = (condition.reason in PROGRESS_REASONS
-                or (condition.status == ConditionStatus.TRUE) != (condition.type in BAD_WHEN_TRUE))
+        good = condition.reason not in WARNING_REASONS and (
+            condition.reason in PROGRESS_REASONS
+            or (condition.status == ConditionStatus.TRUE) != (condition.type in BAD_WHEN_TRUE))
         event_type = NORMAL if good else WARNING
         events.setdefault((event_type, condition.reason), Event(event_type, condition.reason, condition.message))
     return list(events.values())

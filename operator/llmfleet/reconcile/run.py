@@ -48,6 +48,8 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
             kube.ensure(manifest)
         for manifest in result.apply:
             kube.apply(manifest, live.get((manifest["kind"], manifest["metadata"]["name"])))
+        for child, replicas in result.scale:
+            kube.scale(child, replicas)
     except WriteRefused as refused:
         # Kopf retries the pass; until then only status can tell the user why nothing changes.
         kube.patch_status(ctx.namespace, ctx.name, refused_write_patch(ctx, result.status, str(refused)),

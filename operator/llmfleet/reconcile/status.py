@@ -16,6 +16,9 @@ class Outcome:
     # Shared objects the workload needs, created when missing and otherwise left alone.
     ensure: list[dict] = field(default_factory=list)
     apply: list[dict] = field(default_factory=list)
+    # (child, replicas): a child whose replica count alone changes (the stable revision's
+    # Deployment while a canary runs, which this pass does not render).
+    scale: list[tuple[dict, int]] = field(default_factory=list)
     delete: list[dict] = field(default_factory=list)
     status: dict = field(default_factory=dict)  # the new status, as the apiserver stores it
     # The JSON merge patch turning the stored status into `status`: empty when nothing changed.

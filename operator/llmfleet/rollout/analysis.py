@@ -1,6 +1,9 @@
 """The metric gate of an analysis step: the canary against the stable revision over the same
-window, from what Prometheus answered. A query that failed or found too little data is never
-a failure: the rollout holds until the numbers are there."""
+window, and both against the spec's own bounds (the p99 TTFT SLO, maxErrorRatePercent), from
+what Prometheus answered. A query that failed or found too little data is never a failure: the
+rollout holds until the numbers are there. Nor is a stable revision out of its bounds: beside
+it a canary can only be judged worse or not, never good enough to promote, so the rollout
+holds (docs/rollouts.md, "When the stable revision degrades during a canary")."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import bisect
 from dataclasses import dataclass
 from enum import Enum
 
-from llmfleet.api import RolloutGates
+from llmfleet.api import Reason, RolloutGates
 from llmfleet.render.layout import TTFT_HISTOGRAM_BUCKETS_MS
 
 
@@ -17,6 +20,8 @@ class Outcome(str, Enum):
     FAILED = "Failed"
     INCONCLUSIVE = "Inconclusive"  # too few requests, or a series without data
     ERROR = "Error"  # Prometheus did not answer
+    # the stable revision breaches the SLO or the error bound, the canary is no worse: hold
+    STABLE_DEGRADED = Reason.STABLE_DEGRADED
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,16 @@ def bucket_bounds(value_ms: float, edges_ms: tuple[float, ...] = TTFT_HISTOGRAM_
     return lower, upper
 
 
-def judge(samples: Samples, gates: RolloutGates) -> Verdict:
+def _above(value_ms: float, bound_ms: float) -> bool:
+    """Whether a p99 from the histogram is surely above a bound: its bucket starts at or past it."""
+    lowest, _ = bucket_bounds(value_ms)
+    return lowest >= bound_ms
+
+
+def judge(samples: Samples, gates: RolloutGates, ttft_p99_slo_ms: float) -> Verdict:
+    """The canary fails when it is worse than stable (error rate, p99 or mean TTFT beyond the
+    margins) or, beside a stable revision within the bounds, when it breaks them itself. A
+    stable revision out of the bounds holds the rollout unless the canary is worse still."""
     if samples.error is not None:
         return Verdict(Outcome.ERROR, f"Prometheus: {samples.error}")
     stable, canary = samples.stable, samples.canary
@@ -73,16 +87,20 @@ def judge(samples: Samples, gates: RolloutGates) -> Verdict:
         if count is None or count < gates.min_requests:
             return Verdict(Outcome.INCONCLUSIVE, f"{name}: {count or 0:.0f} requests {window}, "
                                                  f"{gates.min_requests} needed for a verdict")
-    errors = canary.error_rate_percent or 0.0
-    if errors > gates.max_error_rate_percent:
+    errors, stable_errors = canary.error_rate_percent or 0.0, stable.error_rate_percent or 0.0
+    stable_erring = stable_errors > gates.max_error_rate_percent
+    # Beside a stable revision that fails requests too (a cause both share), only the canary's
+    # excess over it counts.
+    if errors > gates.max_error_rate_percent and (not stable_erring
+                                                   or errors - stable_errors > gates.max_error_rate_percent):
         return Verdict(Outcome.FAILED, f"error rate {errors:.1f}% {window} exceeds maxErrorRatePercent "
                                        f"{gates.max_error_rate_percent:g}% ({canary.failed:.0f} of "
-                                       f"{canary.requests:.0f} canary requests failed)")
+                                       f"{canary.requests:.0f} canary requests failed; stable {stable_errors:.1f}%)")
     if canary.ttft_p99_ms is None or stable.ttft_p99_ms is None or stable.ttft_p99_ms <= 0:
         return Verdict(Outcome.INCONCLUSIVE, f"no p99 TTFT {window} for both revisions yet")
     regression = 100.0 * (canary.ttft_p99_ms - stable.ttft_p99_ms) / stable.ttft_p99_ms
     numbers = (f"p99 TTFT canary {canary.ttft_p99_ms:.0f} ms vs stable {stable.ttft_p99_ms:.0f} ms "
-               f"({regression:+.0f}%), error rate {errors:.1f}% {window}")
+               f"({regression:+.0f}%), error rate canary {errors:.1f}% vs stable {stable_errors:.1f}% {window}")
     # Both p99s are known only to within their histogram buckets: the canary fails only when
     # even the lowest value its bucket allows is above the highest stable's allows, plus the margin.
     canary_lowest, _ = bucket_bounds(canary.ttft_p99_ms)
@@ -99,4 +117,16 @@ def judge(samples: Samples, gates: RolloutGates) -> Verdict:
             return Verdict(Outcome.FAILED, f"{numbers}; mean TTFT canary {canary.ttft_mean_ms:.1f} ms vs stable "
                                            f"{stable.ttft_mean_ms:.1f} ms ({mean_regression:+.0f}%) exceeds "
                                            f"maxTtftMeanRegressionPercent {gates.max_ttft_mean_regression_percent:g}%")
+    stable_breaches = [f"p99 TTFT above the SLO's {ttft_p99_slo_ms:g} ms"] if _above(stable.ttft_p99_ms,
+                                                                                     ttft_p99_slo_ms) else []
+    if stable_erring:
+        stable_breaches.append(f"error rate above maxErrorRatePercent {gates.max_error_rate_percent:g}%")
+    if stable_breaches:
+        return Verdict(Outcome.STABLE_DEGRADED, f"{numbers}: the stable revision breaches its bounds "
+                                                f"({', '.join(stable_breaches)}); the canary is no worse, "
+                                                "which does not make it good: holding")
+    if _above(canary.ttft_p99_ms, ttft_p99_slo_ms):
+        return Verdict(Outcome.FAILED, f"{numbers}: the canary's p99 TTFT is above the SLO's "
+                                       f"{ttft_p99_slo_ms:g} ms (its bucket starts at {canary_lowest:g} ms) "
+                                       "while stable's is within it")
     return Verdict(Outcome.SUCCESSFUL, numbers)

@@ -122,6 +122,13 @@ def _first_weight(steps: tuple[RolloutStep, ...]) -> int:
     return next((step.set_weight for step in steps if step.set_weight is not None), 0)
 
 
+def _weight_at(steps: tuple[RolloutStep, ...], step_index: int) -> int:
+    """The canary's share at a step: the last `setWeight` at or before it, the first one's
+    before any was reached (Warming)."""
+    reached = [step.set_weight for step in steps[:step_index + 1] if step.set_weight is not None]
+    return reached[-1] if reached else _first_weight(steps)
+
+
 def _replicas(weight_percent: int, observed: Observed) -> int:
     return min(canary_replicas_for(weight_percent, observed.stable_replicas), observed.max_canary_replicas)
 
@@ -166,6 +173,7 @@ def advance(state: CanaryState | None, steps: tuple[RolloutStep, ...], observed:
     if command is not None:
         state, more = _apply_command(state, command, steps, observed)
         events += more
+    state = _keep_share(state, steps, observed)
     state, more = _progress(state, steps, observed, gates, check_quality)
     events += more
     return Decision(state, _split(state, observed), tuple(events))
@@ -192,6 +200,23 @@ def _apply_command(state: CanaryState, command: Command, steps, observed: Observ
         return (_enter(state, CanaryPhase.PROGRESSING, observed, "resumed by hand", step_index=index),
                 [(Reason.CANARY_RESUMED, "resumed by hand")])
     return state, []
+
+
+def _warming_message(replicas: int) -> str:
+    return f"waiting for {replicas} canary replica(s) to be ready"
+
+
+def _keep_share(state: CanaryState, steps: tuple[RolloutStep, ...], observed: Observed) -> CanaryState:
+    """The canary's replicas follow the stable revision's, which the autoscaler sizes, at the
+    current step's weight: a scale-up or -down between `setWeight` steps keeps the canary's
+    share. A canary without replicas (Preparing, or paused for want of GPU budget) gets none."""
+    if state.phase not in (CanaryPhase.WARMING, CanaryPhase.PROGRESSING, CanaryPhase.PAUSED) \
+            or state.canary_replicas < 1:
+        return state
+    replicas = max(1, _replicas(_weight_at(steps, state.step_index), observed))
+    if state.phase == CanaryPhase.WARMING and replicas != state.canary_replicas:
+        state = replace(state, message=_warming_message(replicas))
+    return replace(state, canary_replicas=replicas)
 
 
 def _roll_back(state: CanaryState, observed: Observed, why: str):
@@ -232,8 +257,7 @@ def _progress(state: CanaryState, steps: tuple[RolloutStep, ...], observed: Obse
                                f"{observed.stable_replicas} stable one(s); raise it, or promote or abort by hand")
                 events.append((Reason.CANARY_PAUSED, state.message))
                 return state, events
-            state = _enter(state, CanaryPhase.WARMING, observed,
-                           f"waiting for {replicas} canary replica(s) to be ready", canary_replicas=replicas)
+            state = _enter(state, CanaryPhase.WARMING, observed, _warming_message(replicas), canary_replicas=replicas)
             events.append((Reason.CANARY_WARMING, state.message))
         elif phase == CanaryPhase.WARMING:
             if observed.canary_ready < state.canary_replicas:
@@ -326,8 +350,8 @@ def _check_quality(state: CanaryState, observed: Observed, gates: RolloutGates):
 
 def _analyse(state: CanaryState, step: RolloutStep, observed: Observed, gates: RolloutGates, label: str):
     """(state, events, done) for an analysis step: a Failed verdict rolls back at once; the step
-    passes when its duration is over and the last verdict is Successful; Inconclusive or Error
-    holds, and pauses for a person past analysisDeadlineSeconds."""
+    passes when its duration is over and the last verdict is Successful; Inconclusive, Error or
+    StableDegraded holds, and pauses for a person past analysisDeadlineSeconds."""
     duration = step.analysis.duration_seconds
     if observed.analysis is not None and analysis_due(state, step, observed.now):
         state = replace(state, verdict=observed.analysis.outcome, verdict_message=observed.analysis.message,

@@ -71,7 +71,9 @@ class RolloutGates(ApiModel):
         default=1.0,
         ge=0,
         le=100,
-        description="Largest accepted share of failed canary requests, in percent.",
+        description="Largest accepted share of failed canary requests, in percent; beside a "
+        "stable revision above it too, the canary's excess over stable's share. A stable revision "
+        "above it holds the rollout (StableDegraded).",
     )
     min_requests: int = Field(
         default=20,
@@ -92,8 +94,9 @@ class RolloutGates(ApiModel):
         default=600,
         ge=0,
         le=86400,
-        description="How long past its duration an analysis step may stay Inconclusive (no "
-        "data, Prometheus down) before the rollout pauses for a person.",
+        description="How long past its duration an analysis step may stay without a verdict "
+        "(Inconclusive: no data; Error: Prometheus down; StableDegraded: the stable revision "
+        "breaches its bounds) before the rollout pauses for a person.",
     )
 
 
