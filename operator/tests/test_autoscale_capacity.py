@@ -20,7 +20,7 @@ from llmfleet.planner.search import plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec
 from llmfleet.planner.types import SpeedFactor
 from llmfleet_sandbox.manager import DEMO_MANIFEST
-from test_autoscale_policy import DOWN, HOLD, SLO_MS, SPEC, T0, UP, at, fresh
+from test_autoscale_policy import DOWN, HOLD, SLO_MS, SPEC, T0, UP, at, fresh, replica
 
 SIGNAL = ScalingSignal
 
@@ -90,6 +90,15 @@ def test_the_request_rate_at_the_capacity_scales_up_where_the_p99_does_not_yet()
     assert result.reason.startswith("6.00 req/s needs 5 replicas at 1.20 req/s per replica (the planner's model) "
                                     "at the 500 ms target (p99 TTFT 520 ms is within 10%")
     assert run(fresh(ttft_p99_ms=520.0, requests_per_second=6.0)).decision == HOLD
+
+
+def test_the_rate_rule_adds_no_replica_where_requests_pile_on_one_while_another_idles():
+    # 6 req/s needs 5 replicas at 1.2 each, but all of it reaches one of two: routing, not capacity.
+    skewed = fresh(ttft_p99_ms=1_000.0, requests_per_second=6.0,
+                   replicas=(replica("swamped", 2_000.0, 6.0), replica("idle", None, 0.0)))
+    result = run(skewed, current=2, cap=capacity())
+    assert (result.desired_replicas, result.decision) == (2, HOLD), result.reason
+    assert result.imbalance is not None and "more replicas would not help" in result.reason
 
 
 def test_a_replica_carries_at_least_what_it_is_seen_carrying_within_the_target():
