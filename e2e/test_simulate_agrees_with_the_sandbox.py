@@ -1,0 +1,38 @@
+"""`llmfleet simulate` against the sandbox (issue 30 part 2): the same autoscaled spec and the
+same seeded traffic run live (real operator, Prometheus, Triton with the emulated engine) and in
+virtual time must come to the same SLO attainment (within 2 points) and replica-seconds (within
+10 %). Where they differ, the simulator is wrong. benchmarks/bench_simulate_vs_live.py runs
+more traces at the sandbox's default scrape interval."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import SCRAPE_INTERVAL_S, small_batch_70b
+from simulation_agreement import Traffic, compare
+
+pytestmark = pytest.mark.long_running
+
+NAMESPACE = "simulate-agreement"
+SLO_TTFT_MS = 500
+# A climb from 0.5 to 6 requests/s over a minute, a minute at the peak, then the fall: one
+# replica carries about 3.5 of these requests/s, so the autoscaler must add two and remove them.
+CLIMB = Traffic.scheduled("ramp:0:0.5,30:0.5,90:6,150:6,180:0.5", 300)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def agreement_namespace(sandbox, operator):
+    sandbox.kubectl("create", "namespace", NAMESPACE)
+    yield NAMESPACE
+    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+
+
+def test_a_climb_and_fall_simulated_comes_to_the_live_runs_attainment_and_replica_seconds(sandbox, tmp_path):
+    # The API's autoscaling defaults, as a user who asks only for autoscaling gets them.
+    manifest = small_batch_70b("climb", NAMESPACE, SLO_TTFT_MS,
+                               autoscaling={"enabled": True, "minReplicas": 1, "maxReplicas": 3})
+    agreement = compare(sandbox, manifest, CLIMB, SLO_TTFT_MS, SCRAPE_INTERVAL_S, tmp_path)
+    print(agreement.describe())  # the figures, shown with -rP
+    assert agreement.live.requests == agreement.simulated.requests, agreement.describe()
+    assert agreement.live.peak_replicas > 1, f"the climb never scaled live: {agreement.describe()}"
+    assert agreement.agrees, agreement.describe()
