@@ -8,7 +8,7 @@ import pytest
 
 from llmfleet.api import AutoscalingSpec
 from llmfleet.api.status import ScalingDecision
-from llmfleet.simulation.fleet import Engine, Fleet, FleetSettings, ReplicaSpan, simulate
+from llmfleet.simulation.fleet import Engine, Fleet, FleetSettings, ReplicaSpan, _Simulation, simulate
 from llmfleet.simulation.profile import EngineProfile
 from llmfleet.simulation.prometheus_view import extrapolated_rate, histogram_quantile, least_squares_slope
 from llmfleet.simulation.replica import Arrival
@@ -21,9 +21,10 @@ PROFILE = EngineProfile(
     decode_step_ms_per_sequence=0.0, decode_step_ms_per_kv_token=0.0,
     kv_block_tokens=16, kv_blocks_total=1000, max_batch_size=1, max_num_tokens=1000)
 ENGINE = Engine(PROFILE, max_input_tokens=100, max_sequence_tokens=1000)
-# Passes and scrapes every second over a 4 s window: decisions fall on whole seconds.
+# Passes and scrapes every second over a 4 s window, every replica scraped just before each
+# pass: decisions fall on whole seconds.
 SETTINGS = FleetSettings(scrape_interval_seconds=1.0, window_seconds=4, reconcile_interval_seconds=1.0,
-                         start_up_delay_seconds=1.5)
+                         start_up_delay_seconds=1.5, scrape_phase_seconds=0.0)
 
 
 def _autoscaling(**overrides) -> AutoscalingSpec:
@@ -72,6 +73,33 @@ def test_a_growing_queue_scales_up_at_the_first_pass_that_sees_it_and_the_new_re
     assert run.replicas == (ReplicaSpan("replica-0", 0.0, 0.0, None, 5.0), ReplicaSpan("replica-1", 1.0, 2.5, None, 5.0))
     assert run.replica_seconds() == pytest.approx(9.0)
     assert run.replicas_at(2.0) == (2, 1) and run.replicas_at(3.0) == (2, 2)
+
+
+def test_a_pass_between_scrapes_reads_the_older_scrape():
+    # The growing queue above, scraped at 0.5, 1.5 ... s: the pass at 1 s reads the one scrape
+    # at 0.5 s, too few for a rate or the queue's growth; it holds 4 waiting requests (1-4 ms
+    # arrivals behind the first), and the backlog alone decides.
+    arrivals = [Arrival(float(k), 10, 100) for k in range(5)] + [Arrival(4000.0, 10, 100)]
+    fleet = Fleet(ENGINE, initial_replicas=1, slo_ttft_p99_ms=1000, autoscaling=_autoscaling())
+    run = simulate(fleet, FleetSettings(**{**SETTINGS.__dict__, "scrape_phase_seconds": 0.5}), arrivals)
+
+    assert [(event.time_s, event.to_replicas) for event in run.scaling] == [(1.0, 2)]
+    assert run.scaling[0].reason.startswith("no request got a first token in the window but 4 wait")
+
+
+def test_each_replica_is_scraped_at_its_own_phase_as_prometheus_spreads_its_targets():
+    settings = FleetSettings(**{**SETTINGS.__dict__, "scrape_interval_seconds": 15.0, "window_seconds": 60,
+                                "scrape_phase_seconds": None, "seed": 3})
+    fleet = Fleet(ENGINE, initial_replicas=3, slo_ttft_p99_ms=1000, autoscaling=None)
+    sim = _Simulation(fleet, settings, [Arrival(100_000.0, 10, 1)], None, 60.0)
+    sim.run()
+
+    phases = [replica.scrape_phase_s for replica in sim.replicas]
+    assert len(set(phases)) == 3 and all(0 <= phase < 15.0 for phase in phases)
+    for replica in sim.replicas:
+        times = [sample.time_s for sample in replica.series.samples]
+        assert times[0] == pytest.approx(replica.scrape_phase_s)
+        assert all(later - earlier == pytest.approx(15.0) for earlier, later in zip(times, times[1:]))
 
 
 def test_an_idle_fleet_scales_down_removing_the_newest_replica():

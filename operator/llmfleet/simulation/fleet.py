@@ -8,7 +8,11 @@ that a request arriving as a step ends joins the next one, as in the served engi
 - a request arrives and the Service routes it to a ready replica (round-robin or
   least-connections, as kube-proxy's IPVS `rr` and `lc`); with none ready it fails;
 - a replica's step ends: its tokens are out, its TTFT histogram records each first token;
-- Prometheus scrapes every ready replica every interval (prometheus_view);
+- Prometheus scrapes every ready replica every interval (prometheus_view), each at its own
+  phase: Prometheus offsets each target's scrapes within the interval by a hash of the target
+  (prometheus/prometheus scrape/target.go, `Target.offset`, in every 2.x release; the sandbox
+  runs 2.42), so the newest sample the operator reads is up to one interval old, not always
+  fresh;
 - every reconcile period the autoscaler decides on the snapshot the operator would read; new
   replicas serve after the start-up delay (pod start, engine load, readiness probe); a removed
   replica leaves the Service at once, finishes what it holds, and counts until it has.
@@ -18,6 +22,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -46,6 +52,10 @@ class FleetSettings:
     routing: str = ROUND_ROBIN  # llmfleet.simulation.routing
     queue_observable: bool = True
     seed: int = 0
+    # Seconds into each scrape interval at which every replica is scraped; None: each replica
+    # at its own phase drawn from the seed, as Prometheus spreads its targets. A fixed phase of
+    # 0 scrapes just before each pass: the freshest data the operator could ever have.
+    scrape_phase_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -145,6 +155,7 @@ class _Replica:
     engine: VirtualEngine
     created_s: float
     series: PodSeries
+    scrape_phase_s: float  # its scrapes fall at this phase of the interval
     histogram: TtftHistogram = field(default_factory=TtftHistogram)
     ready_s: float | None = None
     removed_s: float | None = None
@@ -179,6 +190,7 @@ class _Simulation:
         self.replicas: list[_Replica] = []
         self.names = itertools.count()
         self.round_robin = itertools.count()
+        self.scrape_phases = random.Random(settings.seed)
         self.results: dict[int, RequestResult] = {}
         self.in_flight: dict[EngineSequence, tuple[int, _Replica]] = {}
         self.first_token_ms: dict[int, float] = {}
@@ -197,13 +209,12 @@ class _Simulation:
             self.add_replica(0.0, ready=True)
         for index, arrival in enumerate(self.arrivals):
             self.push(arrival.arrival_ms, _Kind.ARRIVAL, index)
-        self.push(0.0, _Kind.SCRAPE)
         if self.fleet.autoscaling is not None:
             self.push(0.0, _Kind.RECONCILE)
         now_ms, next_progress_s = 0.0, 0.0
         handlers = {_Kind.STEP_END: self.step_end, _Kind.ARRIVAL: self.arrive, _Kind.READY: self.ready,
                     _Kind.SCRAPE: self.scrape, _Kind.RECONCILE: self.reconcile, _Kind.STEP_START: self.step_start}
-        while self.unfinished:  # scrapes reschedule themselves: there is always a next event
+        while self.unfinished:  # an unfinished request has its arrival or its replica's step ahead
             now_ms, kind, _, payload = heapq.heappop(self.events)
             handlers[kind](now_ms, payload)
             if self.progress is not None and now_ms / MS_PER_SECOND >= next_progress_s:
@@ -224,16 +235,23 @@ class _Simulation:
         index = next(self.names)
         name = f"replica-{index}"
         engine = VirtualEngine(self.fleet.engine.profile, seed=self.settings.seed + index)
-        replica = _Replica(index, name, engine, now_s, PodSeries(name))
+        interval_s = self.settings.scrape_interval_seconds
+        phase_s = self.settings.scrape_phase_seconds
+        replica = _Replica(index, name, engine, now_s, PodSeries(name),
+                           self.scrape_phases.uniform(0, interval_s) if phase_s is None else phase_s % interval_s)
         self.replicas.append(replica)
         if ready:
-            replica.ready_s = now_s
+            self.ready(now_s * MS_PER_SECOND, replica)
         else:
             self.push((now_s + self.settings.start_up_delay_seconds) * MS_PER_SECOND, _Kind.READY, replica)
 
     def ready(self, now_ms: float, replica: _Replica) -> None:
         if replica.removed_s is None:
             replica.ready_s = now_ms / MS_PER_SECOND
+            # Its first scrape: the next instant of its phase, this one included.
+            interval_s = self.settings.scrape_interval_seconds
+            first_s = replica.scrape_phase_s + interval_s * math.ceil((replica.ready_s - replica.scrape_phase_s) / interval_s)
+            self.push(first_s * MS_PER_SECOND, _Kind.SCRAPE, replica)
 
     def remove_replica(self, now_s: float) -> None:
         # A ReplicaSet deletes pods that are not ready first, then the newest.
@@ -303,14 +321,14 @@ class _Simulation:
 
     # Prometheus and the operator
 
-    def scrape(self, now_ms: float, _=None) -> None:
-        now_s = now_ms / MS_PER_SECOND
-        for replica in self.serving():
-            stats = replica.engine.scheduler.stats()
-            replica.series.samples.append(Sample(
-                now_s, replica.histogram.cumulative(), stats.waiting_requests, stats.active_requests,
-                stats.max_batch_size, stats.kv_blocks_used, stats.kv_blocks_max))
-        self.push(now_ms + self.settings.scrape_interval_seconds * MS_PER_SECOND, _Kind.SCRAPE)
+    def scrape(self, now_ms: float, replica: _Replica) -> None:
+        if not replica.serving:
+            return  # removed: it left discovery, and its scrapes end
+        stats = replica.engine.scheduler.stats()
+        replica.series.samples.append(Sample(
+            now_ms / MS_PER_SECOND, replica.histogram.cumulative(), stats.waiting_requests, stats.active_requests,
+            stats.max_batch_size, stats.kv_blocks_used, stats.kv_blocks_max))
+        self.push(now_ms + self.settings.scrape_interval_seconds * MS_PER_SECOND, _Kind.SCRAPE, replica)
 
     def reconcile(self, now_ms: float, _=None) -> None:
         now_s = now_ms / MS_PER_SECOND
