@@ -196,3 +196,18 @@ def test_nft_loads_every_case_in_a_network_namespace():
                                 input=script, capture_output=True, text=True)
         isolated = "chain ingress" in script
         assert loaded.returncode == (0 if isolated else 1), f"{name}:\n{script}\n{loaded.stderr}"
+
+
+def test_up_without_nft_refuses_naming_the_package(monkeypatch, tmp_path, capsys):
+    from llmfleet.cli import main
+    from llmfleet_sandbox import manager, network
+
+    def went_on(*args):
+        raise AssertionError("up went on without nft")
+    monkeypatch.setattr(manager, "running_components", went_on)
+    monkeypatch.setattr(network.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(network.shutil, "which", lambda name: None if name == "nft" else shutil.which(name))
+    with pytest.raises(SystemExit) as refused:
+        main(["sandbox", "--state-dir", str(tmp_path), "up"])
+    assert "`nft` is not installed; install the Debian package nftables" in str(refused.value)
+    assert not list(tmp_path.iterdir())  # refused before anything was made
