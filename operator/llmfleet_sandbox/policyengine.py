@@ -7,7 +7,9 @@ pod's input path: none for a pod no Ingress policy selects, else what its polici
 (`networkpolicy.ingress_allows`). A pass runs after each change (batched for
 `SETTLE_SECONDS`) and every `RESYNC_SECONDS` regardless, which also covers a pod whose network
 namespace appears (or is made anew) after its last event; only rulesets that changed are
-written. Egress is not enforced (docs/sandbox.md says why).
+written, and an isolated pod's again every `REWRITE_SECONDS`: a namespace made anew under the
+same name (its pod sandbox remade) is told apart by its inode, which the kernel may reuse.
+Egress is not enforced (docs/sandbox.md says why).
 Run as `python -m llmfleet_sandbox.policyengine --settings FILE`.
 """
 
@@ -20,6 +22,8 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+from typing import Callable
 
 from kubernetes import client, config as kube_config
 
@@ -29,6 +33,7 @@ from llmfleet_sandbox.serviceproxy import watch_forever
 
 SETTLE_SECONDS = 0.2
 RESYNC_SECONDS = 2.0
+REWRITE_SECONDS = 30.0
 NFT_TIMEOUT_SECONDS = 10
 
 
@@ -36,8 +41,13 @@ def log(message: str) -> None:
     print(f"{datetime.datetime.now().isoformat(timespec='seconds')} {message}", flush=True)
 
 
+def isolated(script: str) -> bool:
+    return "chain ingress" in script
+
+
 class PolicyEngine:
-    def __init__(self, config: SandboxConfig):
+    def __init__(self, config: SandboxConfig, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
         self.network = config.network
         # Every sandbox node is this machine, at the bridge's gateway (each Node's InternalIP).
         self.node_ips = [config.network.gateway_ip]
@@ -45,8 +55,8 @@ class PolicyEngine:
         self.objects: dict[str, dict[tuple[str, str], dict]] = {"pods": {}, "policies": {}, "namespaces": {}}
         self.changed = threading.Event()
         self.stopping = threading.Event()
-        # Per pod network namespace: (its inode, the script last written there).
-        self.written: dict[str, tuple[int, str]] = {}
+        # Per pod network namespace: (its inode, the script last written there, when).
+        self.written: dict[str, tuple[int, str, float]] = {}
 
     def on_event(self, kind: str):
         def apply(event_type: str, items: list[dict]) -> None:
@@ -84,15 +94,18 @@ class PolicyEngine:
                 inode = (network.NETNS_DIR / netns).stat().st_ino
             except FileNotFoundError:
                 continue  # not started yet (or gone): the pass after it appears writes it
-            if self.written.get(netns) == (inode, script):
+            last_inode, last_script, written_at = self.written.get(netns, (None, None, 0.0))
+            if (last_inode, last_script) == (inode, script) and (
+                    not isolated(script) or self.clock() - written_at < REWRITE_SECONDS):
                 continue
             result = subprocess.run([*network.exec_prefix(netns), "nft", "-f", "-"], input=script, text=True,
                                     capture_output=True, timeout=NFT_TIMEOUT_SECONDS)
             if result.returncode != 0:
                 log(f"writing the ruleset of {netns} failed, retrying: {result.stderr.strip()}\n{script}")
                 continue
-            self.written[netns] = (inode, script)
-            log(f"{netns}: " + ("isolated for ingress" if "chain ingress" in script else "not isolated"))
+            if last_script != script:
+                log(f"{netns}: " + ("isolated for ingress" if isolated(script) else "not isolated"))
+            self.written[netns] = (inode, script, self.clock())
         present = set(network.list_pod_namespaces(self.network))
         for netns in set(self.written) - present:
             del self.written[netns]

@@ -211,3 +211,62 @@ def test_up_without_nft_refuses_naming_the_package(monkeypatch, tmp_path, capsys
         main(["sandbox", "--state-dir", str(tmp_path), "up"])
     assert "`nft` is not installed; install the Debian package nftables" in str(refused.value)
     assert not list(tmp_path.iterdir())  # refused before anything was made
+
+
+class RecordedNft:
+    """Stands in for `nsenter ... nft -f -`: the scripts written, by network namespace."""
+
+    def __init__(self):
+        self.written: list[tuple[str, str]] = []
+        self.failing = False
+
+    def __call__(self, argv, input, **kwargs):
+        self.written.append((argv[1].rsplit("/", 1)[1], input))
+        return subprocess.CompletedProcess(argv, 1 if self.failing else 0, "", "nft: error" if self.failing else "")
+
+
+def test_the_engine_writes_a_ruleset_when_it_changes_and_again_into_a_new_network_namespace(monkeypatch, tmp_path):
+    from llmfleet_sandbox import network, policyengine
+    from llmfleet_sandbox.config import SandboxConfig
+
+    monkeypatch.setattr(network, "NETNS_DIR", tmp_path)
+    nft = RecordedNft()
+    monkeypatch.setattr(policyengine.subprocess, "run", nft)
+    now = [0.0]
+    engine = policyengine.PolicyEngine(SandboxConfig(state_dir=tmp_path / "state"), clock=lambda: now[0])
+    netns = network.pod_namespace_name(engine.network, SERVER["metadata"]["uid"])
+    engine.on_event("namespaces")("RESET", NAMESPACES)
+    engine.on_event("pods")("RESET", PODS)
+    engine.on_event("policies")("RESET", [policy([{"from": [pod_selector(app="gateway")]}])])
+
+    def passes() -> list[str]:
+        """The scripts the next pass writes into the server pod's namespace."""
+        nft.written.clear()
+        engine.sync()
+        return [script for name, script in nft.written if name == netns]
+
+    assert passes() == []  # its network namespace does not exist yet
+    (tmp_path / netns).touch()
+    (first,) = passes()
+    assert f"ip saddr {GATEWAY}/32 accept" in first
+    assert passes() == []  # unchanged: nothing written
+    newcomer = pod("serving", "newcomer", "10.244.1.30", {"app": "gateway"})
+    engine.on_event("pods")("ADDED", [newcomer])
+    (second,) = passes()
+    assert f"ip saddr {{ {GATEWAY}/32, 10.244.1.30/32 }} accept" in second
+    engine.on_event("pods")("DELETED", [newcomer])
+    assert passes() == [first]  # a deleted pod's IP leaves the set
+    remade = tmp_path / "remade"
+    remade.touch()
+    remade.replace(tmp_path / netns)  # the pod's sandbox made anew: another namespace, empty
+    assert passes() == [first]
+    assert passes() == []
+    now[0] += policyengine.REWRITE_SECONDS  # in case the kernel gave the new one the old inode
+    assert passes() == [first]
+    nft.failing = True
+    engine.on_event("policies")("DELETED", [policy()])
+    assert passes() == [nft_script(None, [NODE_IP])]
+    nft.failing = False
+    assert passes() == [nft_script(None, [NODE_IP])]  # a failed write is tried again
+    now[0] += policyengine.REWRITE_SECONDS
+    assert passes() == []  # a pod that is not isolated has nothing to lose
