@@ -27,6 +27,7 @@ apt-packages:
 	test -x /usr/bin/aws || missing="$$missing awscli"; \
 	command -v nsenter >/dev/null || missing="$$missing util-linux"; \
 	command -v ip >/dev/null || missing="$$missing iproute2"; \
+	command -v nft >/dev/null || missing="$$missing nftables"; \
 	dpkg -s libjemalloc2 >/dev/null 2>&1 || missing="$$missing libjemalloc2"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \

@@ -141,8 +141,7 @@ def test_slo_update_makes_a_new_revision(sandbox, operator):
 
 def test_a_network_policy_selects_the_serving_pods_and_goes_when_removed(sandbox, operator):
     """The apiserver accepts the rendered NetworkPolicy and it selects exactly this deployment's
-    serving pods. (The sandbox's network does not enforce NetworkPolicy, as a cluster without a
-    policy-enforcing network plugin; that part is the plugin's.)"""
+    serving pods. (That the sandbox enforces it is e2e/test_network_policy.py's.)"""
     def namespace_named(name: str) -> dict:
         return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
     policy = {"clients": [namespace_named("gateways")], "metricsScrapers": [namespace_named("monitoring")]}

@@ -184,7 +184,12 @@ def _run(args) -> int:
                 gfd_labels(gpu_type, config.gpus_per_node)
             except ValueError as error:
                 raise SystemExit(f"llmfleet sandbox up: {flag}: {error}") from None
-        config = manager.up(config)
+        from llmfleet_sandbox.network import NetworkSetupError
+
+        try:
+            config = manager.up(config)
+        except NetworkSetupError as error:  # what this machine lacks (root, nftables): no traceback
+            raise SystemExit(f"llmfleet sandbox up: {error}") from None
         print(manager.status(config)[1])
         llmfleet = Path(sys.executable).parent / "llmfleet"
         print(f"\nUse it:  eval \"$({llmfleet} sandbox env)\" && kubectl get nodes")

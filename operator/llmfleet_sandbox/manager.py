@@ -29,7 +29,7 @@ from llmfleet_sandbox.processes import ProcessTable
 # Start order; `down` stops in reverse so pods end before the apiserver does. The
 # prometheus-proxy runs with --prometheus-auth bearer alone (`components`).
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "lws-controller-manager",
-              "cluster-dns", "node-agent", "service-proxy", "pod-discovery", "volume-provisioner", "prometheus",
+              "cluster-dns", "network-policy", "node-agent", "service-proxy", "pod-discovery", "volume-provisioner", "prometheus",
               "prometheus-proxy", "object-store")
 # How long the token `sandbox env` hands out for PROMETHEUS_READER lasts: as long as the
 # sandbox's certificates (`kubectl create token` gives an hour by default).
@@ -85,6 +85,7 @@ def running_components(config: SandboxConfig) -> set[str]:
 
 def up(config: SandboxConfig) -> SandboxConfig:
     network.require_root()
+    network.require_nft()
     running = running_components(config)
     if running >= set(components(configured(config.state_dir))):
         progress(f"already running (state in {config.state_dir}); `llmfleet sandbox status` shows it")
@@ -150,6 +151,7 @@ def _start_components(config: SandboxConfig, table: ProcessTable, bin_dir: Path,
     python_components = {
         "cluster-dns": ["llmfleet_sandbox.clusterdns", "--kubeconfig", str(config.admin_kubeconfig),
                         "--address", config.cluster_dns_ip],
+        "network-policy": ["llmfleet_sandbox.policyengine", "--settings", str(config.settings_file)],
         "node-agent": ["llmfleet_sandbox.agent", "--settings", str(config.settings_file)],
         "service-proxy": ["llmfleet_sandbox.serviceproxy", "--kubeconfig", str(config.admin_kubeconfig),
                           "--scheduler", config.service_proxy_scheduler],

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -39,6 +40,14 @@ def require_root() -> None:
             "the sandbox gives every pod its own network namespace, which needs root "
             "(CAP_NET_ADMIN); run `llmfleet sandbox up` as root (e.g. with sudo)"
         )
+
+
+def require_nft() -> None:
+    """The NetworkPolicy engine writes each pod's ingress rules with nft (`policyengine`)."""
+    if shutil.which("nft") is None:
+        raise NetworkSetupError(
+            "the sandbox enforces NetworkPolicy with nftables in each pod's network namespace, and `nft` "
+            "is not installed; install the Debian package nftables (`apt-get install nftables`, or `make setup`)")
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:

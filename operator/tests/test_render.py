@@ -427,6 +427,24 @@ def test_a_network_policy_lets_in_only_the_clients_the_operator_and_the_scrapers
     assert metrics == {"from": [PROMETHEUS], "ports": [{"protocol": "TCP", "port": 8002}]}
 
 
+def test_with_an_inference_pool_its_endpoint_pickers_may_read_the_metrics_port():
+    body = manifest(1)
+    body["spec"]["networkPolicy"] = {"clients": [{"podSelector": {"matchLabels": {"app": "envoy"}}}],
+                                     "metricsScrapers": [PROMETHEUS]}
+    body["spec"]["routing"] = {"httpRoute": {"parentRefs": [{"name": "inference"}]}, "inferencePool": {}}
+    deployment = LLMDeployment.from_manifest(body)
+    chosen = plan(plan_request_from_spec(deployment.spec))
+    objects = render(deployment, chosen, revision_hash(deployment.spec, chosen), REAL, serving_replicas=1)
+    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    (picker,) = [o for o in objects if o["kind"] == "Deployment" and "epp" in o["metadata"]["name"]]
+    inference, metrics = policy["spec"]["ingress"]
+    assert metrics["from"][0] == PROMETHEUS
+    (picker_peer,) = metrics["from"][1:]
+    picker_pod_labels = picker["spec"]["template"]["metadata"]["labels"]
+    assert picker_peer["podSelector"]["matchLabels"].items() <= picker_pod_labels.items()
+    assert picker_peer not in inference["from"]  # pickers read metrics; the gateway sends the requests
+
+
 def test_without_clients_the_namespaces_own_pods_may_send_requests():
     policy = with_network_policy({"metricsScrapers": [PROMETHEUS]})
     assert policy["spec"]["ingress"][0]["from"] == [{"podSelector": {}}]  # no operator namespace known

@@ -119,10 +119,13 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
             {revision_object_name(name, routed): weight for routed, weight in weights.items()},
             load_router_record() if pool is not None else None))
     if spec.network_policy is not None:
+        pickers = ({**selector_labels(name), COMPONENT_LABEL: inference_pool.PICKER_COMPONENT}
+                   if spec.routing is not None and spec.routing.http_route is not None
+                   and spec.routing.inference_pool is not None else None)
         children.append(network_policy.network_policy(
             metadata(deployment, service_name(name), deployment_labels(name, network_policy.COMPONENT)),
             serving_pods, spec.network_policy,
-            settings.operator_namespace, selector_labels(name) if plan.nodes_per_replica > 1 else None))
+            settings.operator_namespace, selector_labels(name) if plan.nodes_per_replica > 1 else None, pickers))
     return children
 
 

@@ -28,12 +28,17 @@ def _ports(*ports: int) -> list[dict[str, Any]]:
 
 
 def network_policy(metadata: dict[str, Any], serving_pod_labels: dict[str, str], policy: NetworkPolicySpec,
-                   operator_namespace: str | None, group_pod_labels: dict[str, str] | None = None) -> dict[str, Any]:
+                   operator_namespace: str | None, group_pod_labels: dict[str, str] | None = None,
+                   picker_pod_labels: dict[str, str] | None = None) -> dict[str, Any]:
     """Ingress to the serving pods: inference ports from the clients (default: the namespace's
-    own pods) and the operator's namespace, the metrics port from the scrapers; with
-    `group_pod_labels` (replicas spanning nodes) any port from those pods, the group's ranks
-    (MPI's daemons and NCCL connect back to the leader on ports of their choosing)."""
+    own pods) and the operator's namespace, the metrics port from the scrapers and, with
+    `picker_pod_labels` (an InferencePool), the endpoint pickers, which score pods by their
+    metrics; with `group_pod_labels` (replicas spanning nodes) any port from those pods, the
+    group's ranks (MPI's daemons and NCCL connect back to the leader on ports of their choosing)."""
     clients = [_peer(peer) for peer in policy.clients] if policy.clients is not None else [{"podSelector": {}}]
+    scrapers = [_peer(peer) for peer in policy.metrics_scrapers]
+    if picker_pod_labels is not None:
+        scrapers.append({"podSelector": {"matchLabels": picker_pod_labels}})
     if operator_namespace is not None:
         clients.append({"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: operator_namespace}}})
     return {
@@ -45,7 +50,7 @@ def network_policy(metadata: dict[str, Any], serving_pod_labels: dict[str, str],
             "policyTypes": ["Ingress"],
             "ingress": [
                 {"from": clients, "ports": _ports(layout.HTTP_PORT, layout.GRPC_PORT)},
-                {"from": [_peer(peer) for peer in policy.metrics_scrapers], "ports": _ports(layout.METRICS_PORT)},
+                {"from": scrapers, "ports": _ports(layout.METRICS_PORT)},
                 *([{"from": [{"podSelector": {"matchLabels": group_pod_labels}}]}] if group_pod_labels else []),
             ],
         },
