@@ -55,6 +55,7 @@ class Outcome:
 class LiveRun:
     outcome: Outcome
     replica_changes: list[tuple[float, int]]
+    ready_changes: list[tuple[float, int]]
     scaling_events: list[str]  # the operator's scaling events, oldest first
     speed_factor: float | None  # the speed the autoscaler's capacity was modelled at, at the end
 
@@ -86,7 +87,8 @@ class Agreement:
         return (f"live {self.live}, simulated {self.simulated}: attainment {self.attainment_points:+.2f} points "
                 f"(limit {ATTAINMENT_POINTS_LIMIT:g}), replica-seconds {100 * self.replica_seconds_ratio:+.1f} % "
                 f"(limit {100 * REPLICA_SECONDS_RATIO_LIMIT:g} %); live replica changes (s, replicas) "
-                f"{[(round(t), n) for t, n in self.live_run.replica_changes]} at speed factor "
+                f"{[(round(t), n) for t, n in self.live_run.replica_changes]}, ready "
+                f"{[(round(t), n) for t, n in self.live_run.ready_changes]} at speed factor "
                 f"{self.live_run.speed_factor}: {self.live_run.scaling_events}; simulated "
                 f"{[(s['time_s'], s['to_replicas'], s['reason']) for s in self.simulated_scaling]}")
 
@@ -126,7 +128,9 @@ def run_live(sandbox, manifest: dict, traffic: Traffic, slo_ttft_ms: float, outp
                                   f"involvedObject.name={name}")["items"]
     scaling = [f"{event['lastTimestamp']} {event['message']}" for event in
                sorted(events, key=lambda event: event["lastTimestamp"] or "") if event["reason"] in SCALINGS]
-    return LiveRun(outcome, watcher.replica_changes(), scaling,
+    ready = [(sample.seconds, sample.ready) for sample in watcher.samples if sample.ready is not None]
+    ready_changes = [(t, n) for (_, before), (t, n) in zip(ready, ready[1:]) if n != before]
+    return LiveRun(outcome, watcher.replica_changes(), ready_changes, scaling,
                    ((status.get("autoscaler") or {}).get("inputs") or {}).get("speedFactor"))
 
 

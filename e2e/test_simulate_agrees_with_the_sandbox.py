@@ -15,9 +15,12 @@ pytestmark = pytest.mark.long_running
 
 NAMESPACE = "simulate-agreement"
 SLO_TTFT_MS = 500
-# A climb from 0.5 to 6 requests/s over a minute, a minute at the peak, then the fall: one
-# replica carries about 3.5 of these requests/s, so the autoscaler must add two and remove them.
-CLIMB = Traffic.scheduled("ramp:0:0.5,30:0.5,90:6,150:6,180:0.5", 300)
+# A climb from 0.5 to 5 requests/s over two minutes, a minute at the peak, then the fall: one
+# replica carries about 3.5 of these requests/s, so the autoscaler must add two. A steeper climb
+# (to 6 in one minute) was tried first: its attainment turns on when within a scrape interval
+# the live pass sees the breach, about a third of a point per second of it, and live runs spread
+# by 3 points (93.2-95.6 % against 96.4 % simulated); bench_simulate_vs_live.py reports it.
+CLIMB = Traffic.scheduled("ramp:0:0.5,30:0.5,150:5,210:5,240:0.5", 330)
 
 
 @pytest.fixture(scope="module", autouse=True)
