@@ -1,13 +1,16 @@
 """Planner throughput against published TensorRT-LLM measurements of the 2025 MoE models (issue 28):
 DeepSeek-R1, Qwen3-235B-A22B, Qwen3-30B-A3B, Llama 4 Scout and Maverick (gpt-oss is skipped: MXFP4).
 
-Estimates every row of benchmarks/data/planner_accuracy_moe.yaml with the planner's current model and
-factors, on the calibration check's path (the saturation throughput of estimate()) at the row's own
-layout (llmfleet_dev.moe_accuracy), and reports the median and p90 of |estimate/measured - 1|, each
-GPU x format group's median estimate/measured and the goals (median at most 15 %, no group
-optimistic by more than 10 %), met or missed. No fit reads these rows and this script changes
-nothing: it is a check on data the model was not fitted or tuned to, to be read, not tuned against.
-Writes docs/benchmarks/planner-accuracy-moe.md and appends the reading to
+Estimates every row of two sets with the planner's current model and factors, on the calibration
+check's path (the saturation throughput of estimate()) at the row's own layout
+(llmfleet_dev.moe_accuracy), and reports for each the median and p90 of |estimate/measured - 1|,
+each GPU x format group's median estimate/measured and the goals (median at most 15 %, no group
+optimistic by more than 10 %), met or missed:
+- spent (fit): benchmarks/data/planner_accuracy_moe.yaml, the first check set, read while the
+  attention-DP prompt term was chosen (2026-12-07): from then on data to fit, not a check;
+- check: benchmarks/data/planner_accuracy_moe_check2.yaml, gathered before that change; no fit or
+  tuning reads it, and this script changes nothing: read it, do not tune against it.
+Writes docs/benchmarks/planner-accuracy-moe.md and appends each set's reading to
 docs/benchmarks/planner-accuracy-moe-log.md.
 
 Run: PYTHONPATH=operator .venv/bin/python benchmarks/bench_planner_accuracy_moe.py
@@ -22,10 +25,16 @@ import statistics
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DATA = REPO / "benchmarks" / "data" / "planner_accuracy_moe.yaml"
+SPENT = REPO / "benchmarks" / "data" / "planner_accuracy_moe.yaml"
+CHECK = REPO / "benchmarks" / "data" / "planner_accuracy_moe_check2.yaml"
+CHECK_GATHERED = "2026-12-07"
+# The set names of the report and the log.
+SPENT_NAME = "spent (fit)"
+CHECK_NAME = f"check, gathered {CHECK_GATHERED}"
 REPORT = REPO / "docs" / "benchmarks" / "planner-accuracy-moe.md"
 LOG = REPO / "docs" / "benchmarks" / "planner-accuracy-moe-log.md"
 COMMAND = "PYTHONPATH=operator .venv/bin/python benchmarks/bench_planner_accuracy_moe.py"
@@ -37,6 +46,9 @@ Goals (issue 28): median |estimate/measured - 1| at most 15 %, no GPU x format g
 estimate/measured above 1.10. These rows are a check only while the planner's model and factors
 are the ones of the first reading below: a change made after reading them spends them (the
 project's rule: fitted, tuned and checked data stay apart), and the report must then say so.
+They were spent on 2026-12-07 (the attention-DP prompt term was chosen reading them); from then on
+each run logs them as "spent (fit)" and the second set,
+`benchmarks/data/planner_accuracy_moe_check2.yaml`, as "check, gathered 2026-12-07".
 
 | when | commit | rows estimated | cells skipped | refused | median | p90 | median est/meas | highest GPU x format median | goals |
 |---|---|---:|---:|---:|---:|---:|---:|---:|---|
@@ -79,33 +91,93 @@ def _row_line(outcome: ma.Outcome) -> str:
             f"{_page(row.source).split(' docs/')[-1]}: {table_and_column} |")
 
 
-def main() -> None:
-    catalog = load_catalog()
-    rows, skipped = ma.load(DATA)
+@dataclass(frozen=True)
+class Reading:
+    """One set's estimates and their summaries."""
+
+    name: str
+    rows: tuple
+    skipped: tuple
+    outcomes: list
+    estimated: list
+    overall: ma.Summary
+    by_gpu_format: list
+    median_met: bool
+    groups_met: bool
+
+    @property
+    def met(self) -> bool:
+        return self.median_met and self.groups_met
+
+    @property
+    def highest(self) -> ma.Summary:
+        return max(self.by_gpu_format, key=lambda group: group.median_ratio)
+
+    @property
+    def optimistic(self) -> list:
+        return [group for group in self.by_gpu_format if group.median_ratio > ma.GROUP_OPTIMISM_LIMIT]
+
+    @property
+    def skipped_cells(self) -> int:
+        return sum(entry.cells for entry in self.skipped)
+
+
+def read(name: str, path: Path, catalog) -> Reading:
+    rows, skipped = ma.load(path)
     problems = ma.problems(rows, skipped, catalog)
     if problems:
-        raise SystemExit("the data file is not well formed:\n" + "\n".join(problems))
+        raise SystemExit(f"{path.name} is not well formed:\n" + "\n".join(problems))
     outcomes = [ma.estimate(row, catalog) for row in rows]
     estimated = [outcome for outcome in outcomes if outcome.estimate is not None]
-    refused = [outcome for outcome in outcomes if outcome.estimate is None]
-    overall = ma.summary("all rows", [outcome.ratio for outcome in estimated])
+    overall = ma.summary(name, [outcome.ratio for outcome in estimated])
     by_gpu_format = ma.grouped(estimated, ma.gpu_format)
     median_met, groups_met = ma.goals(overall, by_gpu_format)
-    met = median_met and groups_met
-    highest = max(by_gpu_format, key=lambda group: group.median_ratio)
-    optimistic = [group for group in by_gpu_format if group.median_ratio > ma.GROUP_OPTIMISM_LIMIT]
+    return Reading(name, rows, skipped, outcomes, estimated, overall, by_gpu_format, median_met, groups_met)
 
-    print(f"{len(estimated)} rows estimated, {len(refused)} refused, "
-          f"{sum(entry.cells for entry in skipped)} published cells skipped")
-    print(f"median |est/meas - 1| {_pct(overall.median_abs_error)} (goal <= {_pct(ma.MEDIAN_ERROR_GOAL)}: "
-          f"{'met' if median_met else 'missed'}), p90 {_pct(overall.p90_abs_error)}, "
-          f"median est/meas {overall.median_ratio:.3f}")
-    for group in by_gpu_format:
+
+def _result_lines(reading: Reading) -> list[str]:
+    refused = len(reading.outcomes) - len(reading.estimated)
+    return [
+        f"- {len(reading.estimated)} rows estimated, {refused} refused by the planner, "
+        f"{reading.skipped_cells} published cells skipped.",
+        f"- Median |estimate/measured - 1|: **{_pct(reading.overall.median_abs_error)}** (goal at most "
+        f"{_pct(ma.MEDIAN_ERROR_GOAL)}: **{'met' if reading.median_met else 'missed'}**); p90 "
+        f"**{_pct(reading.overall.p90_abs_error)}**; median estimate/measured {reading.overall.median_ratio:.3f}; "
+        f"worst row {reading.overall.worst_ratio:.2f}x.",
+        f"- GPU x format groups with a median estimate/measured above {ma.GROUP_OPTIMISM_LIMIT:.2f} "
+        f"(optimistic by more than 10 %): " + (", ".join(
+            f"{group.name} ({group.median_ratio:.3f})" for group in reading.optimistic) or "none")
+        + f" (goal: none: **{'met' if reading.groups_met else 'missed'}**). Highest: {reading.highest.name} "
+        f"{reading.highest.median_ratio:.3f}.",
+        f"- Goals overall: **{'met' if reading.met else 'missed'}**.", "",
+        "By GPU x format (the goal's groups):", "", *_summary_table(reading.by_gpu_format, flag_optimistic=True), ""]
+
+
+def _print(reading: Reading) -> None:
+    print(f"{reading.name}: {len(reading.estimated)} rows estimated, median |est/meas - 1| "
+          f"{_pct(reading.overall.median_abs_error)} ({'met' if reading.median_met else 'missed'}), p90 "
+          f"{_pct(reading.overall.p90_abs_error)}, median est/meas {reading.overall.median_ratio:.3f}")
+    for group in reading.by_gpu_format:
         print(f"  {group.name}: n {group.rows}, median est/meas {group.median_ratio:.3f}")
-    print(f"no GPU x format group optimistic by more than 10 %: {'met' if groups_met else 'missed'}")
+    print(f"  no GPU x format group optimistic by more than 10 %: {'met' if reading.groups_met else 'missed'}")
 
-    # The rows whose source leaves attention data parallelism unstated, read the other way.
-    unstated = [row for row in rows if row.attention_data_parallel is None]
+
+def _every_row(outcomes) -> list[str]:
+    ordered = sorted(outcomes, key=lambda o: -abs(math.log(o.ratio)) if o.estimate is not None else 0)
+    return ["| model | GPU | layout | format | KV | ISL/OSL | measured tok/s | estimated tok/s | est/meas | source |",
+            "|---|---|---|---|---|---|---:|---:|---:|---|",
+            *(_row_line(outcome) for outcome in ordered), ""]
+
+
+def main() -> None:
+    catalog = load_catalog()
+    spent = read(SPENT_NAME, SPENT, catalog)
+    check = read(CHECK_NAME, CHECK, catalog)
+    _print(check)
+    _print(spent)
+
+    # The spent rows whose source leaves attention data parallelism unstated, read the other way.
+    unstated = [row for row in spent.rows if row.attention_data_parallel is None]
     as_label = [ma.estimate(row, catalog) for row in unstated]
     with_adp = [ma.estimate(row, catalog, unstated_adp=True) for row in unstated]
     pairs = [(a, b) for a, b in zip(as_label, with_adp) if a.estimate is not None and b.estimate is not None]
@@ -113,51 +185,44 @@ def main() -> None:
     measured = commit()
     first_reading = _first_reading()
     skip_counts = Counter()
-    for entry in skipped:
+    for entry in spent.skipped:
         skip_counts[entry.reason] += entry.cells
-    refusal_counts = Counter(outcome.refusal for outcome in refused)
-    pages = Counter(_page(row.source) for row in rows)
+    refusal_counts = Counter(outcome.refusal for outcome in spent.outcomes if outcome.estimate is None)
+    pages = Counter(_page(row.source) for row in spent.rows)
     lines = [
         "# Planner accuracy on the MoE models (issue 28)", "",
         f"Generated by `{COMMAND}` at commit {measured}. Machine: {os.cpu_count()} cores, "
         f"{platform.machine()}, Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}. "
         "Every reading: [planner-accuracy-moe-log.md](planner-accuracy-moe-log.md).", "",
         "The planner's saturation throughput (`estimate()`'s, on the calibration check's path, "
-        "`max_throughput_tokens_per_sec`) against published TensorRT-LLM measurements of DeepSeek-R1, "
-        "Qwen3-235B-A22B, Qwen3-30B-A3B, Llama 4 Scout and Llama 4 Maverick, each at the layout it was "
-        "measured at (TP x EP, attention data parallelism) and with the engine limits its source states. "
-        "The rows are `benchmarks/data/planner_accuracy_moe.yaml`; its header gives every source, mapping "
-        "and assumption, each row its page, table, column and row. No fit reads them: the models are "
-        "absent from the calibration rows (the MoE factor is fitted to Mixtral 8x7B alone).", "",
-        "## Is this still a check?", "",
+        "`max_throughput_tokens_per_sec`) against published TensorRT-LLM measurements of MoE models, "
+        "each at the layout it was measured at (TP x EP, attention data parallelism) and with the engine "
+        "limits its source states, in two sets: the check (`benchmarks/data/planner_accuracy_moe_check2.yaml`) "
+        "and the spent first set (`benchmarks/data/planner_accuracy_moe.yaml`). Each file's header gives "
+        "every source, mapping and assumption, each row its page, table, column and row.", "",
+        "## Which rows are a check", "",
         "Fitted, tuned and checked data stay apart: data looked at while the model changes is no longer "
-        "a check of it. These rows were gathered and this script written without changing the planner's "
-        "model or factors (the one planner change, `max_throughput_tokens_per_sec` taking a layout, "
-        "changes no number). While the script was written ten of the rows were estimated once, at the "
-        "same model, to try the path. "
-        f"First reading in the log: {first_reading or 'this one'}; this reading: {measured}. "
-        "If the planner's latency model, memory model or calibration changed between the two after "
-        "these errors were read, the rows are spent and the numbers below read as a fit, not a test.", "",
-        "## Result", "",
-        f"- {len(estimated)} rows estimated, {len(refused)} refused by the planner, "
-        f"{sum(skip_counts.values())} published cells skipped (below).",
-        f"- Median |estimate/measured - 1|: **{_pct(overall.median_abs_error)}** (goal at most "
-        f"{_pct(ma.MEDIAN_ERROR_GOAL)}: **{'met' if median_met else 'missed'}**); p90 "
-        f"**{_pct(overall.p90_abs_error)}**; median estimate/measured {overall.median_ratio:.3f}; worst row "
-        f"{overall.worst_ratio:.2f}x.",
-        f"- GPU x format groups with a median estimate/measured above {ma.GROUP_OPTIMISM_LIMIT:.2f} "
-        f"(optimistic by more than 10 %): " + (", ".join(
-            f"{group.name} ({group.median_ratio:.3f})" for group in optimistic) or "none")
-        + f" (goal: none: **{'met' if groups_met else 'missed'}**). Highest: {highest.name} "
-        f"{highest.median_ratio:.3f}.",
-        f"- Goals overall: **{'met' if met else 'missed'}**.", "",
-        "By GPU x format (the goal's groups):", "", *_summary_table(by_gpu_format, flag_optimistic=True), "",
+        "a check of it. The first set (166 rows of DeepSeek-R1, Qwen3-235B-A22B, Qwen3-30B-A3B, Llama 4 "
+        f"Scout and Maverick) was a check at its first reading ({first_reading or 'this one'}) and was then "
+        "read, row by row and by group, to choose the change that followed (under attention DP a prompt's "
+        "attention and dense layers run on its own rank while the others wait: docs/planner.md, Layouts). "
+        "It is **spent**: from 2026-12-07 on it may be used to fit, and its numbers below read as a fit, "
+        "not a test. The check is the second set, gathered on "
+        f"{CHECK_GATHERED} before that change and not estimated until the change was committed. It is small "
+        "and narrow: four earlier DeepSeek-R1 max-throughput runs (H200 FP8 and B200 NVFP4, TP8 EP8 with "
+        "attention DP) from earlier versions of the DeepSeek-R1 performance guide, configurations the spent "
+        "set also has (measured again by an earlier build); no H100 row and no other model could be found "
+        "that the spent set does not already hold (its header says where was looked). Its goals are read "
+        "on its own groups only.", "",
+        f"## Result: {CHECK_NAME}", "", *_result_lines(check),
+        *_every_row(check.outcomes),
+        f"## Result: {SPENT_NAME}", "", *_result_lines(spent),
         "By model, by layout and by page (not goals; where the error sits):", "",
-        *_summary_table([overall, *ma.grouped(estimated, lambda o: o.row.model)]), "",
-        *_summary_table(ma.grouped(estimated, lambda o: (
+        *_summary_table([spent.overall, *ma.grouped(spent.estimated, lambda o: o.row.model)]), "",
+        *_summary_table(ma.grouped(spent.estimated, lambda o: (
             "attention DP + EP" if o.layout.attention_data_parallel else "TP only")
             + ("" if o.row.layout_stated else ", EP/ADP unstated (read as the label)"))), "",
-        *_summary_table(ma.grouped(estimated, lambda o: _page(o.row.source))), "",
+        *_summary_table(ma.grouped(spent.estimated, lambda o: _page(o.row.source))), "",
     ]
     if pairs:
         label_ratios = [a.ratio for a, _ in pairs]
@@ -170,7 +235,8 @@ def main() -> None:
             f"{_pct(statistics.median(abs(r - 1) for r in label_ratios))}); read with attention DP and EP = TP it "
             f"is {statistics.median(adp_ratios):.3f} ({_pct(statistics.median(abs(r - 1) for r in adp_ratios))}).",
             ""]
-    lines += ["## Sources", "", "Rows estimated, per page (each row's table, column and row is in its `source`):", "",
+    lines += ["### Sources of the spent set", "",
+              "Rows estimated, per page (each row's table, column and row is in its `source`):", "",
               *(f"- {count} rows: {page}" for page, count in sorted(pages.items())), "",
               "Published cells skipped, by reason:", "", "| reason | cells |", "|---|---:|",
               *(f"| {reason} | {count} |" for reason, count in sorted(skip_counts.items(), key=lambda kv: -kv[1])),
@@ -178,19 +244,17 @@ def main() -> None:
     if refusal_counts:
         lines += ["Rows the planner refused (its `ValueError`), by reason:", "", "| reason | rows |", "|---|---:|",
                   *(f"| {reason} | {count} |" for reason, count in refusal_counts.most_common()), ""]
-    ordered = sorted(outcomes, key=lambda o: -abs(math.log(o.ratio)) if o.estimate is not None else 0)
-    lines += ["## Every row", "",
+    lines += ["### Every spent row", "",
               "Furthest from its measurement first. Layout `(label)`: the source states TP only; EP and attention "
-              "DP are read as the column label reads (EP 1, none).", "",
-              "| model | GPU | layout | format | KV | ISL/OSL | measured tok/s | estimated tok/s | est/meas | source |",
-              "|---|---|---|---|---|---|---:|---:|---:|---|",
-              *(_row_line(outcome) for outcome in ordered), ""]
+              "DP are read as the column label reads (EP 1, none).", "", *_every_row(spent.outcomes)]
     REPORT.write_text("\n".join(lines))
-    append_run(LOG, LOG_HEADER,
-               f"| {time.strftime('%Y-%m-%d %H:%M')} | {measured} | {len(estimated)} | {sum(skip_counts.values())} | "
-               f"{len(refused)} | {_pct(overall.median_abs_error)} | {_pct(overall.p90_abs_error)} | "
-               f"{overall.median_ratio:.3f} | {highest.median_ratio:.3f} ({highest.name}) | "
-               f"{'met' if met else 'missed'} |")
+    for reading in (spent, check):
+        refused = len(reading.outcomes) - len(reading.estimated)
+        append_run(LOG, LOG_HEADER,
+                   f"| {time.strftime('%Y-%m-%d %H:%M')} | {measured} | {len(reading.estimated)} ({reading.name}) | "
+                   f"{reading.skipped_cells} | {refused} | {_pct(reading.overall.median_abs_error)} | "
+                   f"{_pct(reading.overall.p90_abs_error)} | {reading.overall.median_ratio:.3f} | "
+                   f"{reading.highest.median_ratio:.3f} ({reading.highest.name}) | {'met' if reading.met else 'missed'} |")
     print(f"wrote {REPORT.relative_to(REPO)}")
 
 

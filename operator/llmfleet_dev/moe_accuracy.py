@@ -1,8 +1,10 @@
 """The planner's throughput on public measurements of the 2025 MoE models (issue 28's benchmark).
 
 Pure (no clock, no output): `benchmarks/bench_planner_accuracy_moe.py` is the command line over these
-functions and `operator/tests/test_planner_accuracy_moe_data.py` checks the data file with them.
-The rows live in `benchmarks/data/planner_accuracy_moe.yaml`, outside the catalog: no fit reads them.
+functions and `operator/tests/test_planner_accuracy_moe_data.py` checks the data files with them.
+The rows live outside the catalog, in two sets: `benchmarks/data/planner_accuracy_moe.yaml`, spent as a
+check on 2026-12-07 (read while the model changed; it may now be used to fit), and
+`benchmarks/data/planner_accuracy_moe_check2.yaml`, the check, which no fit or tuning reads.
 
 Each row is estimated on the path the calibration check uses (`max_throughput_tokens_per_sec`, the
 saturation throughput of `estimate()`), with the row's own layout (TP x PP x EP, attention data

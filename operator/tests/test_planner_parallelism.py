@@ -11,7 +11,15 @@ from llmfleet.api import LLMDeployment
 from llmfleet.catalog import load_catalog, model_from_numbers
 from llmfleet.catalog.release_record import load_release_record
 from llmfleet.planner import PlanRequest, SearchSpace, SloTargets, Workload, plan
-from llmfleet.planner.latency import build_engine, prefill_attention_flops, prefill_seconds, step_seconds
+from llmfleet.planner.latency import (
+    build_engine,
+    gemm_flops_per_token,
+    prefill_attention_flops,
+    prefill_seconds,
+    rank_imbalance_slowdown,
+    rank_local_gemm_flops_per_token,
+    step_seconds,
+)
 from llmfleet.planner.layout import Layout, stage_layer_ranges
 from llmfleet.planner.memory import kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
 from llmfleet.planner.spec_adapter import plan_from_status, plan_status_from_plan
@@ -161,6 +169,48 @@ def test_all_to_all_only_under_attention_data_parallelism():
     assert engine(Layout(8, 1, 8)).alltoall_seconds_per_token == 0
     adp = engine(Layout(8, 1, 8, attention_data_parallel=True), "H200-SXM-141GB")
     assert adp.allreduce_seconds_per_token == 0 and adp.alltoall_seconds_per_token > 0
+
+
+def test_under_attention_data_parallelism_a_prompts_own_layers_run_on_its_rank():
+    # DeepSeek-R1: of 71.4 GFLOPs per token, the routed experts' 8 x 58 x 44 M weights are spread
+    # over the EP ranks; attention, dense-first layers and the shared expert (30.5 GFLOPs) are not.
+    assert gemm_flops_per_token(DEEPSEEK) / 1e9 == pytest.approx(71.40, abs=0.01)
+    assert rank_local_gemm_flops_per_token(DEEPSEEK) / 1e9 == pytest.approx(30.53, abs=0.01)
+    adp = engine(Layout(8, 1, 8, attention_data_parallel=True), "H200-SXM-141GB")
+    tensor = engine(Layout(8, 1, 8), "H200-SXM-141GB")
+    attention = prefill_attention_flops(DEEPSEEK, 2000, 0.0)
+    # A lone prompt's TTFT: its rank-local work on one rank of eight, the experts' on all.
+    local_s = ((2000 * rank_local_gemm_flops_per_token(DEEPSEEK) + 2 * DEEPSEEK.vocab_size * DEEPSEEK.hidden_size)
+               / adp.prefill_gemm_flops_per_sec + attention / adp.prefill_attention_flops_per_sec)
+    shared_s = 2000 * (gemm_flops_per_token(DEEPSEEK) - rank_local_gemm_flops_per_token(DEEPSEEK)) \
+        / adp.prefill_gemm_flops_per_sec
+    fixed_s = adp.communication_seconds_per_step + adp.overhead_seconds_per_step
+    weights_s = step_seconds(adp, 0.0, 0.0) - fixed_s
+    assert prefill_seconds(adp, 2000, 0.0, 0.0, 0.0) == pytest.approx(
+        max(weights_s, shared_s) + fixed_s + 2000 * adp.communication_seconds_per_token + 8 * local_s, rel=1e-6)
+    # Without ADP every rank shares every prompt: the same step is far shorter.
+    assert prefill_seconds(tensor, 2000, 0.0, 0.0, 0.0) < 0.5 * prefill_seconds(adp, 2000, 0.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("balanced_s, rest_s, slowdown", [
+    (0.0, 0.05, 1.0),        # no prompt work
+    (0.01, 0.04, 4.161),     # each rank busy a fifth of a step: (1 - 0.8^8) / 0.2
+    (0.05, 1e-9, 1.0),       # prompts keep every rank busy: no rank waits
+    (1e-6, 0.05, 8.0),       # a rare prompt: its rank alone, the seven others wait
+])
+def test_ranks_wait_for_the_busiest_ranks_prompt_work(balanced_s, rest_s, slowdown):
+    assert rank_imbalance_slowdown(8, balanced_s, rest_s) == pytest.approx(slowdown, rel=1e-3)
+    assert rank_imbalance_slowdown(1, balanced_s, rest_s) == 1.0
+
+
+def test_attention_data_parallel_throughput_pays_for_the_busiest_rank():
+    adp = engine(Layout(8, 1, 8, attention_data_parallel=True), "H200-SXM-141GB")
+    local = 3000 * rank_local_gemm_flops_per_token(DEEPSEEK) / adp.prefill_gemm_flops_per_sec
+    with_prompts = step_seconds(adp, 256, 1500, 3000, 0.0)
+    decode = step_seconds(adp, 256, 1500)
+    # Three prompts' rank-local work, spread evenly over the eight ranks, plus their experts and
+    # all-to-all would add under twice that work; on three ranks of eight the step waits about 5x.
+    assert with_prompts - decode > 3 * local
 
 
 def test_a_plan_spanning_nodes_is_explained_and_rendered_as_a_leader_worker_set():

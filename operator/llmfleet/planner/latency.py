@@ -200,6 +200,29 @@ def gemm_flops_per_token(model: ModelArch) -> float:
     return 2.0 * model.active_layer_params
 
 
+def rank_local_gemm_flops_per_token(model: ModelArch) -> float:
+    """The part of gemm_flops_per_token that, under attention data parallelism, only the token's own
+    rank computes: all but its routed experts (attention projections, dense MLPs, shared experts,
+    router), whose weights every rank holds whole."""
+    routed = model.num_moe_layers * model.experts_per_token * model.mlp_params_per_expert
+    return 2.0 * (model.active_layer_params - routed)
+
+
+def rank_imbalance_slowdown(ranks: int, balanced_seconds: float, rest_seconds: float) -> float:
+    """How much longer than `balanced_seconds` (that work spread evenly over the ranks) a step waits
+    for prompt work that only its own rank can do, when the ranks meet at every MoE layer. Each rank
+    is busy with such work a fraction q = balanced / (rest + balanced) of a step on average, in whole
+    prompts, independently of the others; the step lasts until the busiest rank is done, so it waits
+    the work's span whenever any rank has some: (1 - (1 - q)^ranks) of the time, against q spread
+    evenly. 1 when prompts keep every rank busy (q -> 1), `ranks` for a rare prompt (q -> 0).
+    TensorRT-LLM's ADP balance blog measures the effect (docs/source/blogs/tech_blog/
+    blog10_ADP_Balance_Strategy.md: an iteration takes its slowest rank's time; 54 % mean balance)."""
+    if ranks == 1 or balanced_seconds <= 0:
+        return 1.0
+    busy = balanced_seconds / (rest_seconds + balanced_seconds)
+    return (1 - (1 - busy) ** ranks) / busy
+
+
 def lm_head_flops(model: ModelArch) -> float:
     return 2.0 * model.vocab_size * model.hidden_size
 
@@ -219,18 +242,25 @@ def prefill_attention_flops(model: ModelArch, new_tokens: float, prefix_tokens: 
 
 def step_seconds(engine: Engine, decode_batch: float, decode_context_tokens: float,
                  prefill_tokens: float = 0.0, prefill_attention: float = 0.0,
-                 prefill_sequences: float = 0.0) -> float:
+                 prefill_sequences: float = 0.0, one_prompt: bool = False) -> float:
     """Duration of one in-flight-batching step. Its kernels run one after another, each bounded
     by its own roofline: the GEMMs by streaming the weights or by their FLOPs, decode attention
     by reading the KV cache or by its FLOPs, prefill attention by its FLOPs; then the all-reduces
     and a fixed overhead. (One roofline over the whole step, max(memory, compute), let the KV
     reads of a large long-context batch hide under the GEMMs' compute: long answers were
-    estimated up to twice the measured throughput; docs/planner.md, Latency model.)"""
+    estimated up to twice the measured throughput; docs/planner.md, Latency model.)
+    Under attention DP a prompt's attention, dense layers and LM head run on its own rank alone:
+    `one_prompt` (a prompt's own prefill, for its TTFT) waits for that rank; otherwise the step
+    carries many requests' prompts, spread over the ranks (`rank_imbalance_slowdown`)."""
     model = engine.model
+    ranks = engine.layout.sequence_shards
+    prompt_local_flops = (prefill_tokens * rank_local_gemm_flops_per_token(model)
+                          + prefill_sequences * lm_head_flops(model)) if ranks > 1 else 0.0
+    prompt_shared_flops = (prefill_tokens * gemm_flops_per_token(model) + prefill_sequences * lm_head_flops(model)
+                           - prompt_local_flops)
     weights_s = weight_bytes_read_per_step(engine, decode_batch) / engine.effective_bandwidth_bytes_per_sec
     gemm_s = (decode_batch * (gemm_flops_per_token(model) + lm_head_flops(model)) / engine.decode_gemm_flops_per_sec
-              + (prefill_tokens * gemm_flops_per_token(model) + prefill_sequences * lm_head_flops(model))
-              / engine.prefill_gemm_flops_per_sec)
+              + prompt_shared_flops / engine.prefill_gemm_flops_per_sec)
     kv_read_s = (decode_batch * engine.fit.kv_bytes_read_per_sequence(decode_context_tokens)
                  / engine.effective_bandwidth_bytes_per_sec)
     decode_attention_s = (decode_batch * decode_attention_flops(model, decode_context_tokens)
@@ -238,8 +268,12 @@ def step_seconds(engine: Engine, decode_batch: float, decode_context_tokens: flo
     prefill_attention_s = prefill_attention / engine.prefill_attention_flops_per_sec
     communication_s = (engine.communication_seconds_per_step
                        + (decode_batch + prefill_tokens) * engine.communication_seconds_per_token)
-    return (max(weights_s, gemm_s) + max(kv_read_s, decode_attention_s) + prefill_attention_s + communication_s
-            + engine.overhead_seconds_per_step)
+    rest_s = (max(weights_s, gemm_s) + max(kv_read_s, decode_attention_s) + communication_s
+              + engine.overhead_seconds_per_step + (0.0 if ranks > 1 else prefill_attention_s))
+    prompt_local_s = (prompt_local_flops / engine.prefill_gemm_flops_per_sec
+                      + (prefill_attention_s if ranks > 1 else 0.0))
+    slowdown = ranks if one_prompt else rank_imbalance_slowdown(ranks, prompt_local_s, rest_s)
+    return rest_s + slowdown * prompt_local_s
 
 
 def prefill_chunks(engine: Engine, new_tokens: float, decode_batch: float) -> int:
@@ -261,7 +295,7 @@ def prefill_seconds(engine: Engine, new_tokens: float, prefix_tokens: float, dec
         done = prefix_tokens + index * chunk
         last_chunk_s = step_seconds(engine, decode_batch, decode_context_tokens, chunk,
                                     prefill_attention_flops(engine.model, chunk, done),
-                                    prefill_sequences=1.0 if index == chunks - 1 else 0.0)
+                                    prefill_sequences=1.0 if index == chunks - 1 else 0.0, one_prompt=True)
         total += last_chunk_s
     stages = engine.layout.pipeline_parallel_size
     if stages > 1:
