@@ -450,5 +450,10 @@ def test_without_clients_the_namespaces_own_pods_may_send_requests():
     assert policy["spec"]["ingress"][0]["from"] == [{"podSelector": {}}]  # no operator namespace known
 
 
+def test_an_empty_client_list_admits_no_client_rather_than_every_source():
+    policy = with_network_policy({"clients": [], "metricsScrapers": [PROMETHEUS]})  # no operator namespace
+    assert policy["spec"]["ingress"] == [{"from": [PROMETHEUS], "ports": [{"protocol": "TCP", "port": 8002}]}]
+
+
 def test_without_a_network_policy_none_is_rendered():
     assert not [o for o in rendered(1, REAL) if o["kind"] == "NetworkPolicy"]

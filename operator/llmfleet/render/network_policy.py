@@ -49,7 +49,9 @@ def network_policy(metadata: dict[str, Any], serving_pod_labels: dict[str, str],
             "podSelector": {"matchLabels": serving_pod_labels},
             "policyTypes": ["Ingress"],
             "ingress": [
-                {"from": clients, "ports": _ports(layout.HTTP_PORT, layout.GRPC_PORT)},
+                # An ingress rule with no peers admits every source: `clients: []` and no
+                # operator namespace means nobody may send requests, so no rule at all.
+                *([{"from": clients, "ports": _ports(layout.HTTP_PORT, layout.GRPC_PORT)}] if clients else []),
                 {"from": scrapers, "ports": _ports(layout.METRICS_PORT)},
                 *([{"from": [{"podSelector": {"matchLabels": group_pod_labels}}]}] if group_pod_labels else []),
             ],

@@ -69,7 +69,7 @@ class NetworkPolicySpec(ApiModel):
         default=None,
         max_length=16,
         description="Who may send inference requests (Triton's HTTP and gRPC ports): the Gateway's "
-        "or the clients' pods. Omit for every pod of the LLMDeployment's namespace. The "
+        "or the clients' pods. Omit for every pod of the LLMDeployment's namespace; [] for none. The "
         "operator's own namespace is always let in (it sends the canary's golden prompts).",
     )
     metrics_scrapers: list[NetworkPeer] = Field(
