@@ -334,3 +334,14 @@ def test_a_lower_priority_group_frees_whole_nodes_for_a_group_and_a_peer_pod_doe
     equal = spanning(1, cluster_gpus(nodes, pods, "ns", "urgent", priority=100))
     assert equal.shortfall.message.endswith("2 nodes with 8 free are needed and 0 have them; "
                                             "lacking per node: n1 8, n2 8, n3 8")
+
+
+def test_pinned_groups_count_their_gpus_against_the_budget_and_the_nodes():
+    over = plan(PlanRequest(CATALOG.model("llama-3.1-405b"), Workload(128, 256, 32, 64, 0.5), SloTargets(5000, 200),
+                            SearchSpace(gpu_types=(H100,), quantizations=("BF16",), pinned_replicas=2, gpu_budget=16)))
+    assert not over.feasible
+    assert ("gpu-budget: 2 pinned replicas need 32 GPUs (16 each over 2 nodes of 8), budget is 16"
+            in {r.reason for r in over.rejected})
+    within = plan(PlanRequest(CATALOG.model("llama-3.1-405b"), Workload(128, 256, 32, 64, 0.5), SloTargets(5000, 200),
+                              SearchSpace(gpu_types=(H100,), quantizations=("BF16",), pinned_replicas=2, gpu_budget=32)))
+    assert within.feasible and within.gpus_total == 32

@@ -223,9 +223,13 @@ def _search_replicas(engine: Engine, option: _Option, request: PlanRequest, best
     fewest = max(1, math.ceil(w.peak_requests_per_sec / saturation_rps))
     if space.pinned_replicas is not None:
         fewest = most = space.pinned_replicas
+        if space.gpu_budget and most * tp > space.gpu_budget:
+            return _Outcome(option, "gpu-budget", f"{most} pinned replicas need {most * tp} GPUs ({tp} each "
+                            f"{replica_extent(tp, spans)}), budget is {space.gpu_budget}", replicas=most, engine=engine)
         if limits is not None and limits.caps_replicas and limits.replicas(option.gpu.name, tp, spans) < most:
-            return _Outcome(option, limits.reason_class, f"{most} pinned replicas need {tp} GPUs each on one "
-                            f"node; {limits.hold(option.gpu.name, tp)}", replicas=most, engine=engine)
+            return _Outcome(option, limits.reason_class, f"{most} pinned replicas need {tp} GPUs each "
+                            f"{replica_extent(tp, spans)}; {limits.hold(option.gpu.name, tp, spans)}",
+                            replicas=most, engine=engine)
     else:
         most = space.gpu_budget // tp if space.gpu_budget else fewest * UNBOUNDED_REPLICA_FACTOR
         if best_gpus is not None and fewest * tp > best_gpus:
@@ -237,10 +241,10 @@ def _search_replicas(engine: Engine, option: _Option, request: PlanRequest, best
         scope = "within the GPU budget" if space.gpu_budget else "at any replica count"
         if limits is not None and limits.caps_replicas and limits.replicas(option.gpu.name, tp, spans) < most:
             most = limits.replicas(option.gpu.name, tp, spans)
-            scope = f"within what the {limits.kind} {option.gpu.name} hold, a replica on one node"
+            scope = f"within what the {limits.kind} {option.gpu.name} hold, a replica {replica_extent(tp, spans)}"
             if most < fewest:
                 return _Outcome(option, limits.reason_class, f"needs at least {fewest} replicas ({fewest * tp} "
-                                f"GPUs) for the throughput; {limits.hold(option.gpu.name, tp)}",
+                                f"GPUs) for the throughput; {limits.hold(option.gpu.name, tp, spans)}",
                                 replicas=most, engine=engine)
     prediction, violation = _predict(engine, request, most)
     if violation > 1:
