@@ -128,3 +128,40 @@ def test_the_pass_asks_a_groups_workers_too_not_its_leader_alone():
                    None, Fleet())
     assert seen.not_ready_reason == (f"group chat-abc-1, worker 1: pod chat-abc-1-1 is Pending: Unschedulable: "
                                      f"{UNSCHEDULABLE}")
+
+
+def canaried(status: dict | None = None, engine_revision: str = "v1", gpu_budget: int = 64) -> dict:
+    """The spanning deployment at two groups at least, a new engine revision walked as a canary."""
+    manifest = spanning(status)
+    manifest["metadata"]["generation"] = {"v1": 3, "v2": 4}[engine_revision]
+    manifest["spec"]["engine"] = {"revision": engine_revision}
+    manifest["spec"]["rollout"] = {"steps": [{"setWeight": 50}, {"pause": {"durationSeconds": 600}}]}
+    manifest["spec"]["resources"]["gpuBudget"] = gpu_budget
+    manifest["spec"]["autoscaling"]["minReplicas"] = 2
+    return manifest
+
+
+def test_a_canary_between_two_group_revisions_counts_groups_and_their_gpus():
+    first = decide_pass(canaried(), [], SETTINGS, NOW)
+    build_v1 = finished_job(by_kind(first.apply, "Job"))
+    second = decide_pass(canaried(first.status), [build_v1], SETTINGS, NOW)
+    stable = ready_deployment(by_kind(second.apply, "LeaderWorkerSet"), 2)
+    settled = decide_pass(canaried(second.status), [build_v1, stable], SETTINGS, NOW).status
+    assert settled["stableRevision"] == settled["currentRevision"] and settled["replicas"] == 2
+
+    def walked(gpu_budget: int):
+        preparing = decide_pass(canaried(settled, "v2", gpu_budget), [build_v1, stable], SETTINGS, NOW)
+        build_v2 = finished_job(by_kind(preparing.apply, "Job"))
+        return decide_pass(canaried(preparing.status, "v2", gpu_budget), [build_v1, stable, build_v2], SETTINGS,
+                           NOW), build_v2
+    # 50 % beside two stable groups is two canary groups: 64 GPUs hold them, 48 only one (16 each).
+    warming, build_v2 = walked(64)
+    canary = by_kind(warming.apply, "LeaderWorkerSet")
+    assert canary["metadata"]["name"] != stable["metadata"]["name"]
+    assert (warming.status["canary"]["phase"], canary["spec"]["replicas"]) == ("Warming", 2)
+    assert by_kind(walked(48)[0].apply, "LeaderWorkerSet")["spec"]["replicas"] == 1
+    # The autoscaler's count reaches the stable revision's groups, a replicas-only write.
+    up = decide_pass(canaried({**warming.status, "replicas": 3}, "v2"),
+                     [build_v1, stable, build_v2, ready_deployment(canary, 2)], SETTINGS, NOW)
+    assert [(child["kind"], child["metadata"]["name"], replicas) for child, replicas in up.scale] == [
+        ("LeaderWorkerSet", stable["metadata"]["name"], 3)]
