@@ -128,7 +128,7 @@ def _groups(sandbox) -> dict:
 def test_a_multi_node_deployment_scales_to_two_groups_and_back_while_its_service_serves(sandbox, deployed, tmp_path):
     """`kubectl scale` to two groups: the LeaderWorkerSet gets two, and the second, which the two
     H100 nodes cannot hold beside the first, waits, its pods named with their group and the
-    nodes' room said; `fleet status` counts the groups' GPUs per node. Back to one, the second
+    nodes that lack a part said (in the plan's shortfall and the not-ready reason); `fleet status` counts the groups' GPUs per node. Back to one, the second
     group goes. The Service serves throughout. (Two groups serving would need four H100 nodes;
     the session's sandbox has two.)"""
     meanwhile = load(sandbox, SPANNING, 600, tmp_path)
@@ -145,8 +145,12 @@ def test_a_multi_node_deployment_scales_to_two_groups_and_back_while_its_service
         degraded = condition(obj, "Degraded") or {}
         said = f"{progressing.get('message', '')} {degraded.get('message', '')}"
         return ((planned, said) if planned.get("reason") == "CapacityShortfall"
-                and f"group {name}-1, " in said and "Unschedulable" in said else None)
-    planned, said = wait_for(second_group_waits, 180, "the second group waiting, its pods named")
+                and f"group {name}-1, " in said and "Unschedulable" in said and "nodes for a part" in said
+                else None)
+    planned, said = wait_for(second_group_waits, 180, "the second group waiting, its pods and the nodes named")
+    # The first group holds both H100 nodes: neither has a part free for the second.
+    assert ("nodes for a part of 8 H100-SXM-80GB: no node has 8 free; lacking per node: gpu-node-1 8, "
+            "gpu-node-2 8") in said, said
     assert ("4 nodes with 8 free are needed and 2 have them (gpu-node-1 8, gpu-node-2 8)"
             in planned["message"]), planned
     assert condition(_spanning_status(sandbox), "Ready")["status"] == "True"

@@ -83,6 +83,15 @@ def test_free_gpus_leave_out_other_workloads_but_not_the_deployments_own_pods():
                                                                                       "b": (H100, 8, 0)}
 
 
+def test_the_deployments_own_gpus_are_free_for_its_plan_but_not_for_a_pod_it_adds_now():
+    nodes = [gpu_node(node(name, product(H100))) for name in ("a", "b")]
+    pods = [gpu_pod(pod("ns", "a", 8, deployment="chat"), DEPLOYMENT_LABEL),
+            gpu_pod(pod("ns", "b", 2, deployment="other"), DEPLOYMENT_LABEL)]
+    gpus = cluster_gpus(nodes, pods, "ns", "chat")
+    assert by_node(gpus) == {"a": (H100, 8, 8), "b": (H100, 8, 6)}
+    assert gpus.free_now(H100) == (("a", 0), ("b", 6))
+
+
 def test_gpus_of_lower_priority_pods_count_as_free_for_they_are_preempted():
     nodes = [gpu_node(node("a", product(L40S)))]
     batch = dict(pod("ns", "a", 4, deployment="batch"))

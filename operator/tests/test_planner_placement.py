@@ -7,6 +7,7 @@ import pytest
 from llmfleet.planner.placement import (
     MAX_NODES_NAMED,
     group_room,
+    part_room,
     per_node,
     replica_extent,
     replicas_per_node,
@@ -44,3 +45,8 @@ def test_the_group_room_names_the_nodes_that_hold_a_part_and_what_each_other_lac
         "4 nodes with 8 free are needed and 2 have them (n1 8, n3 8); lacking per node: n4 8, n2 5")
     assert group_room([("n1", 4), ("n2", 4)], 8, 2) == (
         "2 nodes with 8 free are needed and 0 have them; lacking per node: n1 4, n2 4")
+
+
+def test_the_part_room_names_the_nodes_with_a_part_free_and_what_the_others_lack():
+    assert part_room([("n1", 8), ("n2", 3)], 8) == "1 node(s) have 8 free (n1 8); lacking per node: n2 5"
+    assert part_room([("n1", 0)], 8) == "no node has 8 free; lacking per node: n1 8"

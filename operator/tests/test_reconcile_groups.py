@@ -9,12 +9,14 @@ from datetime import timedelta
 
 from llmfleet.autoscale import MetricsSnapshot
 from llmfleet.catalog.lws_record import load_lws_record
+from llmfleet.planner.cluster import cluster_gpus, gpu_node, gpu_pod
 from llmfleet.reconcile import Context
 from llmfleet.reconcile.observations import Fleet
 from llmfleet.reconcile.observe import observe
 from llmfleet.reconcile.pods import not_ready_reason
 from llmfleet.render import group
-from llmfleet.render.identity import COMPONENT_LABEL, REVISION_LABEL, selector_labels
+from llmfleet.render.identity import COMPONENT_LABEL, DEPLOYMENT_LABEL, REVISION_LABEL, selector_labels
+from cluster_builders import node, pod, product
 from reconcile_builders import NOW, SETTINGS, body, by_kind, condition, decide_pass, finished_job, ready_deployment
 
 LWS = load_lws_record()
@@ -73,6 +75,15 @@ def test_the_autoscalers_count_reaches_the_groups_up_and_down():
                            SETTINGS, NOW + timedelta(seconds=70), metrics(70, 4900.0, 2.0), not_ready_reason=why)
     progressing = condition(starting, "Progressing")
     assert progressing["reason"] == "ScalingUp" and progressing["message"].endswith(f"1/2 replicas ready; {why}")
+    # ... and, the cluster's GPUs read, which nodes lack a part: the first group holds n1 and n2.
+    gpus = cluster_gpus([gpu_node(node(name, product("H100-SXM-80GB"))) for name in ("n1", "n2", "n3")],
+                        [gpu_pod(pod("serving", name, 8, deployment="chat"), DEPLOYMENT_LABEL) for name in ("n1", "n2")]
+                        + [gpu_pod(pod("team", "n3", 4), DEPLOYMENT_LABEL)], "serving", "chat")
+    placed = decide_pass(spanning(up.status), [built, ready_deployment(by_kind(up.apply, "LeaderWorkerSet"), 1)],
+                         SETTINGS, NOW + timedelta(seconds=70), metrics(70, 4900.0, 2.0), not_ready_reason=why,
+                         group_unschedulable=True, cluster_gpus=lambda: gpus)
+    assert condition(placed, "Progressing")["message"].endswith(
+        f"{why}; nodes for a part of 8 H100-SXM-80GB: no node has 8 free; lacking per node: n1 8, n2 8, n3 4")
     # Idle: after the stabilisation window a whole group goes (the controller removes the last one).
     status, two = up.status, ready_deployment(by_kind(up.apply, "LeaderWorkerSet"), 2)
     for seconds in range(120, 480, 60):
@@ -128,6 +139,7 @@ def test_the_pass_asks_a_groups_workers_too_not_its_leader_alone():
                    None, Fleet())
     assert seen.not_ready_reason == (f"group chat-abc-1, worker 1: pod chat-abc-1-1 is Pending: Unschedulable: "
                                      f"{UNSCHEDULABLE}")
+    assert seen.group_unschedulable
 
 
 def canaried(status: dict | None = None, engine_revision: str = "v1", gpu_budget: int = 64) -> dict:

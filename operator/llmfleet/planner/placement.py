@@ -46,12 +46,27 @@ def group_room(gpus_by_node: Iterable[tuple[str, int]], part: int, nodes_needed:
     """Where the nodes stand for groups whose every pod takes `part` GPUs of its own node, e.g.
     "4 nodes with 8 free are needed and 3 have them (n1 8, n2 8, n4 8); lacking per node: n3 4, n5 8".
     The scheduler binds each pod of a group on its own, so GPUs spread over nodes are no part."""
-    nodes = list(gpus_by_node)
-    holding = [(node, gpus) for node, gpus in nodes if gpus >= part]
-    lacking = [(node, part - gpus) for node, gpus in nodes if gpus < part]
+    holding, lacking = _holding_and_lacking(gpus_by_node, part)
     text = (f"{nodes_needed} nodes with {part} free are needed and {len(holding)} have them"
             + (f" ({per_node(holding)})" if holding else ""))
     return text + (f"; lacking per node: {per_node(lacking)}" if lacking else "")
+
+
+def part_room(gpus_by_node: Iterable[tuple[str, int]], part: int) -> str:
+    """Which nodes hold one pod of `part` GPUs, e.g. "1 node has 8 free (n2 8); lacking per
+    node: n1 8, n3 4"."""
+    holding, lacking = _holding_and_lacking(gpus_by_node, part)
+    text = (f"{len(holding)} node(s) have {part} free ({per_node(holding)})" if holding
+            else f"no node has {part} free")
+    return text + (f"; lacking per node: {per_node(lacking)}" if lacking else "")
+
+
+def _holding_and_lacking(gpus_by_node: Iterable[tuple[str, int]], part: int
+                         ) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """The nodes with `part` GPUs, with their GPUs, and the others with the GPUs they lack."""
+    nodes = list(gpus_by_node)
+    return ([(node, gpus) for node, gpus in nodes if gpus >= part],
+            [(node, part - gpus) for node, gpus in nodes if gpus < part])
 
 
 def per_node(counts_by_node: Iterable[tuple[str, int]]) -> str:

@@ -51,11 +51,17 @@ class NodeGpus:
     pool: str
     allocatable: int
     free: int
+    # Of the free GPUs, those the deployment's own pods hold: free for its next plan, not for a
+    # pod it adds now.
+    own: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.free <= self.allocatable:
             raise ValueError(f"{self.node}: free GPUs ({self.free}) must be within 0..allocatable "
                              f"({self.allocatable})")
+        if not 0 <= self.own <= self.free:
+            raise ValueError(f"{self.node}: the deployment's own GPUs ({self.own}) must be within 0..free "
+                             f"({self.free})")
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,11 @@ class ClusterGpus:
 
     def nodes_of(self, gpu_type: str) -> tuple[NodeGpus, ...]:
         return tuple(n for n in self.nodes if n.gpu_type == gpu_type)
+
+    def free_now(self, gpu_type: str) -> tuple[tuple[str, int], ...]:
+        """(node, GPUs) of the type that no pod holds now, the deployment's own included: room
+        for a pod it adds without re-planning."""
+        return tuple((n.node, n.free - n.own) for n in self.nodes_of(gpu_type))
 
     def of(self, gpu_type: str) -> GpuCapacity:
         return GpuCapacity.of_nodes(gpu_type, self.nodes_of(gpu_type))

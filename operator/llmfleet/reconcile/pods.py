@@ -4,6 +4,8 @@ container printed last. Read from pod objects the pass listed; pure."""
 from __future__ import annotations
 
 from llmfleet.catalog.lws_record import load_lws_record
+from llmfleet.planner.placement import part_room
+from llmfleet.planner.types import ClusterGpus, Plan
 
 LWS = load_lws_record()
 
@@ -48,6 +50,25 @@ def not_ready_reason(pods: list[dict]) -> str | None:
         return reason
     others = [f"{_role(pod)}: {why}" for pod, why in said[1:] if _group_of(pod) == group]
     return f"group {group[0]}-{group[1]}, " + "; ".join([f"{_role(first)}: {reason}", *others])
+
+
+def a_group_pod_unschedulable(pods: list[dict]) -> bool:
+    """Whether the scheduler found no node for a pod of a group: then where a part fits is worth
+    saying (the scheduler's message counts nodes, it names none)."""
+    return any(_group_of(pod) is not None and _unschedulable(pod) for pod in pods)
+
+
+def room_for_a_part(gpus: ClusterGpus, plan: Plan) -> str:
+    """Which nodes of the plan's GPU type have a group pod's GPUs free now, the deployment's own
+    pods' GPUs counted as held, e.g. "nodes for a part of 8 H100-SXM-80GB: no node has 8 free;
+    lacking per node: gpu-node-1 8, gpu-node-2 8"."""
+    part = plan.layout.gpus // plan.nodes_per_replica
+    return f"nodes for a part of {part} {plan.gpu_type}: {part_room(gpus.free_now(plan.gpu_type), part)}"
+
+
+def _unschedulable(pod: dict) -> bool:
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+               for c in (pod.get("status") or {}).get("conditions") or ())
 
 
 def _group_of(pod: dict) -> tuple[str, str] | None:
