@@ -8,6 +8,7 @@ from __future__ import annotations
 from llmfleet.api import LLMDeployment, Reason
 from llmfleet.api.status import PlanStatus, RevisionStatus
 from llmfleet.autoscale import describe_ttft_p99, display_round
+from llmfleet.planner.types import Plan
 from llmfleet.reconcile.build import build_state
 from llmfleet.reconcile.canary import canary_runs, canary_status, route_weights, stable_rescaled, walk_canary
 from llmfleet.reconcile.conditions import blocked_conditions, serving_conditions
@@ -21,7 +22,6 @@ from llmfleet.reconcile.rollout import Rollout, roll_out
 from llmfleet.reconcile.scale import Scaling, scale
 from llmfleet.reconcile.status import Outcome, outcome
 from llmfleet.render import RenderError, namespace_prerequisites, render, revision_hash
-from llmfleet.planner.types import Plan
 from llmfleet.render.identity import selector_labels
 
 
