@@ -3,7 +3,8 @@ and the sandbox's rank-group launch: Llama 3.1 405B in BF16 needs 16 H100s, so i
 is a group of two pods, one per H100 node, the leader serving through the Service. A worker
 killed restarts its whole group. The sandbox has two H100 nodes, so it holds one such group:
 the replica that keeps serving meanwhile is a single-node one (Llama 3.1 8B on the L40S node),
-which also shows that a single-node plan still renders a Deployment."""
+which also shows that a single-node plan still renders a Deployment. Scaled to two groups, the
+second waits for nodes, saying which, and scaled back it goes."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import llm_deployment, service_target, stop_load, wait_for, wait_until_ready
+from conftest import condition, llm_deployment, service_target, stop_load, wait_for, wait_until_ready
 from llmfleet.catalog.lws_record import load_lws_record
 from llmfleet.render import group, serving
 from llmfleet.render.identity import DEPLOYMENT_LABEL
@@ -113,6 +114,61 @@ def test_a_single_node_plan_still_renders_a_deployment(sandbox, deployed):
     assert workload["status"]["readyReplicas"] == 1
     assert not sandbox.kubectl_json("get", "leaderworkersets", "-n", NAMESPACE, "-l",
                                     f"{DEPLOYMENT_LABEL}={SINGLE}")["items"]
+
+
+def _spanning_status(sandbox) -> dict:
+    return sandbox.kubectl_json("get", "llmdeployment", SPANNING, "-n", NAMESPACE)
+
+
+def _groups(sandbox) -> dict:
+    (workload,) = sandbox.kubectl_json("get", "leaderworkersets", "-n", NAMESPACE)["items"]
+    return workload
+
+
+def test_a_multi_node_deployment_scales_to_two_groups_and_back_while_its_service_serves(sandbox, deployed, tmp_path):
+    """`kubectl scale` to two groups: the LeaderWorkerSet gets two, and the second, which the two
+    H100 nodes cannot hold beside the first, waits, its pods named with their group and the
+    nodes that lack a part said (in the plan's shortfall and the not-ready reason); `fleet status` counts the groups' GPUs per node. Back to one, the second
+    group goes. The Service serves throughout. (Two groups serving would need four H100 nodes;
+    the session's sandbox has two.)"""
+    meanwhile = load(sandbox, SPANNING, 600, tmp_path)
+    # Two groups of 16 GPUs: the budget first, or the plan is refused (gpu-budget).
+    sandbox.kubectl("patch", "llmdeployment", SPANNING, "-n", NAMESPACE, "--type=merge", "-p",
+                    json.dumps({"spec": {"resources": {"gpuBudget": 32}}}))
+    sandbox.kubectl("scale", "llmdeployment", SPANNING, "-n", NAMESPACE, "--replicas=2")
+    wait_for(lambda: _groups(sandbox)["spec"]["replicas"] == 2, 60, "the LeaderWorkerSet at two groups")
+    name = _groups(sandbox)["metadata"]["name"]
+
+    def second_group_waits():
+        obj = _spanning_status(sandbox)
+        planned, progressing = condition(obj, "Planned") or {}, condition(obj, "Progressing") or {}
+        degraded = condition(obj, "Degraded") or {}
+        said = f"{progressing.get('message', '')} {degraded.get('message', '')}"
+        return ((planned, said) if planned.get("reason") == "CapacityShortfall"
+                and f"group {name}-1, " in said and "Unschedulable" in said and "nodes for a part" in said
+                else None)
+    planned, said = wait_for(second_group_waits, 180, "the second group waiting, its pods and the nodes named")
+    # The first group holds both H100 nodes: neither has a part free for the second.
+    assert ("nodes for a part of 8 H100-SXM-80GB: no node has 8 free; lacking per node: gpu-node-1 8, "
+            "gpu-node-2 8") in said, said
+    assert ("4 nodes with 8 free are needed and 2 have them (gpu-node-1 8, gpu-node-2 8)"
+            in planned["message"]), planned
+    assert condition(_spanning_status(sandbox), "Ready")["status"] == "True"
+    report = subprocess.run([sys.executable, "-m", "llmfleet", "fleet", "status"], env=sandbox.env,
+                            capture_output=True, text=True, check=True).stdout
+    row = next(line for line in report.splitlines() if line.startswith(f"  {NAMESPACE}/{SPANNING} "))
+    assert "32 (2 x 2 nodes of 8)" in row and "1/2" in row, report
+
+    sandbox.kubectl("scale", "llmdeployment", SPANNING, "-n", NAMESPACE, "--replicas=1")
+
+    def one_group_again():
+        obj, pods = _spanning_status(sandbox), sandbox.kubectl_json(
+            "get", "pods", "-n", NAMESPACE, "-l", f"{LWS.name_label}={name}")["items"]
+        return (_groups(sandbox)["spec"]["replicas"] == 1 and condition(obj, "Planned")["status"] == "True"
+                and condition(obj, "Ready")["status"] == "True" and (obj["status"].get("readyReplicas") == 1)
+                and sorted(pod["metadata"]["labels"].get(LWS.group_index_label) for pod in pods) == ["0", "0"])
+    wait_for(one_group_again, 180, "one group again, the second one's pods gone", interval=2)
+    served_every_request(meanwhile, tmp_path, stop=True)
 
 
 def test_a_replica_that_no_longer_spans_nodes_rolls_out_as_a_deployment(sandbox, deployed, tmp_path):

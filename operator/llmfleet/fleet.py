@@ -40,13 +40,24 @@ def _deployment_row(deployment: dict, attainment: float | None) -> tuple[str, ..
     return (f"{metadata['namespace']}/{metadata['name']}",
             (spec.get("resources") or {}).get("priorityClassName") or NONE,
             plan.get("summary") or NONE,
-            str(plan.get("gpusTotal", NONE)) if plan.get("summary") else NONE,
+            _gpus(plan),
             f"{status.get('readyReplicas', 0)}/{status.get('replicas', 0)}",
             ttft_p99,
             f"{target} ms" if target is not None else NONE,
             f"{attainment:.1%}" if attainment is not None else NONE,
             f"{planned.get('status', NONE)} {planned.get('reason', '')}".strip(),
             _advice(status.get("recommendation")))
+
+
+def _gpus(plan: dict) -> str:
+    """The plan's GPUs; for replicas spanning nodes also how they sit, e.g. '32 (2 x 2 nodes of 8)'."""
+    if not plan.get("summary"):
+        return NONE
+    total, nodes = plan.get("gpusTotal", NONE), plan.get("nodesPerReplica") or 1
+    replicas = plan.get("replicas") or 0
+    if nodes == 1 or not replicas or not isinstance(total, int):
+        return str(total)
+    return f"{total} ({replicas} x {nodes} nodes of {total // (replicas * nodes)})"
 
 
 def _advice(recommendation: dict | None) -> str:
@@ -70,13 +81,14 @@ def fleet_status(gpus: ClusterGpus, deployments: list[dict],
         lines.append(f"  no GPU node (none with the {GPU_PRODUCT_LABEL} label is Ready and schedulable)")
     else:
         # A replica's GPUs share one node: the most free on one node is the largest replica that
-        # fits now, whatever the pool's total.
+        # fits now, whatever the pool's total. A replica spanning nodes takes whole nodes.
         lines += ["", "GPU node pools (POOL: the node-pool label and its value; MAX FREE/NODE: the largest "
-                      "replica that fits now)"]
+                      "replica on one node that fits now; FREE NODES: nodes with every GPU free, one per part "
+                      "of a replica spanning nodes)"]
         lines += ["  " + line for line in _table(
-            ("TYPE", "POOL", "NODES", "GPUS", "USED", "FREE", "MAX FREE/NODE"),
+            ("TYPE", "POOL", "NODES", "GPUS", "USED", "FREE", "MAX FREE/NODE", "FREE NODES"),
             [(gpu_type, pool, str(g.nodes), str(g.allocatable), str(g.allocatable - g.free), str(g.free),
-              str(g.most_free_on_one_node)) for (gpu_type, pool), g in gpus.pools().items()])]
+              str(g.most_free_on_one_node), str(g.nodes_all_free)) for (gpu_type, pool), g in gpus.pools().items()])]
     where = (f"share of first tokens within the TTFT target over the last {window_seconds} s"
              if window_seconds is not None else "no Prometheus URL given")
     lines += ["", f"LLMDeployments (attainment: {where})"]

@@ -32,8 +32,20 @@ def test_the_report_shows_each_node_pool_with_the_most_gpus_free_on_one_node():
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["TYPE", "POOL"])
     pools = {line.split()[1]: line.split()[2:] for line in lines[header + 1:lines.index("", header)]}
     # Eight free in the a3 pool, but a replica of more than four fits none of its nodes.
-    assert pools == {"cloud.google.com/gke-nodepool=a3": ["2", "16", "8", "8", "4"],
-                     f"nvidia.com/gpu.product={h100}": ["1", "8", "1", "7", "7"]}
+    assert pools == {"cloud.google.com/gke-nodepool=a3": ["2", "16", "8", "8", "4", "0"],
+                     f"nvidia.com/gpu.product={h100}": ["1", "8", "1", "7", "7", "0"]}
+
+
+def test_the_report_counts_whole_free_nodes_and_a_groups_gpus_per_node():
+    h100 = product("H100-SXM-80GB")
+    gpus = gpu_inventory([node(name, h100) for name in ("a", "b", "c")], [pod("ns", "c", 1)])
+    lines = fleet_status(gpus, [deployment("team", "big", replicas=2, plan={
+        "summary": "H100x16 BF16", "gpusTotal": 32, "replicas": 2, "nodesPerReplica": 2})], {}, None).splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["TYPE", "POOL"])
+    # 23 GPUs free, 8 at most on one node, and two whole nodes free: one group of two nodes fits.
+    assert lines[header + 1].split()[2:] == ["3", "24", "1", "23", "8", "2"]
+    row = next(line.split() for line in lines if line.startswith("  team/big"))
+    assert row[4:11] == ["32", "(2", "x", "2", "nodes", "of", "8)"]
 
 
 def test_the_report_lists_gpus_and_every_deployment_with_what_it_knows():

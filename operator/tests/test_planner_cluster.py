@@ -83,6 +83,15 @@ def test_free_gpus_leave_out_other_workloads_but_not_the_deployments_own_pods():
                                                                                       "b": (H100, 8, 0)}
 
 
+def test_the_deployments_own_gpus_are_free_for_its_plan_but_not_for_a_pod_it_adds_now():
+    nodes = [gpu_node(node(name, product(H100))) for name in ("a", "b")]
+    pods = [gpu_pod(pod("ns", "a", 8, deployment="chat"), DEPLOYMENT_LABEL),
+            gpu_pod(pod("ns", "b", 2, deployment="other"), DEPLOYMENT_LABEL)]
+    gpus = cluster_gpus(nodes, pods, "ns", "chat")
+    assert by_node(gpus) == {"a": (H100, 8, 8), "b": (H100, 8, 6)}
+    assert gpus.free_now(H100) == (("a", 0), ("b", 6))
+
+
 def test_gpus_of_lower_priority_pods_count_as_free_for_they_are_preempted():
     nodes = [gpu_node(node("a", product(L40S)))]
     batch = dict(pod("ns", "a", 4, deployment="batch"))
@@ -293,3 +302,55 @@ def test_a_node_pool_is_its_provisioners_label_else_its_gpu_product():
     pools = {key: (c.nodes, c.allocatable, c.free, c.most_free_on_one_node) for key, c in gpus.pools().items()}
     assert pools == {(H100, "cloud.google.com/gke-nodepool=a3-mega"): (2, 16, 10, 8),
                      (L40S, f"nvidia.com/gpu.product={product(L40S)}"): (1, 8, 8, 8)}
+
+
+def spanning(pinned_replicas: int | None, cluster_gpus: ClusterGpus):
+    """Llama 3.1 405B in BF16: a TP8 PP2 replica over two H100 nodes of eight."""
+    small = Workload(input_tokens_mean=128, input_tokens_p99=256, output_tokens_mean=32, output_tokens_p99=64,
+                     peak_requests_per_sec=0.5)
+    return plan(PlanRequest(CATALOG.model("llama-3.1-405b"), small, SloTargets(5000, 200), SearchSpace(
+        gpu_types=(H100,), quantizations=("BF16",), pinned_replicas=pinned_replicas, cluster_gpus=cluster_gpus)))
+
+
+def test_a_group_spanning_two_nodes_needs_two_nodes_with_a_part_free_not_sixteen_gpus_anywhere():
+    # 20 GPUs free, enough for one group but not two, whose four parts need four free nodes.
+    result = spanning(2, on_nodes(H100, 8, 8, 4, 0))
+    assert (result.nodes_per_replica, result.replicas, result.shortfall.replicas_fitting) == (2, 2, 1)
+    assert result.shortfall.message.endswith(
+        "(32 GPUs, 16 per replica over 2 nodes of 8) but 20 of the cluster's 32 H100-SXM-80GB are free and hold 1 "
+        "replica(s): 1 more replica(s) need 2 nodes with 8 free H100-SXM-80GB each; 4 nodes with 8 free are needed "
+        "and 2 have them (n1 8, n2 8); lacking per node: n4 8, n3 4")
+    assert result.rationale[-1].startswith("the free H100-SXM-80GB hold 1 replica(s) of 16 GPUs over 2 nodes of 8")
+    # Sixteen free, eight on each of two nodes... or four on each of four: only the first holds a group.
+    assert spanning(1, on_nodes(H100, 8, 8)).shortfall is None
+    apart = spanning(1, on_nodes(H100, 4, 4, 4, 4))
+    assert apart.shortfall.replicas_fitting == 0
+    assert apart.shortfall.message.endswith("0 have them; lacking per node: n1 4, n2 4, n3 4, n4 4")
+
+
+def test_a_lower_priority_group_frees_whole_nodes_for_a_group_and_a_peer_pod_does_not():
+    nodes = [gpu_node(node(name, product(H100))) for name in ("n1", "n2", "n3")]
+
+    def at(priority: int, deployment: str, on_node: str) -> dict:
+        held = dict(pod("ns", on_node, 8, deployment=deployment))
+        held["spec"] = {**held["spec"], "priority": priority}
+        return held
+    # A batch group (leader and worker) on n1 and n2, a peer's single-node replica on n3.
+    pods = [gpu_pod(p, DEPLOYMENT_LABEL) for p in (at(100, "batch", "n1"), at(100, "batch", "n2"),
+                                                   at(1000, "peer", "n3"))]
+    urgent = spanning(1, cluster_gpus(nodes, pods, "ns", "urgent", priority=1000))
+    assert urgent.shortfall is None and urgent.rationale[-1].endswith("free per node: n1 8, n2 8, n3 0")
+    equal = spanning(1, cluster_gpus(nodes, pods, "ns", "urgent", priority=100))
+    assert equal.shortfall.message.endswith("2 nodes with 8 free are needed and 0 have them; "
+                                            "lacking per node: n1 8, n2 8, n3 8")
+
+
+def test_pinned_groups_count_their_gpus_against_the_budget_and_the_nodes():
+    over = plan(PlanRequest(CATALOG.model("llama-3.1-405b"), Workload(128, 256, 32, 64, 0.5), SloTargets(5000, 200),
+                            SearchSpace(gpu_types=(H100,), quantizations=("BF16",), pinned_replicas=2, gpu_budget=16)))
+    assert not over.feasible
+    assert ("gpu-budget: 2 pinned replicas need 32 GPUs (16 each over 2 nodes of 8), budget is 16"
+            in {r.reason for r in over.rejected})
+    within = plan(PlanRequest(CATALOG.model("llama-3.1-405b"), Workload(128, 256, 32, 64, 0.5), SloTargets(5000, 200),
+                              SearchSpace(gpu_types=(H100,), quantizations=("BF16",), pinned_replicas=2, gpu_budget=32)))
+    assert within.feasible and within.gpus_total == 32

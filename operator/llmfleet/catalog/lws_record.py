@@ -26,6 +26,7 @@ class LwsRecord:
     startup_policy: str
     ready_replicas_field: str
     name_label: str
+    group_index_label: str
     worker_index_label: str
     leader_worker_index: str
     leader_address_env: str
@@ -50,7 +51,7 @@ def load_lws_record(name: str = LEADER_WORKER_SET) -> LwsRecord:
         spec_fields=frozenset(field["name"] for field in api["spec_fields"]),
         restart_policy=api["restart_policy"]["value"], startup_policy=api["startup_policy"]["value"],
         ready_replicas_field=api["status"]["ready_replicas"],
-        name_label=labels["name"], worker_index_label=labels["worker_index"],
+        name_label=labels["name"], group_index_label=labels["group_index"], worker_index_label=labels["worker_index"],
         leader_worker_index=str(labels["leader_worker_index"]),
         leader_address_env=environment["leader_address"], group_size_env=environment["group_size"],
         worker_index_env=environment["worker_index"],

@@ -87,28 +87,38 @@ def cluster_gpus(nodes: Iterable[GpuNode], pods: Iterable[GpuPod], namespace: st
     """The GPUs of each schedulable node, and those free for the LLMDeployment whose pods in
     `namespace` carry the label value `deployment` and run at `priority`. Products the catalog
     does not know are left out."""
+    pods = list(pods)
+    own = [pod for pod in pods if (pod.namespace, pod.deployment) == (namespace, deployment)]
     holding = [pod for pod in pods
                if (pod.namespace, pod.deployment) != (namespace, deployment) and pod.priority >= priority]
-    return node_gpus(nodes, holding, catalog)
+    return node_gpus(nodes, holding, catalog, own)
 
 
-def node_gpus(nodes: Iterable[GpuNode], pods: Iterable[GpuPod], catalog: Catalog | None = None) -> ClusterGpus:
+def node_gpus(nodes: Iterable[GpuNode], pods: Iterable[GpuPod], catalog: Catalog | None = None,
+              own: Iterable[GpuPod] = ()) -> ClusterGpus:
     """Ready and schedulable nodes of a catalog GPU type, by name, each with the GPUs `pods` do
-    not hold."""
+    not hold, and of those the ones `own` (the deployment's pods) hold."""
     catalog = catalog or load_catalog()
     type_of_product = {gpu.gfd_product: gpu.name for gpu in catalog.gpus.values()}
-    held_on: dict[str, int] = {}
-    for pod in pods:
-        held_on[pod.node] = held_on.get(pod.node, 0) + pod.gpus
+    held_on, own_on = _gpus_on(pods), _gpus_on(own)
     counted = []
     for node in sorted(nodes, key=lambda n: n.name):
         gpu_type = type_of_product.get(node.gpu_product)
         if gpu_type is None or not node.schedulable:
             continue
         # A node can report pods holding more than it has (allocatable shrank under them).
-        held = min(node.allocatable_gpus, held_on.get(node.name, 0))
-        counted.append(NodeGpus(node.name, gpu_type, node.pool, node.allocatable_gpus, node.allocatable_gpus - held))
+        free = node.allocatable_gpus - min(node.allocatable_gpus, held_on.get(node.name, 0))
+        counted.append(NodeGpus(node.name, gpu_type, node.pool, node.allocatable_gpus, free,
+                                min(free, own_on.get(node.name, 0))))
     return ClusterGpus(tuple(counted))
+
+
+def _gpus_on(pods: Iterable[GpuPod]) -> dict[str, int]:
+    """GPUs the pods hold, per node."""
+    held_on: dict[str, int] = {}
+    for pod in pods:
+        held_on[pod.node] = held_on.get(pod.node, 0) + pod.gpus
+    return held_on
 
 
 def _gpus(container: dict) -> int:

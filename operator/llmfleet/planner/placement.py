@@ -35,6 +35,40 @@ def replicas_that_fit(gpus_by_node: Iterable[tuple[str, int]], gpus_per_replica:
     return sum(1 for _, gpus in gpus_by_node if gpus >= part) // nodes_per_replica
 
 
+def replica_extent(gpus_per_replica: int, nodes_per_replica: int) -> str:
+    """Where one replica's GPUs are: "on one node", or "over 2 nodes of 8" for one spanning nodes."""
+    if nodes_per_replica == 1:
+        return "on one node"
+    return f"over {nodes_per_replica} nodes of {gpus_per_replica // nodes_per_replica}"
+
+
+def group_room(gpus_by_node: Iterable[tuple[str, int]], part: int, nodes_needed: int) -> str:
+    """Where the nodes stand for groups whose every pod takes `part` GPUs of its own node, e.g.
+    "4 nodes with 8 free are needed and 3 have them (n1 8, n2 8, n4 8); lacking per node: n3 4, n5 8".
+    The scheduler binds each pod of a group on its own, so GPUs spread over nodes are no part."""
+    holding, lacking = _holding_and_lacking(gpus_by_node, part)
+    text = (f"{nodes_needed} nodes with {part} free are needed and {len(holding)} have them"
+            + (f" ({per_node(holding)})" if holding else ""))
+    return text + (f"; lacking per node: {per_node(lacking)}" if lacking else "")
+
+
+def part_room(gpus_by_node: Iterable[tuple[str, int]], part: int) -> str:
+    """Which nodes hold one pod of `part` GPUs, e.g. "1 node has 8 free (n2 8); lacking per
+    node: n1 8, n3 4"."""
+    holding, lacking = _holding_and_lacking(gpus_by_node, part)
+    text = (f"{len(holding)} node(s) have {part} free ({per_node(holding)})" if holding
+            else f"no node has {part} free")
+    return text + (f"; lacking per node: {per_node(lacking)}" if lacking else "")
+
+
+def _holding_and_lacking(gpus_by_node: Iterable[tuple[str, int]], part: int
+                         ) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """The nodes with `part` GPUs, with their GPUs, and the others with the GPUs they lack."""
+    nodes = list(gpus_by_node)
+    return ([(node, gpus) for node, gpus in nodes if gpus >= part],
+            [(node, part - gpus) for node, gpus in nodes if gpus < part])
+
+
 def per_node(counts_by_node: Iterable[tuple[str, int]]) -> str:
     """`n1 4, n2 4`: most first, then by name; past MAX_NODES_NAMED the rest as a count and range."""
     ordered = sorted(counts_by_node, key=lambda item: (-item[1], item[0]))

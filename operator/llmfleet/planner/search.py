@@ -22,7 +22,7 @@ from llmfleet.planner.memory import (
     layout_problem,
     weight_bytes_per_gpu,
 )
-from llmfleet.planner.placement import per_node, replicas_per_node, replicas_that_fit
+from llmfleet.planner.placement import per_node, replica_extent, replicas_per_node, replicas_that_fit
 from llmfleet.planner.types import (
     CapacityShortfall,
     ClusterGpus,
@@ -133,10 +133,12 @@ class _GpuLimits:
     def per_node(self, gpu_type: str) -> str:
         return f"{self.kind} per node: {per_node(self.nodes(gpu_type))}"
 
-    def hold(self, gpu_type: str, gpus_per_replica: int) -> str:
-        """E.g. "the free H100-SXM-80GB hold 1 replica(s) of 8 GPUs on one node (free per node: n1 8, n2 4)"."""
-        return (f"the {self.kind} {gpu_type} hold {self.replicas(gpu_type, gpus_per_replica)} replica(s) of "
-                f"{gpus_per_replica} GPUs on one node ({self.per_node(gpu_type)})")
+    def hold(self, gpu_type: str, gpus_per_replica: int, nodes_per_replica: int = 1) -> str:
+        """E.g. "the free H100-SXM-80GB hold 1 replica(s) of 8 GPUs on one node (free per node: n1 8, n2 4)";
+        a replica spanning nodes is held by that many nodes with its part free each."""
+        return (f"the {self.kind} {gpu_type} hold {self.replicas(gpu_type, gpus_per_replica, nodes_per_replica)} "
+                f"replica(s) of {gpus_per_replica} GPUs {replica_extent(gpus_per_replica, nodes_per_replica)} "
+                f"({self.per_node(gpu_type)})")
 
 
 def resolve_model(model: ModelArch | str, catalog: Catalog) -> ModelArch:
@@ -221,9 +223,13 @@ def _search_replicas(engine: Engine, option: _Option, request: PlanRequest, best
     fewest = max(1, math.ceil(w.peak_requests_per_sec / saturation_rps))
     if space.pinned_replicas is not None:
         fewest = most = space.pinned_replicas
+        if space.gpu_budget and most * tp > space.gpu_budget:
+            return _Outcome(option, "gpu-budget", f"{most} pinned replicas need {most * tp} GPUs ({tp} each "
+                            f"{replica_extent(tp, spans)}), budget is {space.gpu_budget}", replicas=most, engine=engine)
         if limits is not None and limits.caps_replicas and limits.replicas(option.gpu.name, tp, spans) < most:
-            return _Outcome(option, limits.reason_class, f"{most} pinned replicas need {tp} GPUs each on one "
-                            f"node; {limits.hold(option.gpu.name, tp)}", replicas=most, engine=engine)
+            return _Outcome(option, limits.reason_class, f"{most} pinned replicas need {tp} GPUs each "
+                            f"{replica_extent(tp, spans)}; {limits.hold(option.gpu.name, tp, spans)}",
+                            replicas=most, engine=engine)
     else:
         most = space.gpu_budget // tp if space.gpu_budget else fewest * UNBOUNDED_REPLICA_FACTOR
         if best_gpus is not None and fewest * tp > best_gpus:
@@ -235,10 +241,10 @@ def _search_replicas(engine: Engine, option: _Option, request: PlanRequest, best
         scope = "within the GPU budget" if space.gpu_budget else "at any replica count"
         if limits is not None and limits.caps_replicas and limits.replicas(option.gpu.name, tp, spans) < most:
             most = limits.replicas(option.gpu.name, tp, spans)
-            scope = f"within what the {limits.kind} {option.gpu.name} hold, a replica on one node"
+            scope = f"within what the {limits.kind} {option.gpu.name} hold, a replica {replica_extent(tp, spans)}"
             if most < fewest:
                 return _Outcome(option, limits.reason_class, f"needs at least {fewest} replicas ({fewest * tp} "
-                                f"GPUs) for the throughput; {limits.hold(option.gpu.name, tp)}",
+                                f"GPUs) for the throughput; {limits.hold(option.gpu.name, tp, spans)}",
                                 replicas=most, engine=engine)
     prediction, violation = _predict(engine, request, most)
     if violation > 1:
@@ -403,7 +409,8 @@ def _plan_for_cluster(request: PlanRequest, catalog: Catalog) -> Plan:
     free = _GpuLimits.free(cluster)
     gpu_type = slo_plan.gpu_type
     gpus_per_replica = slo_plan.tensor_parallel_size * slo_plan.pipeline_parallel_size
-    fitting = free.replicas(gpu_type, gpus_per_replica, slo_plan.nodes_per_replica)
+    nodes = slo_plan.nodes_per_replica
+    fitting = free.replicas(gpu_type, gpus_per_replica, nodes)
     if slo_plan.replicas <= fitting:
         return replace(slo_plan, rationale=(*slo_plan.rationale, _placement(slo_plan, free)))
     label = f"{slo_plan.replicas} x {gpu_type} {slo_plan.layout.label} {slo_plan.quantization} KV {slo_plan.kv_cache_dtype}"
@@ -411,14 +418,16 @@ def _plan_for_cluster(request: PlanRequest, catalog: Catalog) -> Plan:
     if fits_now.feasible:
         return replace(fits_now, rationale=(*fits_now.rationale, _placement(fits_now, free),
                                             f"{label} would need {slo_plan.replicas} replicas of {gpus_per_replica} "
-                                            f"GPUs; {free.hold(gpu_type, gpus_per_replica)}"))
+                                            f"GPUs; {free.hold(gpu_type, gpus_per_replica, nodes)}"))
     shortfall = CapacityShortfall(label, gpu_type, slo_plan.replicas, gpus_per_replica, fitting,
-                                  cluster.of(gpu_type).free, cluster.of(gpu_type).allocatable, free.nodes(gpu_type))
+                                  cluster.of(gpu_type).free, cluster.of(gpu_type).allocatable, free.nodes(gpu_type),
+                                  nodes)
     if fitting == 0 or request.space.pinned_replicas is not None:
         return replace(slo_plan, shortfall=shortfall, rationale=(
-            *slo_plan.rationale, f"{free.hold(gpu_type, gpus_per_replica)}: pods beyond them wait for GPUs"))
+            *slo_plan.rationale, f"{free.hold(gpu_type, gpus_per_replica, nodes)}: pods beyond them wait for GPUs"))
     return replace(slo_plan, replicas=fitting, shortfall=shortfall, rationale=(
-        *slo_plan.rationale, f"serving {fitting} replica(s), what the free {gpu_type} hold, a replica on one node "
+        *slo_plan.rationale, f"serving {fitting} replica(s), what the free {gpu_type} hold, a replica "
+                             f"{replica_extent(gpus_per_replica, nodes)} "
                              f"({free.per_node(gpu_type)}), until {slo_plan.replicas - fitting} more fit"))
 
 
@@ -429,9 +438,8 @@ def _placement(chosen: Plan, free: _GpuLimits) -> str:
     (planner.placement)."""
     gpus_per_replica = chosen.tensor_parallel_size * chosen.pipeline_parallel_size
     if chosen.nodes_per_replica > 1:
-        return (f"placement: {chosen.replicas} replica(s) of {gpus_per_replica} GPUs, each over "
-                f"{chosen.nodes_per_replica} nodes of {gpus_per_replica // chosen.nodes_per_replica}; "
-                f"{free.per_node(chosen.gpu_type)}")
+        return (f"placement: {chosen.replicas} replica(s) of {gpus_per_replica} GPUs, each "
+                f"{replica_extent(gpus_per_replica, chosen.nodes_per_replica)}; {free.per_node(chosen.gpu_type)}")
     room = replicas_per_node(free.nodes(chosen.gpu_type), gpus_per_replica)
     return (f"placement: {chosen.replicas} replica(s) of {gpus_per_replica} GPUs, each on one node; replicas the "
             f"free {chosen.gpu_type} hold per node: {per_node(room)}")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from llmfleet.catalog import ModelArch
 from llmfleet.catalog.release_record import ReleaseRequirement, ReleaseSupport
 from llmfleet.planner.layout import Layout
-from llmfleet.planner.placement import per_node
+from llmfleet.planner.placement import group_room, per_node, replica_extent
 
 
 @dataclass(frozen=True)
@@ -51,11 +51,17 @@ class NodeGpus:
     pool: str
     allocatable: int
     free: int
+    # Of the free GPUs, those the deployment's own pods hold: free for its next plan, not for a
+    # pod it adds now.
+    own: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.free <= self.allocatable:
             raise ValueError(f"{self.node}: free GPUs ({self.free}) must be within 0..allocatable "
                              f"({self.allocatable})")
+        if not 0 <= self.own <= self.free:
+            raise ValueError(f"{self.node}: the deployment's own GPUs ({self.own}) must be within 0..free "
+                             f"({self.free})")
 
 
 @dataclass(frozen=True)
@@ -67,11 +73,14 @@ class GpuCapacity:
     allocatable: int
     free: int
     most_free_on_one_node: int  # the largest replica that fits now
+    # Nodes with every GPU free: a replica spanning nodes takes a whole node for each part.
+    nodes_all_free: int = 0
 
     @classmethod
     def of_nodes(cls, gpu_type: str, nodes: tuple[NodeGpus, ...]) -> "GpuCapacity":
         return cls(gpu_type, len(nodes), sum(n.allocatable for n in nodes), sum(n.free for n in nodes),
-                   max((n.free for n in nodes), default=0))
+                   max((n.free for n in nodes), default=0),
+                   sum(1 for n in nodes if n.allocatable and n.free == n.allocatable))
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,11 @@ class ClusterGpus:
 
     def nodes_of(self, gpu_type: str) -> tuple[NodeGpus, ...]:
         return tuple(n for n in self.nodes if n.gpu_type == gpu_type)
+
+    def free_now(self, gpu_type: str) -> tuple[tuple[str, int], ...]:
+        """(node, GPUs) of the type that no pod holds now, the deployment's own included: room
+        for a pod it adds without re-planning."""
+        return tuple((n.node, n.free - n.own) for n in self.nodes_of(gpu_type))
 
     def of(self, gpu_type: str) -> GpuCapacity:
         return GpuCapacity.of_nodes(gpu_type, self.nodes_of(gpu_type))
@@ -109,7 +123,8 @@ class ClusterGpus:
 @dataclass(frozen=True)
 class CapacityShortfall:
     """The plan that meets the SLO needs more replicas than the free GPUs of its type hold, each
-    replica's GPUs on one node."""
+    replica's GPUs on one node, or, for a replica spanning nodes, an equal part on each of
+    `nodes_per_replica` nodes."""
 
     slo_plan: str  # e.g. "4 x H100-SXM-80GB TP2 FP8 KV FP8"
     gpu_type: str
@@ -119,6 +134,7 @@ class CapacityShortfall:
     gpus_free: int
     gpus_in_cluster: int
     free_gpus_by_node: tuple[tuple[str, int], ...]
+    nodes_per_replica: int = 1
 
     @property
     def gpus_needed(self) -> int:
@@ -126,11 +142,18 @@ class CapacityShortfall:
 
     @property
     def message(self) -> str:
-        return (f"meeting the SLO needs {self.slo_plan} ({self.gpus_needed} GPUs, {self.gpus_per_replica} per "
-                f"replica on one node) but {self.gpus_free} of the cluster's {self.gpus_in_cluster} {self.gpu_type} "
-                f"are free and hold {self.replicas_fitting} replica(s): {self.replicas_needed - self.replicas_fitting} more "
-                f"replica(s) need {self.gpus_per_replica} free {self.gpu_type} on one node each; free per node: "
-                f"{per_node(self.free_gpus_by_node)}")
+        more = self.replicas_needed - self.replicas_fitting
+        said = (f"meeting the SLO needs {self.slo_plan} ({self.gpus_needed} GPUs, {self.gpus_per_replica} per "
+                f"replica {replica_extent(self.gpus_per_replica, self.nodes_per_replica)}) but {self.gpus_free} of the cluster's {self.gpus_in_cluster} "
+                f"{self.gpu_type} are free and hold {self.replicas_fitting} replica(s): ")
+        if self.nodes_per_replica == 1:
+            return said + (f"{more} more replica(s) need {self.gpus_per_replica} free {self.gpu_type} on one node "
+                           f"each; free per node: {per_node(self.free_gpus_by_node)}")
+        # A group is placed whole or not at all: say which nodes lack how many GPUs of a part.
+        part = self.gpus_per_replica // self.nodes_per_replica
+        return said + (f"{more} more replica(s) need {self.nodes_per_replica} nodes with {part} free "
+                       f"{self.gpu_type} each; "
+                       f"{group_room(self.free_gpus_by_node, part, self.replicas_needed * self.nodes_per_replica)}")
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,8 @@ def serving_conditions(ctx: Context, plan_status: PlanStatus, build: BuildState,
         elif not rollout.rolled_out:
             progressing = (TRUE, Reason.ROLLING_OUT, revision + counts)
         elif scaling_up:
-            progressing = (TRUE, Reason.SCALING_UP, revision + counts)
+            # What the added pods say (a group that cannot be placed whole: its Pending pod).
+            progressing = (TRUE, Reason.SCALING_UP, revision + short)
         else:
             progressing = (FALSE, Reason.ROLLED_OUT, revision + counts)
         if build.failed:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from llmfleet.api import LLMDeployment, Reason
 from llmfleet.api.status import PlanStatus, RevisionStatus
 from llmfleet.autoscale import describe_ttft_p99, display_round
+from llmfleet.planner.types import Plan
 from llmfleet.reconcile.build import build_state
 from llmfleet.reconcile.canary import canary_runs, canary_status, route_weights, stable_rescaled, walk_canary
 from llmfleet.reconcile.conditions import blocked_conditions, serving_conditions
@@ -16,6 +17,7 @@ from llmfleet.reconcile.events import Event
 from llmfleet.reconcile.learn import learn_from_traffic
 from llmfleet.reconcile.observations import Observations
 from llmfleet.reconcile.plan import choose_plan
+from llmfleet.reconcile.pods import room_for_a_part
 from llmfleet.reconcile.rollout import Rollout, roll_out
 from llmfleet.reconcile.scale import Scaling, scale
 from llmfleet.reconcile.status import Outcome, outcome
@@ -59,7 +61,7 @@ def decide(ctx: Context, observations: Observations) -> Outcome:
     rollout = roll_out(ctx, revision, build, scaling.desired_replicas, manifests, canary)
     # conditions
     conditions = serving_conditions(ctx, choice.status, build, rollout, scaling, canary,
-                                    observations.not_ready_reason if current else None)
+                                    _pods_say(plan, observations) if current else None)
     # status and events
     snapshot = observations.snapshot
     status = {
@@ -97,6 +99,15 @@ def _revisions(ctx: Context, rollout: Rollout, plan_summary: str | None,
                            ready_replicas=ctx.children.ready(name))
             for name, deployment in sorted(ctx.children.serving.items(), key=lambda item: item[0] != revision)
             if name is not None and (name == revision or not rollout.rolled_out)] or None
+
+
+def _pods_say(plan: Plan, observations: Observations) -> str | None:
+    """Why the revision's pods are not ready; for a group the scheduler cannot place, also which
+    nodes lack what (the cluster's GPUs are read only then)."""
+    said = observations.not_ready_reason
+    if said is None or not observations.group_unschedulable or observations.fleet.gpus is None:
+        return said
+    return f"{said}; {room_for_a_part(observations.fleet.gpus, plan)}"
 
 
 def _scale_events(scaling: Scaling) -> list[Event]:

@@ -48,6 +48,8 @@ class Observations:
     golden: GoldenAnswers | None = None
     # Why the current revision's (or an overdue canary's) pods are not ready, when they say.
     not_ready_reason: str | None = None
+    # Whether one of those pods is of a group the scheduler found no node for.
+    group_unschedulable: bool = False
     # What the current revision's failed build pod printed last.
     build_failure: str | None = None
     # The settled revision's traffic, when an observation for live re-planning was due.

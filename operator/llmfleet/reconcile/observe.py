@@ -10,12 +10,17 @@ from llmfleet.planner.spec_adapter import serving_release
 from llmfleet.reconcile import due
 from llmfleet.reconcile.context import BUILD_COMPONENT, SERVER_COMPONENT, Context
 from llmfleet.reconcile.observations import Fleet, Observations
-from llmfleet.reconcile.pods import last_build_failure, not_ready_reason
+from llmfleet.reconcile.pods import a_group_pod_unschedulable, last_build_failure, not_ready_reason
 from llmfleet.reconcile.probes import AskNow, Asks
+from llmfleet.render.group import WORKER_COMPONENT
 from llmfleet.render.identity import COMPONENT_LABEL, REVISION_LABEL, selector_labels
 from llmfleet.render.layout import GRPC_PORT, REQUEST_MODEL
 from llmfleet.rollout import Samples
 from llmfleet.rollout.quality import GoldenAnswers, parse_prompts
+
+
+# A group's workers too: a stuck worker is why its leader, the group's serving pod, is not ready.
+SERVING_POD_COMPONENTS = (SERVER_COMPONENT, WORKER_COMPONENT)
 
 
 def observe(ctx: Context, kube, metrics, fleet: Fleet, may_observe: bool = True, probes: Asks = AskNow()
@@ -54,6 +59,7 @@ def observe(ctx: Context, kube, metrics, fleet: Fleet, may_observe: bool = True,
               if quality is not None and ctx.children.ready(quality.canary_revision) >= quality.canary_replicas
               else None)
     asked = due.overdue_canary(ctx) or due.short_of_ready(ctx.body, ctx.children)
+    pods = _pods_of(kube, ctx, asked, SERVING_POD_COMPONENTS) if asked else []
     failing = due.failing_build(ctx)
     return Observations(
         snapshot=(metrics.snapshot(namespace, name, read_now.rate.seconds, ctx.now, release.metrics,
@@ -61,16 +67,17 @@ def observe(ctx: Context, kube, metrics, fleet: Fleet, may_observe: bool = True,
                                    deployment.spec.autoscaling.scale_down_stabilization_seconds)
                   if autoscaled else None),
         samples=samples, golden=golden,
-        not_ready_reason=not_ready_reason(_pods_of(kube, ctx, asked)) if asked else None,
-        build_failure=last_build_failure(_pods_of(kube, ctx, failing, BUILD_COMPONENT)) if failing else None,
+        not_ready_reason=not_ready_reason(pods), group_unschedulable=a_group_pod_unschedulable(pods),
+        build_failure=last_build_failure(_pods_of(kube, ctx, failing, (BUILD_COMPONENT,))) if failing else None,
         workload=(metrics.observed_workload(namespace, name, observe_revision, read_now.observation.seconds, ctx.now,
                                             release.metrics) if observe_revision else None),
         fleet=fleet)
 
 
-def _pods_of(kube, ctx: Context, revision: str, component: str = SERVER_COMPONENT) -> list[dict]:
-    labels = {**selector_labels(ctx.name), REVISION_LABEL: revision, COMPONENT_LABEL: component}
-    return kube.list_pods(ctx.namespace, ",".join(f"{key}={value}" for key, value in labels.items()))
+def _pods_of(kube, ctx: Context, revision: str, components: tuple[str, ...] = (SERVER_COMPONENT,)) -> list[dict]:
+    labels = {**selector_labels(ctx.name), REVISION_LABEL: revision}
+    return kube.list_pods(ctx.namespace, ",".join([*(f"{key}={value}" for key, value in labels.items()),
+                                                   f"{COMPONENT_LABEL} in ({','.join(components)})"]))
 
 
 def _ready_replicas_of(kube, ctx: Context, revision: str) -> list[Replica]:
