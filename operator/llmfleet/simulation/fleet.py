@@ -19,13 +19,14 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from enum import Enum
 
 from llmfleet.api import AutoscalingSpec
 from llmfleet.api.status import ScalingDecision, ScalingSignal
 from llmfleet.autoscale import AutoscalerState, ReplicaCapacity, decide
+from llmfleet.render.ttft_buckets import slo_ttft_bounds_ms
 from llmfleet.simulation.profile import EngineProfile
 from llmfleet.simulation.prometheus_view import PodSeries, Sample, ScrapeSettings, TtftHistogram, snapshot
 from llmfleet.simulation.replica import Arrival, VirtualEngine
@@ -145,7 +146,7 @@ class _Replica:
     engine: VirtualEngine
     created_s: float
     series: PodSeries
-    histogram: TtftHistogram = field(default_factory=TtftHistogram)
+    histogram: TtftHistogram
     ready_s: float | None = None
     removed_s: float | None = None
     ended_s: float | None = None
@@ -173,6 +174,8 @@ class _Simulation:
     def __init__(self, fleet: Fleet, settings: FleetSettings, arrivals: Sequence[Arrival],
                  progress: Progress | None, progress_every_s: float):
         self.fleet, self.settings = fleet, settings
+        # The bounds its pods' TTFT histograms have, as rendered for the SLO and the target.
+        self.ttft_bounds_ms = slo_ttft_bounds_ms(fleet.slo_ttft_p99_ms, fleet.autoscaling or AutoscalingSpec())
         self.arrivals = sorted(arrivals, key=lambda arrival: arrival.arrival_ms)
         self.events: list = []
         self.order = itertools.count()
@@ -224,7 +227,7 @@ class _Simulation:
         index = next(self.names)
         name = f"replica-{index}"
         engine = VirtualEngine(self.fleet.engine.profile, seed=self.settings.seed + index)
-        replica = _Replica(index, name, engine, now_s, PodSeries(name))
+        replica = _Replica(index, name, engine, now_s, PodSeries(name), TtftHistogram(self.ttft_bounds_ms))
         self.replicas.append(replica)
         if ready:
             replica.ready_s = now_s
@@ -318,7 +321,7 @@ class _Simulation:
         view = snapshot([replica.series for replica in self.replicas],
                         ScrapeSettings(self.settings.scrape_interval_seconds, self.settings.window_seconds,
                                        self.settings.queue_observable, spec.scale_down_stabilization_seconds),
-                        now_s, EPOCH)
+                        now_s, EPOCH, self.ttft_bounds_ms)
         current = min(max(self.desired, spec.min_replicas), spec.max_replicas)
         ready = len(self.serving())
         decision = decide(spec, self.fleet.slo_ttft_p99_ms, view, self.state, current, ready,

@@ -1,0 +1,112 @@
+"""The TTFT histogram's bucket bounds, per deployment (pure).
+
+Prometheus knows a quantile only to within the bucket it falls in and interpolates linearly
+inside it, so a p99 read from wide buckets can be off by a large share of the bucket. The
+bounds are dense (a few percent apart) where the operator reads the p99 against a number: the
+autoscaler's target and the SLO, and coarse elsewhere. The SLO and the target are bounds
+themselves, so "within the SLO" is one bucket's count (exact attainment) and the tolerance band
+around the target is measured on bounds. A fixed coarse ladder, reaching minutes so that a
+backlog's tail stays visible, is in every deployment's bounds: any two revisions share it.
+
+The bounds are whole milliseconds: the chart's SLO rules join on the `le` label as an integer.
+
+Each bound is one series per serving pod (plus `+Inf`, `_sum` and `_count`): at most
+`MAX_BOUNDS` of them keeps a replica's TTFT series near the 28 of the fixed bounds this replaced,
+and Prometheus' memory grows with active series, not with their resolution.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+from llmfleet.api import AutoscalingSpec, LLMDeploymentSpec
+from llmfleet.autoscale import target_ttft_p99_ms
+
+# Coarse bounds shared by every deployment: the low end for fast models, the long tail of a
+# backlog up to 5 minutes (beyond it the p99 reads as the top bound, "over 300000 ms").
+COARSE_BOUNDS_MS = (10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000, 300000)
+# Prometheus series per pod stay bounded: the coarse ladder, the dense grid's budget and the two
+# anchors (SLO and target) and the grid's inclusive ends.
+MAX_BOUNDS = 40
+_ANCHORS_AND_ENDS = 4
+DENSE_BOUNDS_BUDGET = MAX_BOUNDS - len(COARSE_BOUNDS_MS) - _ANCHORS_AND_ENDS
+# Dense reach either side of the target and of the SLO: past the autoscaler's tolerance band
+# (10 % by default) and a scale-up's overshoot, in relative terms.
+DENSE_REACH = 0.25
+# Finest spacing between dense bounds: below it the 1 ms rounding dominates anyway for small SLOs,
+# and the budget is better spent on reach.
+FINEST_STEP = 0.02
+# The annotation on a revision's serving workload recording the bounds its pods export: readers
+# without that revision's spec (the stable revision during a canary) read them there.
+BOUNDS_ANNOTATION = "llmfleet.io/ttft-histogram-bounds-ms"
+# Bounds of serving workloads rendered before the annotation existed (one fixed set then).
+UNRECORDED_BOUNDS_MS = (10, 25, 50, 75, 100, 150, 200, 250, 300, 400, 500, 650, 800, 1000, 1250, 1500,
+                        2000, 3000, 5000, 10000, 20000, 30000, 60000, 120000, 300000)
+
+
+def _merged(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for low, high in sorted(intervals):
+        if merged and low <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
+        else:
+            merged.append((low, high))
+    return merged
+
+
+def ttft_bounds_ms(slo_ttft_p99_ms: int, target_ttft_p99_ms: int, *, target_floats: bool) -> tuple[int, ...]:
+    """The bucket bounds for an SLO and the autoscaler's target: the coarse ladder plus a grid
+    dense around both, the SLO and the target among the bounds. `target_floats`: the target is
+    the default, which the autoscaler moves up towards the SLO with the prefill floor it learns
+    (policy.target_ttft_p99_ms), so the whole way from it to the SLO is dense too. The grid's
+    spacing is the finest that fits `DENSE_BOUNDS_BUDGET` (never under `FINEST_STEP`)."""
+    dense = [(target_ttft_p99_ms * (1 - DENSE_REACH), target_ttft_p99_ms * (1 + DENSE_REACH)),
+             (slo_ttft_p99_ms * (1 - DENSE_REACH), slo_ttft_p99_ms * (1 + DENSE_REACH))]
+    if target_floats:
+        dense.append((target_ttft_p99_ms, slo_ttft_p99_ms))
+    intervals = _merged(dense)
+    log_width = sum(math.log(high / low) for low, high in intervals)
+    step = max(math.log1p(FINEST_STEP), log_width / DENSE_BOUNDS_BUDGET)
+    grid = set()
+    for low, high in intervals:
+        # On the SLO's own grid, so that the SLO is a bound and its neighbours are a step away.
+        first = math.ceil(math.log(low / slo_ttft_p99_ms) / step - 1e-9)
+        last = math.floor(math.log(high / slo_ttft_p99_ms) / step + 1e-9)
+        grid.update(round(slo_ttft_p99_ms * math.exp(k * step)) for k in range(first, last + 1))
+    bounds = {*COARSE_BOUNDS_MS, *grid, slo_ttft_p99_ms, target_ttft_p99_ms}
+    return tuple(sorted(bound for bound in bounds if bound >= 1))
+
+
+def slo_ttft_bounds_ms(slo_ttft_p99_ms: int, autoscaling: AutoscalingSpec) -> tuple[int, ...]:
+    """`ttft_bounds_ms` at an SLO and the autoscaler's target for it (pinned, or the default at
+    no known prefill floor)."""
+    return ttft_bounds_ms(slo_ttft_p99_ms, target_ttft_p99_ms(autoscaling, slo_ttft_p99_ms),
+                          target_floats=autoscaling.target_ttft_p99_ms is None)
+
+
+def deployment_ttft_bounds_ms(spec: LLMDeploymentSpec) -> tuple[int, ...]:
+    """The bounds a deployment's serving pods export."""
+    return slo_ttft_bounds_ms(spec.slo.ttft_p99_ms, spec.autoscaling)
+
+
+def bounds_annotation(bounds_ms: Iterable[int]) -> dict[str, str]:
+    return {BOUNDS_ANNOTATION: ",".join(str(bound) for bound in bounds_ms)}
+
+
+def recorded_ttft_bounds_ms(workload: Mapping) -> tuple[int, ...]:
+    """The bounds a revision's serving workload (Deployment or LeaderWorkerSet) was rendered
+    with, from its annotation."""
+    recorded = ((workload.get("metadata") or {}).get("annotations") or {}).get(BOUNDS_ANNOTATION)
+    if not recorded:
+        return UNRECORDED_BOUNDS_MS
+    return tuple(int(bound) for bound in recorded.split(","))
+
+
+def shared_ttft_bounds_ms(serving_workloads: Iterable[Mapping], spec: LLMDeploymentSpec) -> tuple[int, ...]:
+    """The bounds every serving revision's pods export (the spec's own before any serves): a
+    query summing histograms over revisions reads only these, since a bucket some pods lack
+    would count the others' requests alone. Revisions of one deployment share at least the
+    coarse ladder, and all of them when the SLO and target did not change between them."""
+    bound_sets = [set(recorded_ttft_bounds_ms(workload)) for workload in serving_workloads]
+    return tuple(sorted(set.intersection(*bound_sets))) if bound_sets else deployment_ttft_bounds_ms(spec)
