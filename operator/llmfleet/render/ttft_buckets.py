@@ -26,14 +26,14 @@ from llmfleet.autoscale import target_ttft_p99_ms
 # Coarse bounds shared by every deployment: the low end for fast models, the long tail of a
 # backlog up to 5 minutes (beyond it the p99 reads as the top bound, "over 300000 ms").
 COARSE_BOUNDS_MS = (10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000, 300000)
-# Prometheus series per pod stay bounded: the coarse ladder, the dense grid's budget and the two
-# anchors (SLO and target) and the grid's inclusive ends.
+# Prometheus series per pod stay bounded: the coarse ladder, the dense grid's budget, and the
+# target (the SLO is on the grid) plus a point past each end of the (at most two) dense ranges.
 MAX_BOUNDS = 40
-_ANCHORS_AND_ENDS = 4
-DENSE_BOUNDS_BUDGET = MAX_BOUNDS - len(COARSE_BOUNDS_MS) - _ANCHORS_AND_ENDS
-# Dense reach either side of the target and of the SLO: past the autoscaler's tolerance band
-# (10 % by default) and a scale-up's overshoot, in relative terms.
-DENSE_REACH = 0.25
+_TARGET_AND_ENDS = 5
+DENSE_BOUNDS_BUDGET = MAX_BOUNDS - len(COARSE_BOUNDS_MS) - _TARGET_AND_ENDS
+# Dense reach either side of the target and of the SLO: twice the autoscaler's default
+# tolerance band (10 %), in relative terms.
+DENSE_REACH = 0.2
 # Finest spacing between dense bounds: below it the 1 ms rounding dominates anyway for small SLOs,
 # and the budget is better spent on reach.
 FINEST_STEP = 0.02
@@ -70,9 +70,10 @@ def ttft_bounds_ms(slo_ttft_p99_ms: int, target_ttft_p99_ms: int, *, target_floa
     step = max(math.log1p(FINEST_STEP), log_width / DENSE_BOUNDS_BUDGET)
     grid = set()
     for low, high in intervals:
-        # On the SLO's own grid, so that the SLO is a bound and its neighbours are a step away.
-        first = math.ceil(math.log(low / slo_ttft_p99_ms) / step - 1e-9)
-        last = math.floor(math.log(high / slo_ttft_p99_ms) / step + 1e-9)
+        # On the SLO's own grid, so that the SLO is a bound and its neighbours are a step away;
+        # from the grid point at or below `low` to the one at or above `high`.
+        first = math.floor(math.log(low / slo_ttft_p99_ms) / step + 1e-9)
+        last = math.ceil(math.log(high / slo_ttft_p99_ms) / step - 1e-9)
         grid.update(round(slo_ttft_p99_ms * math.exp(k * step)) for k in range(first, last + 1))
     bounds = {*COARSE_BOUNDS_MS, *grid, slo_ttft_p99_ms, target_ttft_p99_ms}
     return tuple(sorted(bound for bound in bounds if bound >= 1))
