@@ -30,10 +30,10 @@ from llmfleet.simulation.prometheus_view import TtftHistogram, histogram_quantil
 from render_builders import manifest
 
 SLOS_MS = (20, 50, 100, 300, 500, 1000, 2000, 5000, 30000, 120000, 600000)
-# The bound on |histogram p99 - exact p99| / exact p99 for a p99 in the dense range (the
-# target's and the SLO's neighbourhoods, and for the default target the way between them), at
-# SLOs from 50 ms: one dense step (<= 4.7 %: DENSE_BOUNDS_BUDGET over the widest dense range),
-# 1 ms of rounding, and the gap between neighbouring requests at the 99th rank.
+# The bound on |histogram p99 - exact p99| / exact p99 for a p99 in the dense range (from the
+# scale-down threshold to the target, around the SLO, and for the default target the way
+# between them), at SLOs from 100 ms: within one dense step (<= 4.9 %: DENSE_BOUNDS_BUDGET over
+# the widest dense range) and 1 ms of rounding.
 P99_ERROR_BOUND = 0.05
 
 
@@ -56,7 +56,8 @@ def test_the_slo_and_the_target_are_bounds_among_the_coarse_ladder_and_the_count
 def test_bounds_are_a_few_percent_apart_around_the_target_and_the_slo(slo_ms):
     for target_ms, floats in _targets(slo_ms):
         bounds = ttft_bounds_ms(slo_ms, target_ms, target_floats=floats)
-        dense = [(target_ms * (1 - DENSE_REACH), target_ms * (1 + DENSE_REACH)),
+        # From under the scale-down threshold (half the target at the least) to over the target.
+        dense = [(target_ms * 0.5 * (1 - DENSE_REACH), target_ms * (1 + DENSE_REACH)),
                  (slo_ms * (1 - DENSE_REACH), slo_ms * (1 + DENSE_REACH))]
         if floats:
             dense.append((target_ms, slo_ms))
@@ -66,7 +67,7 @@ def test_bounds_are_a_few_percent_apart_around_the_target_and_the_slo(slo_ms):
             covering = [b for b in bounds if b <= low][-1:] + [b for b in bounds if low < b < high] + \
                 [b for b in bounds if b >= high][:1]
             # One step of the grid (whole milliseconds: rounding may add 1 ms).
-            assert all(upper - lower <= 0.047 * lower + 1 for lower, upper in zip(covering, covering[1:])), \
+            assert all(upper - lower <= 0.05 * lower + 1 for lower, upper in zip(covering, covering[1:])), \
                 (slo_ms, target_ms, low, high, covering)
 
 
@@ -98,11 +99,12 @@ def histogram_p99_error(ttfts_ms: list[float], bounds_ms: tuple[int, ...]) -> fl
 
 
 def _worst_error(slo_ms: int, bounds_ms: tuple[int, ...]) -> float:
-    """The largest |error| over distributions whose p99 lies from 0.8 x the default target to
-    1.2 x the SLO."""
+    """The largest |error| over distributions whose p99 lies from 0.45 x the default target to
+    1.1 x the SLO (the sample's own p99 may stray a few percent further)."""
     rng = random.Random(slo_ms)
     target_ms = slo_ms * 0.6
-    placements = [target_ms * share for share in (0.8, 0.9, 1.0, 1.1, 1.2)] + [slo_ms * s for s in (0.9, 1.0, 1.2)]
+    placements = [target_ms * share for share in (0.45, 0.5, 0.6, 0.8, 0.9, 1.0, 1.1, 1.2)] + \
+        [slo_ms * share for share in (0.9, 1.0, 1.1)]
     worst = 0.0
     for p99_ms in placements:
         for ttfts in (_lognormal(rng, p99_ms, 0.3, 5000), _lognormal(rng, p99_ms, 0.8, 5000),

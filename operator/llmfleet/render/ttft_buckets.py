@@ -2,17 +2,20 @@
 
 Prometheus knows a quantile only to within the bucket it falls in and interpolates linearly
 inside it, so a p99 read from wide buckets can be off by a large share of the bucket. The
-bounds are dense (a few percent apart) where the operator reads the p99 against a number: the
-autoscaler's target and the SLO, and coarse elsewhere. The SLO and the target are bounds
-themselves, so "within the SLO" is one bucket's count (exact attainment) and the tolerance band
-around the target is measured on bounds. A fixed coarse ladder, reaching minutes so that a
-backlog's tail stays visible, is in every deployment's bounds: any two revisions share it.
+bounds are dense (a few percent apart) where the operator compares the p99 with a number: the
+autoscaler's scale-down threshold (half the target, policy.scale_down_threshold), its target
+and tolerance band, and the SLO; coarse elsewhere, where the decision is the same whatever the
+exact value (a p99 below the dense range reads below it, one above reads above it). The SLO and
+the target are bounds themselves, so "within the SLO" is one bucket's count (exact attainment).
+A fixed coarse ladder, reaching minutes so that a backlog's tail stays visible, is in every
+deployment's bounds: any two revisions share at least it.
 
 The bounds are whole milliseconds: the chart's SLO rules join on the `le` label as an integer.
 
-Each bound is one series per serving pod (plus `+Inf`, `_sum` and `_count`): at most
-`MAX_BOUNDS` of them keeps a replica's TTFT series near the 28 of the fixed bounds this replaced,
-and Prometheus' memory grows with active series, not with their resolution.
+Each bound is one series per serving pod (plus `+Inf`, `_sum` and `_count`) that Prometheus
+keeps in memory and writes every scrape. `MAX_BOUNDS` keeps a replica's TTFT series under twice
+the 28 of the fixed bounds this replaced, while the dense step stays at 5 % or finer for every
+SLO and target.
 """
 
 from __future__ import annotations
@@ -21,18 +24,18 @@ import math
 from collections.abc import Iterable, Mapping
 
 from llmfleet.api import AutoscalingSpec, LLMDeploymentSpec
-from llmfleet.autoscale import target_ttft_p99_ms
+from llmfleet.autoscale import DEFAULT_TUNING, target_ttft_p99_ms
 
 # Coarse bounds shared by every deployment: the low end for fast models, the long tail of a
 # backlog up to 5 minutes (beyond it the p99 reads as the top bound, "over 300000 ms").
 COARSE_BOUNDS_MS = (10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000, 300000)
 # Prometheus series per pod stay bounded: the coarse ladder, the dense grid's budget, and the
 # target (the SLO is on the grid) plus a point past each end of the (at most two) dense ranges.
-MAX_BOUNDS = 40
+MAX_BOUNDS = 52
 _TARGET_AND_ENDS = 5
 DENSE_BOUNDS_BUDGET = MAX_BOUNDS - len(COARSE_BOUNDS_MS) - _TARGET_AND_ENDS
-# Dense reach either side of the target and of the SLO: twice the autoscaler's default
-# tolerance band (10 %), in relative terms.
+# Dense reach beyond the scale-down threshold and the target, and either side of the SLO:
+# twice the autoscaler's default tolerance band (10 %), in relative terms.
 DENSE_REACH = 0.2
 # Finest spacing between dense bounds: below it the 1 ms rounding dominates anyway for small SLOs,
 # and the budget is better spent on reach.
@@ -57,11 +60,14 @@ def _merged(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float
 
 def ttft_bounds_ms(slo_ttft_p99_ms: int, target_ttft_p99_ms: int, *, target_floats: bool) -> tuple[int, ...]:
     """The bucket bounds for an SLO and the autoscaler's target: the coarse ladder plus a grid
-    dense around both, the SLO and the target among the bounds. `target_floats`: the target is
-    the default, which the autoscaler moves up towards the SLO with the prefill floor it learns
+    dense from the scale-down threshold to the target and around the SLO, the SLO and the target
+    among the bounds. The threshold lies from half the target (no prefill floor known) up to the
+    target (policy.scale_down_threshold). `target_floats`: the target is the default, which the
+    autoscaler moves up towards the SLO with the prefill floor it learns
     (policy.target_ttft_p99_ms), so the whole way from it to the SLO is dense too. The grid's
     spacing is the finest that fits `DENSE_BOUNDS_BUDGET` (never under `FINEST_STEP`)."""
-    dense = [(target_ttft_p99_ms * (1 - DENSE_REACH), target_ttft_p99_ms * (1 + DENSE_REACH)),
+    lowest_threshold_ms = target_ttft_p99_ms * DEFAULT_TUNING.scale_down_below_target_fraction
+    dense = [(lowest_threshold_ms * (1 - DENSE_REACH), target_ttft_p99_ms * (1 + DENSE_REACH)),
              (slo_ttft_p99_ms * (1 - DENSE_REACH), slo_ttft_p99_ms * (1 + DENSE_REACH))]
     if target_floats:
         dense.append((target_ttft_p99_ms, slo_ttft_p99_ms))
