@@ -31,8 +31,8 @@ BENCHMARKS = (
     ("bench_pass.py", "pass.md"),
     ("bench_autoscaling.py", "autoscaling.md"),
     ("bench_scrape_intervals.py", "scrape-intervals.md"),
-    ("bench_ttft_histogram.py", "ttft-histogram.md"),
     ("bench_routing.py", "routing.md"),
+    ("bench_ttft_histogram.py", "ttft-histogram.md"),
     ("bench_rollout.py", "rollout.md"),
     ("bench_scale.py", "scale.md"),
 )
