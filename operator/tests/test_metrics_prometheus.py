@@ -550,7 +550,7 @@ def _queried_series(query: str) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
 ])
 def test_every_series_the_autoscaler_reads_is_exported_by_the_release_or_known_absent(release, absent):
     record = load_release_record(release)
-    queries = asdict(deployment_queries("ns", "chat", 30))
+    queries = asdict(deployment_queries("ns", "chat", 30, BOUNDS_MS))
     series = set().union(*map(_queried_series, queries.values()))
     missing = {(name, fixed) for name, fixed in series if check_metric(record, name, dict(fixed))}
     assert missing == absent

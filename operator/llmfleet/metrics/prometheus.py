@@ -116,16 +116,15 @@ def _bound_matcher(bounds_ms: Sequence[int], *extra: str) -> str:
     return "le=~" + '"' + "|".join((f"({numbers})(\\\\.0*)?", *extra)) + '"'
 
 
-def deployment_queries(namespace: str, deployment_name: str, window_seconds: int, peak_window_seconds: int = 0,
-                       step_seconds: float | None = None,
-                       ttft_bounds_ms: Sequence[int] | None = None) -> DeploymentQueries:
+def deployment_queries(namespace: str, deployment_name: str, window_seconds: int, ttft_bounds_ms: Sequence[int],
+                       peak_window_seconds: int = 0, step_seconds: float | None = None) -> DeploymentQueries:
     """The PromQL for one LLMDeployment, summed over all its pods and revisions. The request
     rate's peak over `peak_window_seconds` and its trend are subqueries over the windowed rate,
     evaluated every `step_seconds` (the scrape interval; a quarter of the window when unknown).
     The p99 reads only the buckets at `ttft_bounds_ms`, the bounds every serving revision
-    exports (render.ttft_buckets.shared_ttft_bounds_ms); None: all buckets."""
+    exports (render.ttft_buckets.shared_ttft_bounds_ms)."""
     selector = _deployment_selector(namespace, deployment_name)
-    buckets = selector if ttft_bounds_ms is None else f"{selector}, {_bound_matcher(ttft_bounds_ms, INF_BUCKET)}"
+    buckets = f"{selector}, {_bound_matcher(ttft_bounds_ms, INF_BUCKET)}"
     window = f"[{window_seconds}s]"
     step = step_seconds or window_seconds / RATE_WINDOW_SCRAPES
     first_token_rate = f"sum(rate({TTFT_HISTOGRAM}_count{{{selector}}}{window}))"
@@ -334,8 +333,8 @@ class PrometheusMetrics:
         `scrape_interval_seconds` is passed through for the staleness check and steps the
         subqueries; `peak_window_seconds` is the range of the request rate's peak (the
         scale-down stabilisation window)."""
-        queries = asdict(deployment_queries(namespace, deployment_name, window_seconds, peak_window_seconds,
-                                            scrape_interval_seconds, ttft_bounds_ms))
+        queries = asdict(deployment_queries(namespace, deployment_name, window_seconds, ttft_bounds_ms,
+                                            peak_window_seconds, scrape_interval_seconds))
         per_replica = replica_queries(namespace, deployment_name, window_seconds)
         queue_observable = all(name in exported_metrics for name in QUEUE_METRICS)
         try:
