@@ -13,9 +13,10 @@ deployment's bounds: any two revisions share at least it.
 The bounds are whole milliseconds: the chart's SLO rules join on the `le` label as an integer.
 
 Each bound is one series per serving pod (plus `+Inf`, `_sum` and `_count`) that Prometheus
-keeps in memory and writes every scrape. `MAX_BOUNDS` keeps a replica's TTFT series under twice
-the 28 of the fixed bounds this replaced, while the dense step stays at 5 % or finer for every
-SLO and target.
+keeps in memory and writes every scrape: `MAX_BOUNDS` fixes that cost at 63 series a replica
+whatever the SLO and target (the fixed bounds this replaced cost 28), with the dense step at
+5 % or finer. Finer would buy little: the p99 of the autoscaler's window of a few dozen
+requests is itself off by more than that from the requests' own (benchmarks/bench_ttft_histogram.py).
 """
 
 from __future__ import annotations
@@ -26,13 +27,19 @@ from collections.abc import Iterable, Mapping
 from llmfleet.api import AutoscalingSpec, LLMDeploymentSpec
 from llmfleet.autoscale import DEFAULT_TUNING, target_ttft_p99_ms
 
-# Coarse bounds shared by every deployment: the low end for fast models, the long tail of a
-# backlog up to 5 minutes (beyond it the p99 reads as the top bound, "over 300000 ms").
-COARSE_BOUNDS_MS = (10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000, 300000)
+# Coarse bounds shared by every deployment, to the long tail of a backlog at 5 minutes (beyond
+# it the p99 reads as the top bound, "over 300000 ms"). From 100 ms to 15 s at most 1.67x
+# apart: above the dense range the autoscaler still sizes a scale-up by p99 / target and
+# compares the p99 with the longest prompt's prefill (capacity.futile_scale_up). Coarser below
+# (a p99 under the dense range decides the same whatever its value) and in a backlog of
+# minutes (a scale-up is bounded by maxScaleUpStep anyway).
+COARSE_BOUNDS_MS = (10, 25, 50, 100, 150, 250, 400, 600, 1000, 1500, 2500, 4000, 6000, 10000, 15000, 30000,
+                    60000, 120000, 300000)
 # Prometheus series per pod stay bounded: the coarse ladder, the dense grid's budget, and the
-# target (the SLO is on the grid) plus a point past each end of the (at most two) dense ranges.
-MAX_BOUNDS = 52
-_TARGET_AND_ENDS = 5
+# target (the SLO is on the grid) plus what the grid adds at the ends of each of the (at most
+# two) dense ranges, up to three (one point past each end, and rounding).
+MAX_BOUNDS = 60
+_TARGET_AND_ENDS = 7
 DENSE_BOUNDS_BUDGET = MAX_BOUNDS - len(COARSE_BOUNDS_MS) - _TARGET_AND_ENDS
 # Dense reach beyond the scale-down threshold and the target, and either side of the SLO:
 # twice the autoscaler's default tolerance band (10 %), in relative terms.
