@@ -33,6 +33,7 @@ BENCHMARKS = (
     ("bench_scrape_intervals.py", "scrape-intervals.md"),
     ("bench_simulate_vs_live.py", "simulate-vs-live.md"),
     ("bench_routing.py", "routing.md"),
+    ("bench_ttft_histogram.py", "ttft-histogram.md"),
     ("bench_rollout.py", "rollout.md"),
     ("bench_scale.py", "scale.md"),
 )

@@ -89,7 +89,7 @@ def fleet_status(gpus: ClusterGpus, deployments: list[dict],
             ("TYPE", "POOL", "NODES", "GPUS", "USED", "FREE", "MAX FREE/NODE", "FREE NODES"),
             [(gpu_type, pool, str(g.nodes), str(g.allocatable), str(g.allocatable - g.free), str(g.free),
               str(g.most_free_on_one_node), str(g.nodes_all_free)) for (gpu_type, pool), g in gpus.pools().items()])]
-    where = (f"share of first tokens within the TTFT target over the last {window_seconds} s"
+    where = (f"share of first tokens within the SLO's p99 TTFT over the last {window_seconds} s"
              if window_seconds is not None else "no Prometheus URL given")
     lines += ["", f"LLMDeployments (attainment: {where})"]
     ordered = sorted(deployments, key=lambda d: (d["metadata"]["namespace"], d["metadata"]["name"]))

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 from llmfleet.api.status import ScalingDecision
 from llmfleet.render.identity import DEPLOYMENT_LABEL, fit_name
-from llmfleet.render.layout import TTFT_HISTOGRAM_BUCKETS_MS
 
 EXPOSITION_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DEPLOYMENT_SERIES_LABEL = DEPLOYMENT_LABEL.replace(".", "_").replace("/", "_")
@@ -38,7 +37,7 @@ READY_REPLICAS = Gauge("llmfleet_deployment_ready_replicas", "Replicas ready to 
 SLO_TTFT = Gauge("llmfleet_deployment_slo_ttft_p99_ms", "The SLO's p99 time to first token, ms (spec.slo).")
 SLO_TPOT = Gauge("llmfleet_deployment_slo_tpot_p99_ms", "The SLO's p99 time per output token, ms (spec.slo).")
 SLO_TTFT_BUCKET = Gauge("llmfleet_deployment_slo_ttft_bucket",
-                        "1 at le = the largest TTFT histogram bound at or under the SLO: a request in that "
+                        "1 at le = the SLO, a bound of the deployment's TTFT histogram: a request in that "
                         "bucket met the SLO (the burn-rate rules' good events).")
 AUTOSCALER_TARGET = Gauge("llmfleet_deployment_autoscaler_target_ttft_p99_ms",
                           "The p99 TTFT the autoscaler steers to, ms.")
@@ -51,11 +50,6 @@ CANARY_PHASE = Gauge("llmfleet_deployment_canary_phase", "1 for the last canary 
 READY = Gauge("llmfleet_deployment_ready", "1 when the Ready condition is True, else 0.")
 GAUGES = (INFO, REPLICAS, READY_REPLICAS, SLO_TTFT, SLO_TPOT, SLO_TTFT_BUCKET, AUTOSCALER_TARGET,
           AUTOSCALER_DESIRED, AUTOSCALER_DECISION, CANARY_WEIGHT, CANARY_PHASE, READY)
-
-
-def slo_bucket_bound_ms(slo_ttft_p99_ms: float) -> int | None:
-    """The largest TTFT histogram bound at or under the SLO; None below the smallest."""
-    return max((bound for bound in TTFT_HISTOGRAM_BUCKETS_MS if bound <= slo_ttft_p99_ms), default=None)
 
 
 def _labels(labels: dict[str, str]) -> str:
@@ -79,9 +73,9 @@ def _samples(body: dict) -> Iterable[tuple[Gauge, dict[str, str], float]]:
         if value is not None:
             yield gauge, key, value
     slo_ttft = (spec.get("slo") or {}).get("ttftP99Ms")
-    bound = slo_bucket_bound_ms(slo_ttft) if slo_ttft is not None else None
-    if bound is not None:
-        yield SLO_TTFT_BUCKET, {**key, "le": str(bound)}, 1
+    if slo_ttft is not None:
+        # The SLO is a bound of every revision rendered for it (render.ttft_buckets).
+        yield SLO_TTFT_BUCKET, {**key, "le": str(slo_ttft)}, 1
     autoscaler = status.get("autoscaler") or {}
     target = (autoscaler.get("inputs") or {}).get("targetTtftP99Ms")
     if target is not None:

@@ -23,7 +23,7 @@ from llmfleet.simulation.timing import expected_tpot_ms, expected_ttft_ms
 from llmfleet_sandbox.emulator.profile import engine_profile, gpu_for_product, profile_for_engine, ranks_per_node
 from llmfleet_sandbox.emulator.tokenizer import VOCABULARY, TokenizerError, WordTokenizer, tokenizer_config
 from llmfleet_sandbox.image import mpirun
-from llmfleet_sandbox.image.tritonserver import remove_top_level_field, rewrite_arguments
+from llmfleet_sandbox.image.tritonserver import RENDERED_CONFIG, remove_top_level_field, rewrite_arguments
 from triton_process import deployment_spec, engine_config_for
 
 
@@ -158,6 +158,8 @@ def test_wrapper_serves_copies_of_every_repository(tmp_path):
                                    f"--model-store={repository}"], copies)
     assert arguments == [f"--model-repository={copies / '0'}", "--http-port=8000", f"--model-store={copies / '1'}"]
     assert (copies / "0" / "m" / "config.pbtxt").read_text() == 'name: "m"\n\n'
+    # The rendered config stays beside it: the emulated backend reads its TTFT buckets there.
+    assert (copies / "0" / "m" / RENDERED_CONFIG).read_text() == 'name: "m"\nmodel_metrics { x: 1 }\n'
     assert (repository / "m" / "config.pbtxt").read_text().endswith("model_metrics { x: 1 }\n")
 
 

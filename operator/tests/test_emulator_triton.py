@@ -21,6 +21,7 @@ from llmfleet.catalog.release_record import RUNTIME_RELEASES, load_release_recor
 from llmfleet.inference.golden import Replica, ask_golden_prompts
 from llmfleet.render.layout import REQUEST_MODEL
 from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION
+from llmfleet.render.ttft_buckets import deployment_ttft_bounds_ms
 from llmfleet.rollout import Outcome
 from llmfleet.rollout.quality import judge_quality
 from llmfleet_dev.release_checks import check_metric
@@ -273,6 +274,9 @@ def test_metrics_have_the_tensorrt_llm_names(triton):
     _stream_one(triton.grpc_url, 20, 5)
     time.sleep(0.3)
     text = triton.metrics()
+    # The TTFT histogram has the buckets the deployment's config.pbtxt gives (model_metrics).
+    bucket = r'nv_inference_first_response_histogram_ms_bucket\{model="tensorrt_llm",version="1",le="([0-9.e+]+)"\}'
+    assert [float(le) for le in re.findall(bucket, text)] == [float(b) for b in deployment_ttft_bounds_ms(SPEC)]
     for expected in [
         'nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="max",version="1"} 16',
         'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max",model="tensorrt_llm",version="1"} '

@@ -27,7 +27,7 @@ from llmfleet.metrics.cadence import CadenceSource
 from llmfleet.metrics.connection import PrometheusConnection
 from llmfleet.metrics.prometheus import deployment_queries
 from llmfleet.render.identity import DEPLOYMENT_LABEL, REVISION_LABEL, fit_name
-from llmfleet.render.layout import TTFT_HISTOGRAM_BUCKETS_MS
+from llmfleet.render.ttft_buckets import UNRECORDED_BOUNDS_MS
 from llmfleet_dev.release_checks import check_metric
 from llmfleet_sandbox import certs
 from llmfleet_sandbox import prometheus as sandbox_prometheus
@@ -38,6 +38,9 @@ PROMETHEUS_BINARY = Path("/usr/bin/prometheus")
 NAMESPACE = "team-a"
 DEPLOYMENT = "llama"
 IDLE_DEPLOYMENT = "idle"
+# Two revisions rendered for different SLOs: one pod has a bound at 350 ms, the other not.
+MIXED_DEPLOYMENT = "mixed"
+OLD_REVISION_BOUNDS_MS, NEW_REVISION_BOUNDS_MS = (100, 300, 400, 500), (100, 300, 350, 400, 500)
 SKEWED_DEPLOYMENT = "skewed"
 # A namespace scraped at an interval of its own (the sandbox's `scrape-interval`).
 SLOW_NAMESPACE, SLOW_INTERVAL_SECONDS = "team-slow", 3
@@ -45,6 +48,8 @@ WINDOW_SECONDS = 5
 SCRAPE_INTERVAL_SECONDS = 1
 STARTUP_TIMEOUT_SECONDS = 20
 
+# The bounds the fake pods export (but the "mixed" deployment's).
+BOUNDS_MS = UNRECORDED_BOUNDS_MS
 # Share of requests per TTFT bucket: 98 % at or under 300 ms, 2 % in (300, 400], so the p99
 # interpolates to the middle of that bucket.
 SHARE_BY_BUCKET = {100: 0.50, 300: 0.48, 400: 0.02}
@@ -62,10 +67,11 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _histogram(model: str, total: float, share_by_bucket: dict[int, float]) -> list[str]:
+def _histogram(model: str, total: float, share_by_bucket: dict[int, float],
+               bounds_ms: tuple[int, ...] = BOUNDS_MS) -> list[str]:
     labels = f'model="{model}",version="1"'
     lines, cumulative = [], 0.0
-    for bound in TTFT_HISTOGRAM_BUCKETS_MS:
+    for bound in bounds_ms:
         cumulative += share_by_bucket.get(bound, 0.0)
         lines.append(f'nv_inference_first_response_histogram_ms_bucket{{{labels},le="{bound}"}} '
                      f"{total * cumulative}")
@@ -81,8 +87,10 @@ class FakeTritonPod:
 
     def __init__(self, name: str, deployment: str, requests_per_second: float, waiting: int,
                  kv_blocks_used: int, kv_blocks_max: int, scrape_fails: bool = False,
-                 share_by_bucket: dict[int, float] = SHARE_BY_BUCKET, namespace: str = NAMESPACE):
+                 share_by_bucket: dict[int, float] = SHARE_BY_BUCKET, namespace: str = NAMESPACE,
+                 bounds_ms: tuple[int, ...] = BOUNDS_MS):
         self.name, self.deployment, self.scrape_fails = name, deployment, scrape_fails
+        self.bounds_ms = bounds_ms
         self.namespace = namespace
         self.share_by_bucket = share_by_bucket
         self.requests_per_second = requests_per_second
@@ -96,7 +104,7 @@ class FakeTritonPod:
         served = 1000 + self.requests_per_second * (time.monotonic() - self.started)
         gauge = 'model="tensorrt_llm",version="1"'
         lines = ["# TYPE nv_inference_first_response_histogram_ms histogram"]
-        lines += _histogram("tensorrt_llm", served, self.share_by_bucket)
+        lines += _histogram("tensorrt_llm", served, self.share_by_bucket, self.bounds_ms)
         # The ensemble sees the same requests, slower: counting it would double the rate.
         lines += _histogram("ensemble", served, {500: 1.0})
         for family, kind, mean_tokens in (("nv_llm_input_token_len", "total_input_tokens", PROMPT_TOKENS_MEAN),
@@ -214,7 +222,10 @@ def discovery():
             FakeTritonPod("skewed-swamped", SKEWED_DEPLOYMENT, 10.0, 0, 0, 100, share_by_bucket={100: 0.5}),
             FakeTritonPod("skewed-fast", SKEWED_DEPLOYMENT, 10.0, 0, 0, 100, share_by_bucket={25: 1.0}),
             FakeTritonPod("skewed-idle", SKEWED_DEPLOYMENT, 0.0, 0, 0, 100),
-            FakeTritonPod("slow-a", DEPLOYMENT, 1.0, 0, 0, 100, namespace=SLOW_NAMESPACE)]
+            FakeTritonPod("slow-a", DEPLOYMENT, 1.0, 0, 0, 100, namespace=SLOW_NAMESPACE),
+            FakeTritonPod("mixed-old", MIXED_DEPLOYMENT, 10.0, 0, 0, 100, bounds_ms=OLD_REVISION_BOUNDS_MS),
+            FakeTritonPod("mixed-new", MIXED_DEPLOYMENT, 10.0, 0, 0, 100, bounds_ms=NEW_REVISION_BOUNDS_MS,
+                          share_by_bucket={100: 0.50, 300: 0.48, 350: 0.01, 400: 0.01})]
     index = PodIndex()
     index.reset([pod.pod() for pod in pods])
     server = _serve_json(index.target_groups(namespace_intervals={SLOW_NAMESPACE: SLOW_INTERVAL_SECONDS}))
@@ -243,8 +254,8 @@ def _wait_for_rates(running: RunningPrometheus, metrics: PrometheusMetrics) -> N
     try:
         while time.monotonic() < deadline:
             assert running.process.poll() is None, "prometheus exited; see prometheus.log"
-            busy = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now())
-            idle = metrics.snapshot(NAMESPACE, IDLE_DEPLOYMENT, WINDOW_SECONDS, _now())
+            busy = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(), ttft_bounds_ms=BOUNDS_MS)
+            idle = metrics.snapshot(NAMESPACE, IDLE_DEPLOYMENT, WINDOW_SECONDS, _now(), ttft_bounds_ms=BOUNDS_MS)
             if busy.ttft_p99_ms is not None and idle.requests_per_second is not None:
                 # rate() over a window the series only partly covers under-reads: fill it.
                 time.sleep(WINDOW_SECONDS + 1)
@@ -276,14 +287,15 @@ def test_the_scrape_interval_is_read_from_the_spacing_of_each_deployments_sample
 
 
 def test_a_snapshot_carries_its_cadence_for_the_staleness_check(metrics):
-    snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(), scrape_interval_seconds=1.0)
+    snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(), scrape_interval_seconds=1.0,
+                                ttft_bounds_ms=BOUNDS_MS)
     assert (snapshot.scrape_interval_seconds, snapshot.window_seconds) == (1.0, WINDOW_SECONDS)
 
 
 def test_the_request_rates_peak_and_trend_are_read_over_their_windows(metrics):
     time.sleep(2 * WINDOW_SECONDS)  # the trend's range (two rate windows) full of scrapes
     snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(), scrape_interval_seconds=1.0,
-                                peak_window_seconds=3)
+                                peak_window_seconds=3, ttft_bounds_ms=BOUNDS_MS)
     assert snapshot.error is None
     assert (snapshot.peak_window_seconds, snapshot.trend_window_seconds) == (3, 2 * WINDOW_SECONDS)
     # A steady 100 requests/s: the peak is the rate, and the rate does not trend.
@@ -294,7 +306,7 @@ def test_the_request_rates_peak_and_trend_are_read_over_their_windows(metrics):
 
 def test_snapshot_reads_the_fleet(metrics):
     now = _now()
-    snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, now)
+    snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, now, ttft_bounds_ms=BOUNDS_MS)
     assert snapshot.error is None
     # The p99 lies in the (300, 400] bucket; linear interpolation puts it at the middle.
     assert snapshot.ttft_p99_ms == pytest.approx(EXPECTED_P99_MS, abs=5)
@@ -305,7 +317,7 @@ def test_snapshot_reads_the_fleet(metrics):
     assert snapshot.batch_utilization == pytest.approx(0.7)  # (7 + 7) / (10 + 10)
     assert now - timedelta(seconds=3) <= snapshot.sample_time <= now + timedelta(seconds=1)
     assert snapshot.reporting_pods == 2  # llama-c's scrapes fail: it has no series
-    assert snapshot.ttft_histogram_top_ms == TTFT_HISTOGRAM_BUCKETS_MS[-1]
+    assert snapshot.ttft_histogram_top_ms == BOUNDS_MS[-1]
     assert [replica.pod for replica in snapshot.replicas] == ["llama-a", "llama-b"]
     for replica in snapshot.replicas:
         assert replica.ttft_p99_ms == pytest.approx(EXPECTED_P99_MS, abs=5)
@@ -340,24 +352,40 @@ def test_a_revisions_samples_for_a_canary_analysis_have_requests_p99_and_the_exa
     assert (canary.ttft_p99_ms, canary.ttft_mean_ms) == (None, None)  # a revision without pods: no data
 
 
-def test_ttft_attainment_is_the_share_within_the_largest_bound_under_the_target(metrics):
+def test_ttft_attainment_is_the_share_within_the_slo_among_pods_with_that_bound(metrics):
     now = _now()
     # 98 % of first tokens at or under 300 ms, the rest by 400 ms.
     assert metrics.ttft_attainment(NAMESPACE, DEPLOYMENT, 300, WINDOW_SECONDS, now) == pytest.approx(0.98, abs=0.005)
-    assert metrics.ttft_attainment(NAMESPACE, DEPLOYMENT, 399, WINDOW_SECONDS, now) == pytest.approx(0.98, abs=0.005)
     assert metrics.ttft_attainment(NAMESPACE, DEPLOYMENT, 400, WINDOW_SECONDS, now) == pytest.approx(1.0)
-    assert metrics.ttft_attainment(NAMESPACE, DEPLOYMENT, 5, WINDOW_SECONDS, now) is None  # under every bound
+    # The SLO is a bound of every revision rendered for it; no pod with that bound, no answer.
+    assert metrics.ttft_attainment(NAMESPACE, DEPLOYMENT, 399, WINDOW_SECONDS, now) is None
     assert metrics.ttft_attainment(NAMESPACE, IDLE_DEPLOYMENT, 300, WINDOW_SECONDS, now) is None  # no requests
+    # Only the revision rendered for a 350 ms SLO measures it: 99 % of its first tokens.
+    assert metrics.ttft_attainment(NAMESPACE, MIXED_DEPLOYMENT, 350, WINDOW_SECONDS, now) == pytest.approx(
+        0.99, abs=0.005)
+
+
+def test_the_fleets_p99_over_revisions_with_other_bounds_reads_the_bounds_they_share(metrics):
+    """Summed by `le` over both pods, the 350 ms bucket would hold the new pod's requests alone
+    (a cumulative count that falls, which Prometheus flattens) and the p99 would come out at
+    375 ms; on the shared bounds both pods say (300, 400] with 2 % in it: 350 ms."""
+    shared = tuple(sorted(set(OLD_REVISION_BOUNDS_MS) & set(NEW_REVISION_BOUNDS_MS)))
+    snapshot = metrics.snapshot(NAMESPACE, MIXED_DEPLOYMENT, WINDOW_SECONDS, _now(), ttft_bounds_ms=shared)
+    assert snapshot.ttft_p99_ms == pytest.approx(350, abs=5)
+    assert snapshot.ttft_histogram_top_ms == 500
+    every = tuple(sorted(set(OLD_REVISION_BOUNDS_MS) | set(NEW_REVISION_BOUNDS_MS)))
+    unfiltered = metrics.snapshot(NAMESPACE, MIXED_DEPLOYMENT, WINDOW_SECONDS, _now(), ttft_bounds_ms=every)
+    assert unfiltered.ttft_p99_ms == pytest.approx(375, abs=5)
 
 
 def test_each_replica_is_seen_apart_and_a_p99_beyond_the_top_bucket_says_so(metrics):
-    snapshot = metrics.snapshot(NAMESPACE, SKEWED_DEPLOYMENT, WINDOW_SECONDS, _now())
+    snapshot = metrics.snapshot(NAMESPACE, SKEWED_DEPLOYMENT, WINDOW_SECONDS, _now(), ttft_bounds_ms=BOUNDS_MS)
     assert snapshot.error is None
     # Half of the swamped pod's requests are beyond the top bucket: the fleet's p99 is too.
-    assert snapshot.ttft_p99_ms == TTFT_HISTOGRAM_BUCKETS_MS[-1]
+    assert snapshot.ttft_p99_ms == BOUNDS_MS[-1]
     by_pod = {replica.pod: replica for replica in snapshot.replicas}
     assert sorted(by_pod) == ["skewed-fast", "skewed-idle", "skewed-swamped"]
-    assert by_pod["skewed-swamped"].ttft_p99_ms == TTFT_HISTOGRAM_BUCKETS_MS[-1]
+    assert by_pod["skewed-swamped"].ttft_p99_ms == BOUNDS_MS[-1]
     assert by_pod["skewed-fast"].ttft_p99_ms < 25
     assert by_pod["skewed-idle"].ttft_p99_ms is None  # no request: NaN, not zero
     assert by_pod["skewed-idle"].requests_per_second == 0
@@ -367,13 +395,14 @@ def test_each_replica_is_seen_apart_and_a_p99_beyond_the_top_bucket_says_so(metr
 def test_a_release_without_queue_gauges_makes_the_queue_unobservable(metrics):
     engine = load_release_record(RUNTIME_RELEASES["engine"]).metrics
     llmapi = load_release_record(RUNTIME_RELEASES["llmapi"]).metrics
-    assert metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(), engine).queue_observable
-    snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(), llmapi)
+    assert metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(), engine,
+                            ttft_bounds_ms=BOUNDS_MS).queue_observable
+    snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(), llmapi, ttft_bounds_ms=BOUNDS_MS)
     assert not snapshot.queue_observable and snapshot.ttft_p99_ms is not None
 
 
 def test_a_deployment_without_requests_has_no_ttft_but_a_zero_rate(metrics):
-    snapshot = metrics.snapshot(NAMESPACE, IDLE_DEPLOYMENT, WINDOW_SECONDS, _now())
+    snapshot = metrics.snapshot(NAMESPACE, IDLE_DEPLOYMENT, WINDOW_SECONDS, _now(), ttft_bounds_ms=BOUNDS_MS)
     assert snapshot.error is None
     assert snapshot.ttft_p99_ms is None  # histogram_quantile over no requests is NaN
     assert snapshot.requests_per_second == 0
@@ -385,7 +414,7 @@ def test_a_deployment_without_requests_has_no_ttft_but_a_zero_rate(metrics):
 
 def test_absent_series_are_no_data_not_zero(metrics):
     for namespace, name in ((NAMESPACE, "missing"), ("other-namespace", DEPLOYMENT)):
-        snapshot = metrics.snapshot(namespace, name, WINDOW_SECONDS, _now())
+        snapshot = metrics.snapshot(namespace, name, WINDOW_SECONDS, _now(), ttft_bounds_ms=BOUNDS_MS)
         assert snapshot.error is None
         assert (snapshot.ttft_p99_ms, snapshot.waiting_requests, snapshot.waiting_growth_per_second,
                 snapshot.kv_cache_utilization, snapshot.requests_per_second,
@@ -394,7 +423,7 @@ def test_absent_series_are_no_data_not_zero(metrics):
 
 def test_samples_older_than_the_query_time_show_their_age(metrics):
     later = _now() + timedelta(minutes=2)
-    snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, later)
+    snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, later, ttft_bounds_ms=BOUNDS_MS)
     # Evaluated two minutes ahead: the last samples are still within the lookback, and old.
     assert snapshot.sample_time is not None
     assert (later - snapshot.sample_time).total_seconds() > 100
@@ -402,7 +431,8 @@ def test_samples_older_than_the_query_time_show_their_age(metrics):
 
 def test_an_unreachable_prometheus_is_an_error():
     started = time.monotonic()
-    snapshot = _client(f"http://127.0.0.1:{_free_port()}", 1).snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now())
+    snapshot = _client(f"http://127.0.0.1:{_free_port()}", 1).snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(),
+                                                                       ttft_bounds_ms=BOUNDS_MS)
     assert snapshot.error is not None and "refused" in snapshot.error
     assert snapshot.error_reason == MetricsFailure.UNREACHABLE
     assert snapshot.ttft_p99_ms is None and snapshot.sample_time is None
@@ -414,7 +444,7 @@ def test_a_prometheus_that_does_not_answer_times_out():
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         metrics = _client(f"http://127.0.0.1:{silent.getsockname()[1]}", 0.5)
-        snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now())
+        snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(), ttft_bounds_ms=BOUNDS_MS)
     assert snapshot.error is not None and "Timeout" in snapshot.error
     assert snapshot.ttft_p99_ms is None
 
@@ -445,7 +475,8 @@ def _wrong_password(config: SandboxConfig, directory: Path) -> Path:
 def test_a_prometheus_behind_tls_and_basic_auth_answers_with_the_ca_and_credentials(secured):
     config, options = secured
     assert config.prometheus_url.startswith("https://")
-    snapshot = _client(config.prometheus_url, **options).snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now())
+    snapshot = _client(config.prometheus_url, **options).snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(),
+                                                                  ttft_bounds_ms=BOUNDS_MS)
     assert snapshot.error is None and snapshot.ttft_p99_ms == pytest.approx(EXPECTED_P99_MS, abs=5)
 
 
@@ -455,7 +486,8 @@ def test_a_wrong_or_missing_credential_is_unauthorized_and_no_message_holds_the_
     wrong = {**options, "basic_auth_password_file": _wrong_password(config, tmp_path)}
     none = {"ca_file": options["ca_file"]}
     for attempt in (wrong, none):
-        snapshot = _client(config.prometheus_url, **attempt).snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now())
+        snapshot = _client(config.prometheus_url, **attempt).snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(),
+                                                                      ttft_bounds_ms=BOUNDS_MS)
         assert snapshot.error_reason == MetricsFailure.UNAUTHORIZED, snapshot.error
         assert "--prometheus-basic-auth" in snapshot.error and "401" in snapshot.error
         assert password not in snapshot.error
@@ -466,29 +498,31 @@ def test_a_rotated_password_file_is_read_on_the_next_query(secured, tmp_path):
     rotating = tmp_path / "password"
     rotating.write_text("not-it")
     metrics = _client(config.prometheus_url, **{**options, "basic_auth_password_file": rotating})
-    assert metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now()).error_reason == MetricsFailure.UNAUTHORIZED
+    snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(), ttft_bounds_ms=BOUNDS_MS)
+    assert snapshot.error_reason == MetricsFailure.UNAUTHORIZED
     rotating.write_text(config.prometheus_password_file.read_text())
-    assert metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now()).error is None
+    assert metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(), ttft_bounds_ms=BOUNDS_MS).error is None
 
 
 def test_an_untrusted_or_misnamed_certificate_is_a_tls_failure_and_a_server_name_fixes_the_name(secured):
     config, options = secured
     untrusted = _client(config.prometheus_url, **{**options, "ca_file": None})
-    snapshot = untrusted.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now())
+    snapshot = untrusted.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(), ttft_bounds_ms=BOUNDS_MS)
     assert snapshot.error_reason == MetricsFailure.TLS and "--prometheus-ca-file" in snapshot.error
     # The certificate names 127.0.0.1 and the server name, not "localhost".
     by_name = config.prometheus_url.replace("127.0.0.1", "localhost")
-    misnamed = _client(by_name, **options).snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now())
+    misnamed = _client(by_name, **options).snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(),
+                                                    ttft_bounds_ms=BOUNDS_MS)
     assert misnamed.error_reason == MetricsFailure.TLS
     named = _client(by_name, server_name=config.prometheus_server_name, **options)
-    assert named.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now()).error is None
+    assert named.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(), ttft_bounds_ms=BOUNDS_MS).error is None
 
 
 def test_a_stopped_prometheus_is_an_error(prometheus, metrics):
     # Runs last in this module: it stops the shared Prometheus.
-    assert metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now()).error is None
+    assert metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(), ttft_bounds_ms=BOUNDS_MS).error is None
     prometheus.stop()
-    snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now())
+    snapshot = metrics.snapshot(NAMESPACE, DEPLOYMENT, WINDOW_SECONDS, _now(), ttft_bounds_ms=BOUNDS_MS)
     assert snapshot.error is not None
     assert snapshot.ttft_p99_ms is None and snapshot.waiting_requests is None
 
@@ -516,7 +550,7 @@ def _queried_series(query: str) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
 ])
 def test_every_series_the_autoscaler_reads_is_exported_by_the_release_or_known_absent(release, absent):
     record = load_release_record(release)
-    queries = asdict(deployment_queries("ns", "chat", 30))
+    queries = asdict(deployment_queries("ns", "chat", 30, BOUNDS_MS))
     series = set().union(*map(_queried_series, queries.values()))
     missing = {(name, fixed) for name, fixed in series if check_metric(record, name, dict(fixed))}
     assert missing == absent

@@ -16,7 +16,7 @@ import yaml
 from llmfleet.api import crdgen
 from llmfleet.catalog.release_record import RUNTIME_RELEASES, load_release_record
 from llmfleet.render import monitoring
-from llmfleet.state_metrics import GAUGES, exposition, slo_bucket_bound_ms
+from llmfleet.state_metrics import GAUGES, exposition
 from llmfleet_dev.release_checks import check_metric
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -48,8 +48,8 @@ def test_the_operator_exports_each_deployments_plan_slo_autoscaler_and_canary():
     assert series[f"llmfleet_deployment_replicas{{{key}}}"] == 3
     assert series[f"llmfleet_deployment_ready_replicas{{{key}}}"] == 2
     assert series[f"llmfleet_deployment_slo_ttft_p99_ms{{{key}}}"] == 550
-    # The SLO's bucket is the largest histogram bound at or under it: 500 ms for 550.
-    assert series[f'llmfleet_deployment_slo_ttft_bucket{{{key},le="500"}}'] == 1
+    # The SLO is a bound of the deployment's histogram (render.ttft_buckets): its bucket is le="550".
+    assert series[f'llmfleet_deployment_slo_ttft_bucket{{{key},le="550"}}'] == 1
     assert series[f"llmfleet_deployment_autoscaler_target_ttft_p99_ms{{{key}}}"] == 330
     assert [decision for decision in ("ScaleUp", "ScaleDown", "Hold")
             if series[f'llmfleet_deployment_autoscaler_decision{{{key},decision="{decision}"}}'] == 1] == ["ScaleUp"]
@@ -68,11 +68,6 @@ def test_label_values_are_escaped_and_every_gauge_is_declared_once():
     text = exposition([])
     assert [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")] == [g.name for g in GAUGES]
     assert len({g.name for g in GAUGES}) == len(GAUGES)
-
-
-@pytest.mark.parametrize("slo_ms, bound", [(500, 500), (550, 500), (10, 10), (5, None), (10**7, 300000)])
-def test_the_slo_bucket_is_the_largest_bound_at_or_under_the_target(slo_ms, bound):
-    assert slo_bucket_bound_ms(slo_ms) == bound
 
 
 def _names(expr: str) -> set[str]:

@@ -172,10 +172,13 @@ def test_a_promotion_makes_the_canary_stable_and_removes_the_old_revision():
 # --- the metric gate ----------------------------------------------------------------------------
 
 from llmfleet.api import RolloutGates  # noqa: E402
-from llmfleet.rollout import Outcome, RevisionSample, Samples, Verdict, judge  # noqa: E402
+from llmfleet.render.ttft_buckets import UNRECORDED_BOUNDS_MS, ttft_bounds_ms  # noqa: E402
+from llmfleet.rollout import HistogramBounds, Outcome, RevisionSample, Samples, Verdict, judge  # noqa: E402
 
 GATES = RolloutGates(min_requests=20)
 SLO_TTFT_P99_MS = 1000  # above every p99 below: these cases are about the comparison
+# Both revisions with the same bounds (10, 25, 50, 75, 100, ... ms), as the cases below read them.
+SAME_BOUNDS = HistogramBounds(UNRECORDED_BOUNDS_MS, UNRECORDED_BOUNDS_MS)
 
 
 def sample(succeeded=100.0, failed=0.0, ttft=200.0, mean=None) -> RevisionSample:
@@ -200,12 +203,25 @@ def sample(succeeded=100.0, failed=0.0, ttft=200.0, mean=None) -> RevisionSample
     (sample(ttft=24.8, mean=12.0), sample(ttft=49.0, mean=16.0), Outcome.SUCCESSFUL, "(+98%)"),
 ])
 def test_the_gate_compares_canary_with_stable(stable, canary, outcome, words):
-    verdict = judge(Samples(stable, canary, 60), GATES, SLO_TTFT_P99_MS)
+    verdict = judge(Samples(stable, canary, 60), GATES, SLO_TTFT_P99_MS, SAME_BOUNDS)
     assert verdict.outcome == outcome and words in verdict.message
 
 
+def test_each_revisions_p99_is_known_within_its_own_buckets():
+    """A canary for a new SLO (300 ms) has bounds dense around it; stable, rendered for 5000 ms,
+    has only the coarse ones there. Stable's p99 of 200 ms may be up to 250 ms (its bucket
+    (100, 250]), so a canary at 255 ms, in (250, 261], is within the 10 % margin. Read on the
+    canary's bounds, stable's p99 would seem to end at 207 ms and the canary would fail."""
+    bounds = HistogramBounds(stable_ms=ttft_bounds_ms(5000, 3000, target_floats=True),
+                             canary_ms=ttft_bounds_ms(300, 180, target_floats=True))
+    verdict = judge(Samples(sample(ttft=200.0), sample(ttft=255.0), 60), GATES, 300, bounds)
+    assert verdict.outcome == Outcome.SUCCESSFUL, verdict.message
+    one_set = HistogramBounds(bounds.canary_ms, bounds.canary_ms)
+    assert judge(Samples(sample(ttft=200.0), sample(ttft=255.0), 60), GATES, 300, one_set).outcome == Outcome.FAILED
+
+
 def test_prometheus_down_is_an_error_not_a_failure():
-    verdict = judge(Samples(window_seconds=60, error="connection refused"), GATES, SLO_TTFT_P99_MS)
+    verdict = judge(Samples(window_seconds=60, error="connection refused"), GATES, SLO_TTFT_P99_MS, SAME_BOUNDS)
     assert verdict.outcome == Outcome.ERROR and "connection refused" in verdict.message
 
 

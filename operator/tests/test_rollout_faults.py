@@ -11,7 +11,9 @@ import pytest
 from llmfleet.api import CanaryPhase, Reason, RolloutGates, RolloutStep
 from llmfleet.autoscale import MetricsSnapshot
 from llmfleet.reconcile import reconcile
-from llmfleet.rollout import Observed, Outcome, RevisionSample, Samples, Verdict, advance, canary_replicas_for, judge
+from llmfleet.render.ttft_buckets import UNRECORDED_BOUNDS_MS
+from llmfleet.rollout import (HistogramBounds, Observed, Outcome, RevisionSample, Samples, Verdict, advance,
+                              canary_replicas_for, judge)
 from reconcile_builders import (
     NOW, SETTINGS, SilentGateway, canary_started, condition, decide_pass, kind, manifest_with_steps)
 
@@ -166,7 +168,9 @@ def sample(ttft: float = 200.0, failed: float = 0.0, mean: float | None = None) 
     (sample(900.0), sample(990.0), Outcome.SUCCESSFUL, "(+10%)"),
 ])
 def test_a_degraded_stable_revision_holds_the_canary_and_never_makes_it_pass(stable, canary, outcome, words):
-    verdict = judge(Samples(stable, canary, 60), GATES, SLO_TTFT_P99_MS)
+    # Both revisions with the bounds 800, 1000, 1250 ms around the SLO, as the cases above read them.
+    bounds = HistogramBounds(UNRECORDED_BOUNDS_MS, UNRECORDED_BOUNDS_MS)
+    verdict = judge(Samples(stable, canary, 60), GATES, SLO_TTFT_P99_MS, bounds)
     assert verdict.outcome == outcome and words in verdict.message, verdict.message
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
@@ -43,11 +43,12 @@ from llmfleet.render.layout import (
     SUCCESS_COUNTER,
     TENSORRT_LLM_MODEL,
     TTFT_HISTOGRAM,
-    TTFT_HISTOGRAM_BUCKETS_MS,
 )
 
 # The engine's queue, KV-cache and batch-slot gauges, which the scale-down decision reads.
 QUEUE_METRICS = (REQUEST_GAUGE, KV_CACHE_GAUGE)
+# The +Inf bucket's `le`, as a PromQL regex in a string literal.
+INF_BUCKET = "\\\\+Inf"
 # Keeps an error message (some quote a whole response body) readable in status.
 MAX_ERROR_CHARS = 300
 
@@ -109,12 +110,21 @@ def _duration(seconds: float) -> str:
     return f"{round(seconds * 1000)}ms"
 
 
-def deployment_queries(namespace: str, deployment_name: str, window_seconds: int, peak_window_seconds: int = 0,
-                       step_seconds: float | None = None) -> DeploymentQueries:
+def _bound_matcher(bounds_ms: Sequence[int], *extra: str) -> str:
+    """Selects the buckets at these bounds (the exporter may write 500 as 500.0), and `extra`."""
+    numbers = "|".join(str(bound) for bound in bounds_ms)
+    return "le=~" + '"' + "|".join((f"({numbers})(\\\\.0*)?", *extra)) + '"'
+
+
+def deployment_queries(namespace: str, deployment_name: str, window_seconds: int, ttft_bounds_ms: Sequence[int],
+                       peak_window_seconds: int = 0, step_seconds: float | None = None) -> DeploymentQueries:
     """The PromQL for one LLMDeployment, summed over all its pods and revisions. The request
     rate's peak over `peak_window_seconds` and its trend are subqueries over the windowed rate,
-    evaluated every `step_seconds` (the scrape interval; a quarter of the window when unknown)."""
+    evaluated every `step_seconds` (the scrape interval; a quarter of the window when unknown).
+    The p99 reads only the buckets at `ttft_bounds_ms`, the bounds every serving revision
+    exports (render.ttft_buckets.shared_ttft_bounds_ms)."""
     selector = _deployment_selector(namespace, deployment_name)
+    buckets = f"{selector}, {_bound_matcher(ttft_bounds_ms, INF_BUCKET)}"
     window = f"[{window_seconds}s]"
     step = step_seconds or window_seconds / RATE_WINDOW_SCRAPES
     first_token_rate = f"sum(rate({TTFT_HISTOGRAM}_count{{{selector}}}{window}))"
@@ -123,7 +133,7 @@ def deployment_queries(namespace: str, deployment_name: str, window_seconds: int
     pod_series = _pod_series(selector)
     return DeploymentQueries(
         ttft_p99_ms=(f"histogram_quantile(0.99, sum by (le) "
-                     f"(rate({TTFT_HISTOGRAM}_bucket{{{selector}}}{window})))"),
+                     f"(rate({TTFT_HISTOGRAM}_bucket{{{buckets}}}{window})))"),
         waiting_requests=f"sum({waiting})",
         waiting_growth_per_second=f"sum(deriv({waiting}{window}))",
         # Used over all blocks of the fleet: the mean across replicas, weighted by capacity.
@@ -236,18 +246,16 @@ def workload_queries(namespace: str, deployment_name: str, revision: str, window
     )
 
 
-def ttft_attainment_query(namespace: str, deployment_name: str, slo_ttft_ms: float, window_seconds: int) -> str | None:
-    """The share of first tokens within the largest histogram bound at or under `slo_ttft_ms`
-    over the window (a lower bound on the SLO's attainment when the target falls between
-    bounds); None when the target is under the smallest bound."""
-    bound = max((le for le in TTFT_HISTOGRAM_BUCKETS_MS if le <= slo_ttft_ms), default=None)
-    if bound is None:
-        return None
+def ttft_attainment_query(namespace: str, deployment_name: str, slo_ttft_ms: int, window_seconds: int) -> str:
+    """The share of first tokens within `slo_ttft_ms` over the window: the SLO is a bound of
+    every revision rendered for it (render.ttft_buckets), so the count is exact. Only pods
+    exporting that bound count (a revision rendered for another SLO, during its canary, does
+    not measure this one)."""
     selector = _deployment_selector(namespace, deployment_name)
     window = f"[{window_seconds}s]"
-    # The exporter may write the bound as 500 or 500.0.
-    return (f'sum(rate({TTFT_HISTOGRAM}_bucket{{{selector}, le=~"{bound}(\\\\.0*)?"}}{window})) / '
-            f'sum(rate({TTFT_HISTOGRAM}_count{{{selector}}}{window}))')
+    within = f"rate({TTFT_HISTOGRAM}_bucket{{{selector}, {_bound_matcher((slo_ttft_ms,))}}}{window})"
+    return (f"sum({within}) / "
+            f"sum(rate({TTFT_HISTOGRAM}_count{{{selector}}}{window}) and on (pod) {within})")
 
 
 class _QueryFailed(Exception):
@@ -315,15 +323,18 @@ class PrometheusMetrics:
 
     def snapshot(self, namespace: str, deployment_name: str, window_seconds: int,
                  now: datetime, exported_metrics: Collection[str] = QUEUE_METRICS,
-                 scrape_interval_seconds: float | None = None, peak_window_seconds: int = 0) -> MetricsSnapshot:
+                 scrape_interval_seconds: float | None = None, peak_window_seconds: int = 0, *,
+                 ttft_bounds_ms: Sequence[int]) -> MetricsSnapshot:
         """Observations over the `window_seconds` before `now`; None fields mean no data.
+        `ttft_bounds_ms`: the TTFT bounds every serving revision exports, the ones the fleet's
+        p99 is read on (render.ttft_buckets.shared_ttft_bounds_ms).
         `exported_metrics`: the metric families the serving release exports; without the
         engine's queue gauges the snapshot says the queue is not observable.
         `scrape_interval_seconds` is passed through for the staleness check and steps the
         subqueries; `peak_window_seconds` is the range of the request rate's peak (the
         scale-down stabilisation window)."""
-        queries = asdict(deployment_queries(namespace, deployment_name, window_seconds, peak_window_seconds,
-                                            scrape_interval_seconds))
+        queries = asdict(deployment_queries(namespace, deployment_name, window_seconds, ttft_bounds_ms,
+                                            peak_window_seconds, scrape_interval_seconds))
         per_replica = replica_queries(namespace, deployment_name, window_seconds)
         queue_observable = all(name in exported_metrics for name in QUEUE_METRICS)
         try:
@@ -340,7 +351,7 @@ class PrometheusMetrics:
             window_seconds=window_seconds,
             peak_window_seconds=peak_window_seconds,
             trend_window_seconds=trend_window_seconds(window_seconds),
-            ttft_histogram_top_ms=TTFT_HISTOGRAM_BUCKETS_MS[-1],
+            ttft_histogram_top_ms=ttft_bounds_ms[-1],
             sample_time=None if newest is None else datetime.fromtimestamp(newest, timezone.utc),
             reporting_pods=None if reporting is None else round(reporting),
             queue_observable=queue_observable,

@@ -13,7 +13,8 @@ from llmfleet.reconcile.build import BuildState
 from llmfleet.reconcile.context import Context
 from llmfleet.reconcile.events import Event
 from llmfleet.reconcile.observations import Observations
-from llmfleet.rollout import CanaryState, Command, Observed, Split, advance, judge, supersede
+from llmfleet.render.ttft_buckets import deployment_ttft_bounds_ms, recorded_ttft_bounds_ms
+from llmfleet.rollout import CanaryState, Command, HistogramBounds, Observed, Split, advance, judge, supersede
 from llmfleet.rollout import Outcome as AnalysisOutcome
 from llmfleet.rollout.quality import judge_quality
 
@@ -23,6 +24,13 @@ class CanaryStep:
     state: CanaryState | None  # the rollout to record (the last one, also when none runs now)
     split: Split | None = None  # replicas per revision while a canary runs
     events: tuple[Event, ...] = ()
+
+
+def _histogram_bounds(spec: LLMDeploymentSpec, stable_workload: dict | None) -> HistogramBounds:
+    """The canary's TTFT bounds are its spec's (this pass renders it); stable's, another spec's,
+    are recorded on its serving workload."""
+    canary = deployment_ttft_bounds_ms(spec)
+    return HistogramBounds(canary if stable_workload is None else recorded_ttft_bounds_ms(stable_workload), canary)
 
 
 def canary_state(stored: CanaryStatus | None) -> CanaryState | None:
@@ -92,7 +100,8 @@ def walk_canary(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, revision: str
     samples, golden = observations.samples, observations.golden
     observed = Observed(revision, stable, build.finished, build.failed, ctx.children.ready(revision),
                         desired, max(0, room), ctx.now, Command.parse(ctx.rollout_command),
-                        None if samples is None else judge(samples, spec.rollout.gates, spec.slo.ttft_p99_ms),
+                        None if samples is None else judge(samples, spec.rollout.gates, spec.slo.ttft_p99_ms,
+                                                           _histogram_bounds(spec, serving.get(stable))),
                         None if golden is None or spec.rollout.quality is None
                         else judge_quality(golden, spec.rollout.quality), observations.not_ready_reason)
     decision = advance(stored, tuple(spec.rollout.steps), observed, spec.rollout.gates,

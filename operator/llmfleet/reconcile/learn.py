@@ -18,7 +18,7 @@ from llmfleet.reconcile.context import Context
 from llmfleet.reconcile.events import Event
 from llmfleet.reconcile.observations import Observations
 from llmfleet.reconcile.plan import PlanChoice, PlanOrigin
-from llmfleet.render.layout import TTFT_HISTOGRAM_BUCKETS_MS
+from llmfleet.render.ttft_buckets import deployment_ttft_bounds_ms
 
 KUBE_TIME = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -57,7 +57,7 @@ def learn_from_traffic(ctx: Context, spec: LLMDeploymentSpec, choice: PlanChoice
                                     longest_sequence_tokens=spec.engine.max_seq_len)
     fit = fit_speed_factor(engine_for_plan(request, plan), workload, observed,
                            min_requests=ctx.settings.observation_min_requests,
-                           ttft_histogram_top_ms=TTFT_HISTOGRAM_BUCKETS_MS[-1])
+                           ttft_histogram_top_ms=deployment_ttft_bounds_ms(spec)[-1])
     observation.update({"ttftP99Ms": _round(observed.ttft_p99_ms, 1),
                         "inputTokensMean": _round(observed.input_tokens_mean, 1),
                         "outputTokensMean": _round(observed.output_tokens_mean, 1),

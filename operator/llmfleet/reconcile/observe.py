@@ -15,6 +15,7 @@ from llmfleet.reconcile.probes import AskNow, Asks
 from llmfleet.render.group import WORKER_COMPONENT
 from llmfleet.render.identity import COMPONENT_LABEL, REVISION_LABEL, selector_labels
 from llmfleet.render.layout import GRPC_PORT, REQUEST_MODEL
+from llmfleet.render.ttft_buckets import shared_ttft_bounds_ms
 from llmfleet.rollout import Samples
 from llmfleet.rollout.quality import GoldenAnswers, parse_prompts
 
@@ -64,7 +65,9 @@ def observe(ctx: Context, kube, metrics, fleet: Fleet, may_observe: bool = True,
     return Observations(
         snapshot=(metrics.snapshot(namespace, name, read_now.rate.seconds, ctx.now, release.metrics,
                                    read_now.cadence.interval_seconds,
-                                   deployment.spec.autoscaling.scale_down_stabilization_seconds)
+                                   deployment.spec.autoscaling.scale_down_stabilization_seconds,
+                                   ttft_bounds_ms=shared_ttft_bounds_ms(ctx.children.serving.values(),
+                                                                        deployment.spec))
                   if autoscaled else None),
         samples=samples, golden=golden,
         not_ready_reason=not_ready_reason(pods), group_unschedulable=a_group_pod_unschedulable(pods),

@@ -34,6 +34,7 @@ from llmfleet.render.identity import (
 from llmfleet.render.model_repo import config_map_key, model_repository_files, volume_items
 from llmfleet.render.pod import engine_cache_claim
 from llmfleet.render.settings import RenderError, RenderSettings
+from llmfleet.render.ttft_buckets import bounds_annotation, deployment_ttft_bounds_ms
 
 MODEL_REPOSITORY_COMPONENT = "model-repository"
 SERVICE_COMPONENT = "service"
@@ -97,6 +98,8 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
         release)
     server = _serving_workload(deployment, plan, child(revision_object_name(name, revision), serving.COMPONENT),
                                config_map_name, volume_items(files), serving_replicas, settings, release)
+    # What its pods export, for readers without this revision's spec (its canary's analysis).
+    server["metadata"]["annotations"] = bounds_annotation(deployment_ttft_bounds_ms(spec))
     # Every revision's pods that serve: single-node replicas and group leaders (a group's workers
     # have their own component), so a Service spanning both kinds during a canary selects both.
     serving_pods = {**selector_labels(name), COMPONENT_LABEL: serving.COMPONENT}

@@ -13,6 +13,7 @@ from llmfleet.catalog.lws_record import load_lws_record
 from llmfleet.catalog.release_record import release_for
 from llmfleet.planner.types import Plan
 from llmfleet.render.settings import RenderError
+from llmfleet.render.ttft_buckets import deployment_ttft_bounds_ms
 
 MAX_NAME_LENGTH = 63  # DNS-1123 label: Service, Job (its pods' job-name label) and label values
 NAME_DIGEST_LENGTH = 6
@@ -203,8 +204,11 @@ def engine_cache_key(spec: LLMDeploymentSpec, plan: Plan) -> str:
 
 def revision_hash(spec: LLMDeploymentSpec, plan: Plan) -> str:
     """Short stable hash of what the pods serve: the engine plus the serving options rendered
-    into the model repository. Replicas and autoscaling do not change it."""
+    into the model repository, the TTFT histogram's bounds among them (so that all pods of a
+    revision export the same buckets). Replicas do not change it, nor autoscaling but for the
+    target its bounds are dense around."""
     return _digest({
         "engine": _engine_build_inputs(spec, plan),
         "enableKvCacheReuse": prefix_reuse_enabled(spec),
+        "ttftHistogramBoundsMs": list(deployment_ttft_bounds_ms(spec)),
     })[:REVISION_HASH_LENGTH]

@@ -40,13 +40,7 @@ INPUT_LENGTH_HISTOGRAM = "nv_llm_input_token_len"
 OUTPUT_LENGTH_HISTOGRAM = "nv_llm_output_token_len"
 SUCCESS_COUNTER = "nv_inference_request_success"
 FAILURE_COUNTER = "nv_inference_request_failure"
-# Fine buckets for p99 TTFT (Triton's default 100/500/2000/5000 ms are too coarse), reaching
-# minutes: a backlog's tail must stay visible, where a top bucket of seconds would show it as
-# that bucket's edge. Fixed across revisions so that canary and stable histograms can be
-# compared bucket by bucket.
-TTFT_HISTOGRAM_BUCKETS_MS = (10, 25, 50, 75, 100, 150, 200, 250, 300, 400, 500, 650, 800,
-                             1000, 1250, 1500, 2000, 3000, 5000, 10000, 20000, 30000, 60000,
-                             120000, 300000)
+# The TTFT histogram's buckets are each deployment's own: render/ttft_buckets.py.
 
 
 def engine_dir(engine_cache_key: str) -> str:

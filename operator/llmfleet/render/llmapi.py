@@ -57,7 +57,7 @@ def checkpoint_repo_id(spec: LLMDeploymentSpec, plan: Plan, release: ReleaseReco
     return repo
 
 
-def model_config() -> dict[str, Any]:
+def model_config(spec: LLMDeploymentSpec) -> dict[str, Any]:
     return {
         "name": layout.TENSORRT_LLM_MODEL,
         "backend": "python",
@@ -75,7 +75,7 @@ def model_config() -> dict[str, Any]:
         "output": [tensor("text_output", STRING, [-1]),
                    *(tensor(name, data_type, [-1]) for name, data_type in OUTPUT_FIELDS)],
         "instance_group": cpu_instances(1),
-        "model_metrics": ttft_histogram(),
+        "model_metrics": ttft_histogram(spec),
     }
 
 
@@ -108,6 +108,6 @@ def model_repository_files(spec: LLMDeploymentSpec, plan: Plan, engine_cache_key
     """Repository-relative path -> file content: the config and model.yaml of `tensorrt_llm`."""
     name = layout.TENSORRT_LLM_MODEL
     return {
-        f"{name}/config.pbtxt": to_pbtxt(model_config()),
+        f"{name}/config.pbtxt": to_pbtxt(model_config(spec)),
         f"{name}/{VERSION}/{MODEL_YAML}": yaml.safe_dump(llm_arguments(spec, plan, engine_cache_key), sort_keys=False),
     }

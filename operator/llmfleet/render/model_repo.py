@@ -17,6 +17,7 @@ from llmfleet.planner.types import SearchSpace
 from llmfleet.render import layout
 from llmfleet.render.identity import prefix_reuse_enabled
 from llmfleet.render.pbtxt import Symbol, string_parameters, to_pbtxt
+from llmfleet.render.ttft_buckets import deployment_ttft_bounds_ms
 
 PREPROCESSING_MODEL = "preprocessing"
 POSTPROCESSING_MODEL = "postprocessing"
@@ -53,10 +54,11 @@ def cpu_instances(count: int) -> list[dict[str, Any]]:
     return [{"count": count, "kind": Symbol("KIND_CPU")}]
 
 
-def ttft_histogram() -> dict[str, Any]:
+def ttft_histogram(spec: LLMDeploymentSpec) -> dict[str, Any]:
+    """The TTFT histogram's buckets, the deployment's own (render.ttft_buckets)."""
     return {"metric_control": [{
         "metric_identifier": {"family": layout.TTFT_HISTOGRAM},
-        "histogram_options": {"buckets": [float(b) for b in layout.TTFT_HISTOGRAM_BUCKETS_MS]},
+        "histogram_options": {"buckets": [float(b) for b in deployment_ttft_bounds_ms(spec)]},
     }]}
 
 
@@ -188,7 +190,7 @@ def _models(spec: LLMDeploymentSpec, engine_cache_key: str) -> dict[str, dict[st
             "enable_chunked_context": "true",
             "exclude_input_in_output": "true",
         }),
-        "model_metrics": ttft_histogram(),
+        "model_metrics": ttft_histogram(spec),
     }
     postprocessing = {
         "name": POSTPROCESSING_MODEL,

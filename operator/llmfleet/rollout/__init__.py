@@ -1,6 +1,6 @@
 """Canary rollouts: a pure state machine persisted in status.canary, and its metric gate."""
 
-from llmfleet.rollout.analysis import Outcome, RevisionSample, Samples, Verdict, judge
+from llmfleet.rollout.analysis import HistogramBounds, Outcome, RevisionSample, Samples, Verdict, judge
 from llmfleet.rollout.machine import (
     CanaryState,
     Command,
@@ -14,6 +14,6 @@ from llmfleet.rollout.machine import (
     supersede,
 )
 
-__all__ = ["CanaryState", "Command", "Decision", "Observed", "Outcome", "RevisionSample", "Samples", "Split",
-           "Verdict", "advance", "analysis_due", "canary_replicas_for", "judge", "replicas_overdue",
+__all__ = ["CanaryState", "Command", "Decision", "HistogramBounds", "Observed", "Outcome", "RevisionSample",
+           "Samples", "Split", "Verdict", "advance", "analysis_due", "canary_replicas_for", "judge", "replicas_overdue",
            "supersede"]

@@ -8,11 +8,11 @@ holds (docs/rollouts.md, "When the stable revision degrades during a canary").""
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from llmfleet.api import Reason, RolloutGates
-from llmfleet.render.layout import TTFT_HISTOGRAM_BUCKETS_MS
 
 
 class Outcome(str, Enum):
@@ -59,7 +59,16 @@ class Verdict:
     message: str
 
 
-def bucket_bounds(value_ms: float, edges_ms: tuple[float, ...] = TTFT_HISTOGRAM_BUCKETS_MS) -> tuple[float, float]:
+@dataclass(frozen=True)
+class HistogramBounds:
+    """Each revision's TTFT histogram bounds (render.ttft_buckets): a revision rendered for
+    another SLO or target has other bounds, and each p99 is known to within its own buckets."""
+
+    stable_ms: Sequence[float]
+    canary_ms: Sequence[float]
+
+
+def bucket_bounds(value_ms: float, edges_ms: Sequence[float]) -> tuple[float, float]:
     """The histogram bucket a quantile estimate lies in, (lower edge, upper edge]: all that the
     counts say about the quantile; histogram_quantile interpolates within it."""
     index = bisect.bisect_left(edges_ms, value_ms)
@@ -68,13 +77,13 @@ def bucket_bounds(value_ms: float, edges_ms: tuple[float, ...] = TTFT_HISTOGRAM_
     return lower, upper
 
 
-def _above(value_ms: float, bound_ms: float) -> bool:
+def _above(value_ms: float, bound_ms: float, edges_ms: Sequence[float]) -> bool:
     """Whether a p99 from the histogram is surely above a bound: its bucket starts at or past it."""
-    lowest, _ = bucket_bounds(value_ms)
+    lowest, _ = bucket_bounds(value_ms, edges_ms)
     return lowest >= bound_ms
 
 
-def judge(samples: Samples, gates: RolloutGates, ttft_p99_slo_ms: float) -> Verdict:
+def judge(samples: Samples, gates: RolloutGates, ttft_p99_slo_ms: float, bounds: HistogramBounds) -> Verdict:
     """The canary fails when it is worse than stable (error rate, p99 or mean TTFT beyond the
     margins) or, beside a stable revision within the bounds, when it breaks them itself. A
     stable revision out of the bounds holds the rollout unless the canary is worse still."""
@@ -103,8 +112,8 @@ def judge(samples: Samples, gates: RolloutGates, ttft_p99_slo_ms: float) -> Verd
                f"({regression:+.0f}%), error rate canary {errors:.1f}% vs stable {stable_errors:.1f}% {window}")
     # Both p99s are known only to within their histogram buckets: the canary fails only when
     # even the lowest value its bucket allows is above the highest stable's allows, plus the margin.
-    canary_lowest, _ = bucket_bounds(canary.ttft_p99_ms)
-    _, stable_highest = bucket_bounds(stable.ttft_p99_ms)
+    canary_lowest, _ = bucket_bounds(canary.ttft_p99_ms, bounds.canary_ms)
+    _, stable_highest = bucket_bounds(stable.ttft_p99_ms, bounds.stable_ms)
     if canary_lowest > stable_highest * (1 + gates.max_ttft_p99_regression_percent / 100):
         return Verdict(Outcome.FAILED, f"{numbers}: exceeds maxTtftP99RegressionPercent "
                                        f"{gates.max_ttft_p99_regression_percent:g}% (canary's p99 bucket starts "
@@ -117,15 +126,15 @@ def judge(samples: Samples, gates: RolloutGates, ttft_p99_slo_ms: float) -> Verd
             return Verdict(Outcome.FAILED, f"{numbers}; mean TTFT canary {canary.ttft_mean_ms:.1f} ms vs stable "
                                            f"{stable.ttft_mean_ms:.1f} ms ({mean_regression:+.0f}%) exceeds "
                                            f"maxTtftMeanRegressionPercent {gates.max_ttft_mean_regression_percent:g}%")
-    stable_breaches = [f"p99 TTFT above the SLO's {ttft_p99_slo_ms:g} ms"] if _above(stable.ttft_p99_ms,
-                                                                                     ttft_p99_slo_ms) else []
+    stable_breaches = [f"p99 TTFT above the SLO's {ttft_p99_slo_ms:g} ms"] if _above(stable.ttft_p99_ms, ttft_p99_slo_ms,
+                                                                                     bounds.stable_ms) else []
     if stable_erring:
         stable_breaches.append(f"error rate above maxErrorRatePercent {gates.max_error_rate_percent:g}%")
     if stable_breaches:
         return Verdict(Outcome.STABLE_DEGRADED, f"{numbers}: the stable revision breaches its bounds "
                                                 f"({', '.join(stable_breaches)}); the canary is no worse, "
                                                 "which does not make it good: holding")
-    if _above(canary.ttft_p99_ms, ttft_p99_slo_ms):
+    if _above(canary.ttft_p99_ms, ttft_p99_slo_ms, bounds.canary_ms):
         return Verdict(Outcome.FAILED, f"{numbers}: the canary's p99 TTFT is above the SLO's "
                                        f"{ttft_p99_slo_ms:g} ms (its bucket starts at {canary_lowest:g} ms) "
                                        "while stable's is within it")

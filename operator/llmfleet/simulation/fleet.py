@@ -25,13 +25,14 @@ import itertools
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from enum import Enum
 
 from llmfleet.api import AutoscalingSpec
 from llmfleet.api.status import ScalingDecision, ScalingSignal
 from llmfleet.autoscale import AutoscalerState, ReplicaCapacity, decide
+from llmfleet.render.ttft_buckets import slo_ttft_bounds_ms
 from llmfleet.simulation.profile import EngineProfile
 from llmfleet.simulation.prometheus_view import PodSeries, Sample, ScrapeSettings, TtftHistogram, snapshot
 from llmfleet.simulation.replica import Arrival, VirtualEngine
@@ -156,7 +157,7 @@ class _Replica:
     created_s: float
     series: PodSeries
     scrape_phase_s: float  # its scrapes fall at this phase of the interval
-    histogram: TtftHistogram = field(default_factory=TtftHistogram)
+    histogram: TtftHistogram
     ready_s: float | None = None
     removed_s: float | None = None
     ended_s: float | None = None
@@ -184,6 +185,8 @@ class _Simulation:
     def __init__(self, fleet: Fleet, settings: FleetSettings, arrivals: Sequence[Arrival],
                  progress: Progress | None, progress_every_s: float):
         self.fleet, self.settings = fleet, settings
+        # The bounds its pods' TTFT histograms have, as rendered for the SLO and the target.
+        self.ttft_bounds_ms = slo_ttft_bounds_ms(fleet.slo_ttft_p99_ms, fleet.autoscaling or AutoscalingSpec())
         self.arrivals = sorted(arrivals, key=lambda arrival: arrival.arrival_ms)
         self.events: list = []
         self.order = itertools.count()
@@ -238,7 +241,8 @@ class _Simulation:
         interval_s = self.settings.scrape_interval_seconds
         phase_s = self.settings.scrape_phase_seconds
         replica = _Replica(index, name, engine, now_s, PodSeries(name),
-                           self.scrape_phases.uniform(0, interval_s) if phase_s is None else phase_s % interval_s)
+                           self.scrape_phases.uniform(0, interval_s) if phase_s is None else phase_s % interval_s,
+                           TtftHistogram(self.ttft_bounds_ms))
         self.replicas.append(replica)
         if ready:
             self.ready(now_s * MS_PER_SECOND, replica)
@@ -336,7 +340,7 @@ class _Simulation:
         view = snapshot([replica.series for replica in self.replicas],
                         ScrapeSettings(self.settings.scrape_interval_seconds, self.settings.window_seconds,
                                        self.settings.queue_observable, spec.scale_down_stabilization_seconds),
-                        now_s, EPOCH)
+                        now_s, EPOCH, self.ttft_bounds_ms)
         current = min(max(self.desired, spec.min_replicas), spec.max_replicas)
         ready = len(self.serving())
         decision = decide(spec, self.fleet.slo_ttft_p99_ms, view, self.state, current, ready,

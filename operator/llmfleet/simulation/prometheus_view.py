@@ -2,8 +2,8 @@
 read from it (pure).
 
 Each serving pod is scraped every interval from when it is ready until it is deleted; each
-scrape keeps the pod's TTFT histogram (cumulative counts per bucket, the render layout's
-bounds) and its engine gauges. A snapshot evaluates the same expressions as
+scrape keeps the pod's TTFT histogram (cumulative counts per bucket, the deployment's bounds
+as render.ttft_buckets gives them) and its engine gauges. A snapshot evaluates the same expressions as
 llmfleet.metrics.prometheus's queries, with PromQL's semantics: `rate` extrapolated to the
 window's edges, `histogram_quantile` interpolated within the bucket, `deriv` by least squares,
 `avg_over_time` the mean of the window's samples, instant selectors the newest sample of each
@@ -21,7 +21,6 @@ from datetime import datetime, timedelta
 
 from llmfleet.autoscale import MetricsSnapshot, ReplicaObservation
 from llmfleet.metrics.cadence import trend_window_seconds
-from llmfleet.render.layout import TTFT_HISTOGRAM_BUCKETS_MS
 
 P99 = 0.99
 
@@ -47,7 +46,7 @@ class PodSeries:
 class TtftHistogram:
     """A pod's TTFT histogram as Triton exports it: counts of first tokens at or under each bound."""
 
-    def __init__(self, bounds_ms: Sequence[float] = TTFT_HISTOGRAM_BUCKETS_MS):
+    def __init__(self, bounds_ms: Sequence[float]):
         self.bounds_ms = tuple(bounds_ms)
         self._counts = [0] * (len(self.bounds_ms) + 1)  # per bucket, not cumulative; the last is +Inf
 
@@ -149,7 +148,7 @@ def _subquery(pods: Sequence[PodSeries], window_seconds: int, now_s: float, rang
 
 
 def snapshot(pods: Sequence[PodSeries], settings: ScrapeSettings, now_s: float, epoch: datetime,
-             bounds_ms: Sequence[float] = TTFT_HISTOGRAM_BUCKETS_MS) -> MetricsSnapshot:
+             bounds_ms: Sequence[float]) -> MetricsSnapshot:
     """The `MetricsSnapshot` PrometheusMetrics.snapshot would answer at `now_s`."""
     start_s = now_s - settings.window_seconds
     windows = {pod.pod: _window(pod, start_s, now_s) for pod in pods}

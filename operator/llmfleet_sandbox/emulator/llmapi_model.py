@@ -34,7 +34,7 @@ from llmfleet_sandbox.emulator.profile import (
     with_faults,
 )
 from llmfleet_sandbox.emulator.tokenizer import TokenizerError, WordTokenizer
-from llmfleet_sandbox.emulator.triton_metrics import TritonMetrics, release_metrics
+from llmfleet_sandbox.emulator.triton_metrics import TritonMetrics, release_metrics, ttft_buckets_ms
 from llmfleet_sandbox.trtllm_image import RELEASE_VARIABLE
 
 CONFIG_PATH_VARIABLE = "LLM_CONFIG_PATH"
@@ -71,10 +71,11 @@ class TritonPythonModel:
     def initialize(self, args):
         try:
             self._load(json.loads(args["model_config"]), Path(args["model_repository"]) / args["model_version"])
+            ttft_buckets = ttft_buckets_ms(Path(args["model_repository"]))
         except (ValueError, OSError) as error:  # EngineConfigError, ProfileError, TokenizerError are ValueErrors
             raise pb_utils.TritonModelException(f"emulated LLM-API model: {error}") from None
         self.engine = start_engine(self.profile, self.engine_config, TritonMetrics(
-            args["model_name"], args["model_version"], release_metrics("llmapi")))
+            args["model_name"], args["model_version"], release_metrics("llmapi"), ttft_buckets))
         pb_utils.Logger.log_info(f"emulated LLM started: {json.dumps(self.profile.to_json_dict())}")
 
     def _load(self, config: dict, model_dir: Path) -> None:

@@ -26,7 +26,7 @@ import triton_python_backend_utils as pb_utils
 
 from llmfleet_sandbox.emulator.engine import EmulatedEngine, EngineObserver
 from llmfleet_sandbox.emulator.outputs import output_model_for_engine
-from llmfleet_sandbox.emulator.triton_metrics import TritonMetrics, release_metrics
+from llmfleet_sandbox.emulator.triton_metrics import TritonMetrics, release_metrics, ttft_buckets_ms
 from llmfleet_sandbox.emulator.engine_config import EngineConfig, EngineConfigError, read_engine_config
 from llmfleet.simulation.profile import EngineProfile, ProfileError
 from llmfleet_sandbox.emulator.profile import (
@@ -37,7 +37,6 @@ from llmfleet_sandbox.emulator.profile import (
     with_faults,
 )
 
-# TTFT buckets come from render's layout: one set for every revision, so canary and stable compare.
 TOKEN_LENGTH_BUCKETS = [10, 50, 100, 500, 1000]  # the TensorRT-LLM backend's buckets
 # What the emulator implements; other values would silently behave differently, so they fail the load.
 SUPPORTED_PARAMETERS = {"max_beam_width": "1", "batch_scheduler_policy": "guaranteed_no_evict",
@@ -132,10 +131,11 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         try:
             self._load(config)
+            ttft_buckets = ttft_buckets_ms(Path(args["model_repository"]))
         except (ValueError, OSError) as error:  # EngineConfigError and ProfileError are ValueErrors
             raise pb_utils.TritonModelException(f"emulated tensorrtllm backend: {error}") from None
         self.engine = start_engine(self.profile, self.engine_config, TritonMetrics(
-            args["model_name"], args["model_version"], release_metrics("engine")))
+            args["model_name"], args["model_version"], release_metrics("engine"), ttft_buckets))
         pb_utils.Logger.log_info(f"emulated engine started: {json.dumps(self.profile.to_json_dict())}")
 
     def _load(self, config: dict) -> None:

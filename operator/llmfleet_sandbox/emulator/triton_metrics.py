@@ -10,7 +10,9 @@ overhead goes under an `llmfleet_emulator_` name no release has.
 from __future__ import annotations
 
 import os
+import re
 import time
+from pathlib import Path
 from typing import Mapping
 
 import triton_python_backend_utils as pb_utils
@@ -22,10 +24,10 @@ from llmfleet.render.layout import (
     OUTPUT_LENGTH_HISTOGRAM,
     REQUEST_GAUGE,
     TTFT_HISTOGRAM,
-    TTFT_HISTOGRAM_BUCKETS_MS,
 )
 from llmfleet_sandbox.emulator.engine import OverheadStats
 from llmfleet.simulation.scheduler import SchedulerStats
+from llmfleet_sandbox.image.tritonserver import RENDERED_CONFIG
 from llmfleet_sandbox.trtllm_image import RELEASE_VARIABLE
 
 TOKEN_LENGTH_BUCKETS = [10, 50, 100, 500, 1000]  # the TensorRT-LLM backend's buckets
@@ -46,6 +48,19 @@ METRIC_FAMILIES = {
 }
 
 
+_TTFT_BUCKETS = re.compile(rf'family:\s*"{TTFT_HISTOGRAM}"\s*}}\s*histogram_options\s*{{\s*buckets:\s*\[([^\]]*)\]')
+
+
+def ttft_buckets_ms(model_dir: Path) -> list[float]:
+    """The TTFT histogram's buckets the rendered config gives the model (its `model_metrics`,
+    which the server wrapper kept beside the served config)."""
+    path = model_dir / RENDERED_CONFIG
+    match = _TTFT_BUCKETS.search(path.read_text())
+    if match is None:
+        raise ValueError(f"{path} has no histogram_options buckets for {TTFT_HISTOGRAM} in model_metrics")
+    return [float(bucket) for bucket in match.group(1).split(",")]
+
+
 def release_metrics(default_runtime: str) -> Mapping[str, MetricFamily]:
     """The metric families of the image's release (of `default_runtime`'s pinned one outside an image)."""
     return load_release_record(os.environ.get(RELEASE_VARIABLE) or RUNTIME_RELEASES[default_runtime]).metrics
@@ -55,7 +70,7 @@ class TritonMetrics:
     """An `EngineObserver` writing Triton custom metrics with the TensorRT-LLM backend's names,
     only those the release exports."""
 
-    def __init__(self, model: str, version: str, exported: Mapping[str, MetricFamily]):
+    def __init__(self, model: str, version: str, exported: Mapping[str, MetricFamily], ttft_buckets: list[float]):
         labels = {"model": model, "version": version}
         gauge, histogram = pb_utils.MetricFamily.GAUGE, pb_utils.MetricFamily.HISTOGRAM
         # The families must outlive their metrics: keep them all on self.
@@ -82,7 +97,7 @@ class TritonMetrics:
         self._overhead = gauges("overhead", "stat", ["mean", "max", "host_work_mean"])
         self._input_tokens = histogram("input", TOKEN_LENGTH_BUCKETS, response_metric_type="total_input_tokens")
         self._output_tokens = histogram("output", TOKEN_LENGTH_BUCKETS, response_metric_type="total_output_tokens")
-        self._ttft = histogram("ttft", list(TTFT_HISTOGRAM_BUCKETS_MS))
+        self._ttft = histogram("ttft", ttft_buckets)
 
     def first_token(self, ttft_ms: float) -> None:
         if self._ttft is not None:

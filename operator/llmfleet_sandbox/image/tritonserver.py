@@ -4,8 +4,9 @@ The real configs carry `model_metrics` (fine TTFT histogram buckets), which Trit
 (the 24.12 image's server is 2.53) reads and Triton 2.51 refuses: the model fails to load. The
 sandbox must serve the rendered repository unchanged, so this wrapper is where the versions
 differ: it serves a copy of each model repository with only the top-level `model_metrics`
-blocks removed (the emulated backend exports that histogram itself, with the same buckets),
-and passes every flag through otherwise. The copy goes to a fresh directory under the temp dir
+blocks removed (the emulated backend exports that histogram itself, with the same buckets: it
+reads them from the rendered config, kept beside the served one as `RENDERED_CONFIG`), and
+passes every flag through otherwise. The copy goes to a fresh directory under the temp dir
 ($TMPDIR, else /tmp: the pod's own emptyDir), since /models is read-only in the pod.
 """
 
@@ -20,6 +21,7 @@ from pathlib import Path
 REPOSITORY_FLAGS = ("--model-repository", "--model-store")
 BACKEND_DIRECTORY_FLAG = "--backend-directory"
 REMOVED_BLOCK = "model_metrics"
+RENDERED_CONFIG = "rendered-config.pbtxt"
 _OPENING, _CLOSING = "{<[", "}>]"
 
 
@@ -96,10 +98,13 @@ def remove_top_level_field(text: str, field: str) -> str:
 
 
 def served_copy(repository: Path, target: Path) -> None:
-    """Copy `repository` to `target` with `model_metrics` removed from every model's config.pbtxt."""
+    """Copy `repository` to `target` with `model_metrics` removed from every model's config.pbtxt
+    (the rendered one kept beside it)."""
     shutil.copytree(repository, target, symlinks=False)
     for config in target.glob("*/config.pbtxt"):
-        config.write_text(remove_top_level_field(config.read_text(), REMOVED_BLOCK))
+        rendered = config.read_text()
+        (config.parent / RENDERED_CONFIG).write_text(rendered)
+        config.write_text(remove_top_level_field(rendered, REMOVED_BLOCK))
 
 
 def rewrite_arguments(arguments: list[str], copy_root: Path) -> list[str]:
