@@ -18,12 +18,13 @@ import threading
 import time
 
 import urllib3
-from kubernetes import client, config as kube_config, watch
+from kubernetes import client, config as kube_config
 from kubernetes.client.exceptions import ApiException
 
 from llmfleet.gpu_discovery import GPU_RESOURCE
 from llmfleet_sandbox import faults, gpus, network
 from llmfleet_sandbox.config import SANDBOX_LABEL, SandboxConfig
+from llmfleet_sandbox.informer import each_object, watch_forever
 from llmfleet_sandbox.podworker import PodWorker, rfc3339
 
 LEASE_NAMESPACE = "kube-node-lease"
@@ -342,31 +343,6 @@ class NodeAgent:
         elif worker is not None:
             worker.pod = pod
 
-    def watch_node_pods(self, node_name: str) -> None:
-        selector = f"spec.nodeName={node_name}"
-        while not self.stopping.is_set():
-            try:
-                listing = self.core.api_client.sanitize_for_serialization(
-                    self.core.list_pod_for_all_namespaces(field_selector=selector))
-                for pod in listing["items"]:
-                    self.handle_pod("ADDED", pod)
-                stream = watch.Watch()
-                for event in stream.stream(self.core.list_pod_for_all_namespaces,
-                                           field_selector=selector, timeout_seconds=POD_WATCH_SECONDS,
-                                           resource_version=listing["metadata"]["resourceVersion"],
-                                           _request_timeout=(10, POD_WATCH_READ_TIMEOUT_SECONDS),
-                                           _preload_content=False):
-                    if self.stopping.is_set():
-                        stream.stop()
-                        break
-                    if event["type"] == "ERROR":
-                        break
-                    self.handle_pod(event["type"], event["raw_object"])
-            except Exception as error:  # noqa: BLE001 - reconnect, like the kubelet does
-                if not self.stopping.is_set():
-                    self.log(f"pod watch for {node_name} failed, relisting: {error!r}")
-                    time.sleep(1)
-
     # -- lifecycle ------------------------------------------------------------------------
 
     def run(self) -> None:
@@ -376,8 +352,12 @@ class NodeAgent:
         self.renew_leases(self.powered_nodes())
         threads = [threading.Thread(target=self.heartbeat_loop, daemon=True),
                    threading.Thread(target=self.power_loop, daemon=True)]
-        threads += [threading.Thread(target=self.watch_node_pods, args=(node,), daemon=True)
-                    for node in self.nodes]
+        # Like the kubelet, each node watches only the pods bound to it.
+        threads += [threading.Thread(target=watch_forever, daemon=True, args=(
+            self.core.list_pod_for_all_namespaces, each_object(self.handle_pod), self.stopping), kwargs={
+                "what": f"pod ({node})", "log": self.log, "watch_seconds": POD_WATCH_SECONDS,
+                "read_timeout_seconds": POD_WATCH_READ_TIMEOUT_SECONDS, "field_selector": f"spec.nodeName={node}"})
+            for node in self.nodes]
         for thread in threads:
             thread.start()
         self.stopping.wait()

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmfleet_sandbox.config import CLUSTER_DOMAIN
+from llmfleet_sandbox.informer import watch_forever
 from llmfleet_sandbox.serviceproxy import SERVICE_NAME_LABEL
 
 DNS_PORT = 53
@@ -374,26 +375,6 @@ def wait_until_serving(server: str, name: str, expected: str, timeout_seconds: f
                        f"after {timeout_seconds:.0f} s: {last}")
 
 
-def _watch_forever(records: ClusterRecords, kind: str, list_call, stopping: threading.Event) -> None:
-    from kubernetes import client, watch
-
-    api = client.ApiClient()
-    while not stopping.is_set():
-        try:
-            listing = api.sanitize_for_serialization(list_call())
-            records.apply(kind, "RESET", listing["items"])
-            stream = watch.Watch()
-            for event in stream.stream(list_call, timeout_seconds=300, _preload_content=False,
-                                       resource_version=listing["metadata"]["resourceVersion"]):
-                if event["type"] == "ERROR":
-                    break
-                records.apply(kind, event["type"], [event["raw_object"]])
-        except Exception as error:  # noqa: BLE001 - relist, as an informer does
-            if not stopping.is_set():
-                print(f"{kind} watch failed, relisting: {error!r}", flush=True)
-                time.sleep(1)
-
-
 async def serve(kubeconfig: str, address: str, port: int) -> None:
     from kubernetes import client, config as kube_config
 
@@ -408,7 +389,9 @@ async def serve(kubeconfig: str, address: str, port: int) -> None:
     stopping = threading.Event()
     for kind, list_call in (("services", client.CoreV1Api().list_service_for_all_namespaces),
                             ("endpointslices", client.DiscoveryV1Api().list_endpoint_slice_for_all_namespaces)):
-        threading.Thread(target=_watch_forever, args=(records, kind, list_call, stopping), daemon=True).start()
+        threading.Thread(target=watch_forever, args=(list_call, lambda event_type, objects, kind=kind:
+                                                      records.apply(kind, event_type, objects), stopping),
+                         kwargs={"what": kind}, daemon=True).start()
     transport, _ = await loop.create_datagram_endpoint(lambda: _UdpServer(resolver), local_addr=(address, port))
     server = await asyncio.start_server(lambda r, w: _serve_tcp(resolver, r, w), address, port, reuse_address=True)
     print(f"serving {records.zone} on {address}:{port} (UDP and TCP); other names go to "

@@ -19,14 +19,14 @@ import re
 import signal
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from pathlib import Path
 
-from kubernetes import client, config as kube_config, watch
+from kubernetes import client, config as kube_config
 
 from llmfleet_sandbox.faults import unscraped_pods
+from llmfleet_sandbox.informer import watch_forever
 from llmfleet_sandbox.prometheus import namespace_scrape_intervals
 
 PREFIX = "__meta_kubernetes_"
@@ -110,24 +110,6 @@ def _with_interval(group: dict, seconds: int | None) -> dict:
                                 "__scrape_timeout__": f"{seconds}s"}}
 
 
-def watch_pods(index: PodIndex, stopping: threading.Event) -> None:
-    core = client.CoreV1Api()
-    while not stopping.is_set():
-        try:
-            listing = core.api_client.sanitize_for_serialization(core.list_pod_for_all_namespaces())
-            index.reset(listing["items"])
-            for event in watch.Watch().stream(
-                    core.list_pod_for_all_namespaces, timeout_seconds=300, _preload_content=False,
-                    resource_version=listing["metadata"]["resourceVersion"]):
-                if event["type"] == "ERROR":
-                    break
-                index.apply(event["type"], event["raw_object"])
-        except Exception as error:  # noqa: BLE001 - relist like an informer
-            if not stopping.is_set():
-                print(f"pod watch failed, relisting: {error!r}", flush=True)
-                time.sleep(1)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--kubeconfig", required=True)
@@ -152,7 +134,13 @@ def main(argv: list[str] | None = None) -> int:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
-    threading.Thread(target=watch_pods, args=(index, stopping), daemon=True).start()
+    def on_event(event_type: str, objects: list[dict]) -> None:
+        if event_type == "RESET":
+            index.reset(objects)
+        else:
+            index.apply(event_type, objects[0])
+    threading.Thread(target=watch_forever, args=(client.CoreV1Api().list_pod_for_all_namespaces, on_event, stopping),
+                     kwargs={"what": "pod"}, daemon=True).start()
 
     def stop(signum, frame):
         stopping.set()

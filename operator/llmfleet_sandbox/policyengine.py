@@ -29,7 +29,7 @@ from kubernetes import client, config as kube_config
 
 from llmfleet_sandbox import network, networkpolicy
 from llmfleet_sandbox.config import SandboxConfig
-from llmfleet_sandbox.serviceproxy import watch_forever
+from llmfleet_sandbox.informer import watch_forever
 
 SETTLE_SECONDS = 0.2
 RESYNC_SECONDS = 2.0
@@ -116,6 +116,7 @@ class PolicyEngine:
                                 ("policies", networking.list_network_policy_for_all_namespaces),
                                 ("namespaces", core.list_namespace)):
             threading.Thread(target=watch_forever, args=(list_call, self.on_event(kind), self.stopping),
+                             kwargs={"what": kind, "log": log},
                              daemon=True).start()
         while not self.stopping.is_set():
             self.changed.wait(RESYNC_SECONDS)

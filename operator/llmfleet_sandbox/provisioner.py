@@ -28,10 +28,11 @@ import threading
 import time
 from pathlib import Path
 
-from kubernetes import client, config as kube_config, watch
+from kubernetes import client, config as kube_config
 from kubernetes.client.exceptions import ApiException
 
 from llmfleet_sandbox.config import SANDBOX_LABEL, SandboxConfig
+from llmfleet_sandbox.informer import each_object, watch_forever
 
 PROVISIONER_NAME = "sandbox.llmfleet.io/local"
 STORAGE_CLASS_NAME = "sandbox-local"
@@ -271,24 +272,6 @@ class Provisioner:
 
     # -- watches --------------------------------------------------------------------------
 
-    def watch_forever(self, list_call, handler) -> None:
-        while not self.stopping.is_set():
-            try:
-                listing = self.serialize(list_call())
-                for item in listing["items"]:
-                    self.guarded(handler, "ADDED", item)
-                stream = watch.Watch()
-                for event in stream.stream(list_call, timeout_seconds=RESYNC_SECONDS,
-                                           resource_version=listing["metadata"]["resourceVersion"],
-                                           _preload_content=False):
-                    if event["type"] == "ERROR":
-                        break
-                    self.guarded(handler, event["type"], event["raw_object"])
-            except Exception as error:  # noqa: BLE001 - relist like an informer
-                if not self.stopping.is_set():
-                    self.log(f"watch failed, relisting: {error!r}")
-                    time.sleep(1)
-
     def guarded(self, handler, event_type: str, item: dict) -> None:
         """One object's failure is logged and retried at the next resync; the rest go on."""
         try:
@@ -308,7 +291,9 @@ class Provisioner:
         for list_call, handler in ((self.core.list_persistent_volume_claim_for_all_namespaces,
                                     self.handle_claim),
                                    (self.core.list_persistent_volume, self.handle_volume)):
-            threading.Thread(target=self.watch_forever, args=(list_call, handler), daemon=True).start()
+            on_event = each_object(lambda event_type, item, handler=handler: self.guarded(handler, event_type, item))
+            threading.Thread(target=watch_forever, args=(list_call, on_event, self.stopping), daemon=True,
+                             kwargs={"what": handler.__name__, "log": self.log, "watch_seconds": RESYNC_SECONDS}).start()
         self.stopping.wait()
 
 

@@ -21,12 +21,12 @@ import itertools
 import signal
 import sys
 import threading
-import time
 from collections import Counter
 
-from kubernetes import client, config as kube_config, watch
+from kubernetes import client, config as kube_config
 
 from llmfleet.simulation.routing import LEAST_CONNECTIONS, ROUND_ROBIN, ROUTINGS
+from llmfleet_sandbox.informer import watch_forever
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 BUFFER_BYTES = 64 * 1024
@@ -192,26 +192,6 @@ def service_scheduler(service: dict) -> str | None:
     return None
 
 
-def watch_forever(list_call, on_event, stopping: threading.Event) -> None:
-    """An informer's loop: list, hand the items to `on_event` as one "RESET", then each watch
-    event's object (in a one-item list) until the watch ends; relist after any failure."""
-    api = client.ApiClient()
-    while not stopping.is_set():
-        try:
-            listing = api.sanitize_for_serialization(list_call())
-            on_event("RESET", listing["items"])
-            stream = watch.Watch()
-            for event in stream.stream(list_call, timeout_seconds=300, _preload_content=False,
-                                       resource_version=listing["metadata"]["resourceVersion"]):
-                if event["type"] == "ERROR":
-                    break
-                on_event(event["type"], [event["raw_object"]])
-        except Exception as error:  # noqa: BLE001 - reconnect like kube-proxy
-            if not stopping.is_set():
-                print(f"watch failed, relisting: {error!r}", flush=True)
-                time.sleep(1)
-
-
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while data := await reader.read(BUFFER_BYTES):
@@ -237,7 +217,8 @@ async def serve(kubeconfig: str, scheduler: str) -> None:
     loop.add_signal_handler(signal.SIGINT, stop.set)
     for list_call, handler in ((core.list_service_for_all_namespaces, proxy.on_services),
                                (discovery.list_endpoint_slice_for_all_namespaces, proxy.on_slices)):
-        threading.Thread(target=watch_forever, args=(list_call, handler, proxy.stopping), daemon=True).start()
+        threading.Thread(target=watch_forever, args=(list_call, handler, proxy.stopping), kwargs={"what": "service proxy"},
+                         daemon=True).start()
     await stop.wait()
     proxy.stopping.set()
     for server, *_ in proxy.listeners.values():
