@@ -243,6 +243,11 @@ def test_a_pod_reads_through_the_proxy_with_its_own_token_once_bound_and_never_r
         lines()[-5:]
 
 
+def _snapshot(reader: PrometheusMetrics):
+    # The probe exports the engine's gauges and no TTFT histogram: any bounds read no p99.
+    return reader.snapshot(NAMESPACE, PROBE_DEPLOYMENT, 30, datetime.now(timezone.utc), ttft_bounds_ms=(500,))
+
+
 def test_the_operators_metrics_client_reads_through_it_and_names_a_wrong_or_unpermitted_token(
         bearer, exporter, tmp_path):
     env = bearer.env
@@ -256,7 +261,7 @@ def test_the_operators_metrics_client_reads_through_it_and_names_a_wrong_or_unpe
     reader = metrics(Path(env["LLMFLEET_PROMETHEUS_BEARER_TOKEN_FILE"]))
 
     def observed():
-        snapshot = reader.snapshot(NAMESPACE, PROBE_DEPLOYMENT, 30, datetime.now(timezone.utc))
+        snapshot = _snapshot(reader)
         return snapshot if snapshot.waiting_requests == WAITING_REQUESTS else None
 
     snapshot = wait_for(observed, 30, "the operator's snapshot of the probe's series")
@@ -273,12 +278,11 @@ def test_the_operators_metrics_client_reads_through_it_and_names_a_wrong_or_unpe
     unpermitted.write_text(_token(bearer, NAMESPACE, "unpermitted"))
     for token_file, reason, code in ((wrong, MetricsFailure.UNAUTHORIZED, "401"),
                                      (unpermitted, MetricsFailure.FORBIDDEN, "403")):
-        failed = metrics(token_file).snapshot(NAMESPACE, PROBE_DEPLOYMENT, 30, datetime.now(timezone.utc))
+        failed = _snapshot(metrics(token_file))
         assert failed.error_reason == reason, failed.error
         assert code in failed.error and token_file.read_text() not in failed.error
     assert MetricsFailure.UNAUTHORIZED.value == "PrometheusUnauthorized"
-    assert "--prometheus-bearer-token-file" in metrics(wrong).snapshot(
-        NAMESPACE, PROBE_DEPLOYMENT, 30, datetime.now(timezone.utc)).error
+    assert "--prometheus-bearer-token-file" in _snapshot(metrics(wrong)).error
 
 
 def test_prometheus_itself_listens_on_loopback_alone_behind_the_proxy(bearer):
