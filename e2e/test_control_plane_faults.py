@@ -177,45 +177,47 @@ def proxied_operator(operator, proxy, namespace):
         operator.start()
 
 
-def _idle(name: str) -> dict:
-    # No replica: the Deployment's replicas are the evidence; a change to one starts one pod.
-    return small_batch_70b(name, NAMESPACE, 1000, plan={"replicas": 0})
+@pytest.fixture(scope="module")
+def steady(sandbox, proxied_operator) -> str:
+    """One replica serving; the watch scenarios scale it to a count only a change can ask for."""
+    sandbox.apply([small_batch_70b("steady", NAMESPACE, 1000, plan={"replicas": 1})], namespace=NAMESPACE)
+    wait_until_ready(sandbox, "steady", NAMESPACE, timeout=240)
+    yield "steady"
+    sandbox.kubectl("delete", "llmdeployment", "steady", "-n", NAMESPACE)
 
 
-def _planned(sandbox, proxied_operator, name: str) -> None:
-    wait_for(lambda: 0 in _deployment_replicas(sandbox, name), 180,
-             f"the operator to plan {name}\n{proxied_operator.log_tail()}", interval=1)
+def _settled_count(sandbox, name: str) -> int:
+    """The serving Deployment's replicas once the deployment is Ready and its watch streams open."""
+    wait_until_ready(sandbox, name, NAMESPACE)
+    (replicas,) = _deployment_replicas(sandbox, name)
+    return replicas
 
 
 def test_a_change_made_while_the_watch_is_silent_is_carried_out_within_the_inactivity_timeout(
-        sandbox, proxied_operator, proxy):
-    sandbox.apply([_idle("unheard")], namespace=NAMESPACE)
-    _planned(sandbox, proxied_operator, "unheard")
+        sandbox, proxied_operator, proxy, steady):
+    wanted = 2 if _settled_count(sandbox, steady) == 1 else 1
     watches_before = proxy.state()["counts"].get(f"watches {RESOURCE}", 0)
 
-    assert proxy.silence(RESOURCE) >= 1, proxy.state()  # the stream that delivered the create
-    changed_s = _scale(sandbox, "unheard", 1)
-    _carried_out_within(sandbox, "unheard", 1, changed_s, SILENT_WATCH_BOUND_S, "through a silent watch")
-    assert proxy.state()["counts"][f"watches {RESOURCE}"] > watches_before, "carried out with no new watch"
-    sandbox.kubectl("delete", "llmdeployment", "unheard", "-n", NAMESPACE)
+    assert proxy.silence(RESOURCE) >= 1, proxy.state()  # the streams that delivered its create
+    changed_s = _scale(sandbox, steady, wanted)
+    _carried_out_within(sandbox, steady, wanted, changed_s, SILENT_WATCH_BOUND_S, "through a silent watch")
+    state = proxy.state()
+    assert state["counts"][f"watches {RESOURCE}"] > watches_before, f"carried out with no new watch: {state}"
 
 
 def test_a_watch_answered_410_gone_is_followed_by_a_list_and_the_missed_change_is_carried_out(
-        sandbox, proxied_operator, proxy):
-    sandbox.apply([_idle("forgotten")], namespace=NAMESPACE)
-    _planned(sandbox, proxied_operator, "forgotten")
-    counts = proxy.state()["counts"]
-    lists_before = counts.get(f"lists {RESOURCE}", 0)
+        sandbox, proxied_operator, proxy, steady):
+    wanted = 2 if _settled_count(sandbox, steady) == 1 else 1
+    lists_before = proxy.state()["counts"].get(f"lists {RESOURCE}", 0)
 
     # The stream breaks with the change undelivered, and its history is gone when it resumes.
     assert proxy.silence(RESOURCE) >= 1, proxy.state()
-    changed_s = _scale(sandbox, "forgotten", 1)
+    changed_s = _scale(sandbox, steady, wanted)
     assert proxy.expire(RESOURCE) >= 1
-    _carried_out_within(sandbox, "forgotten", 1, changed_s, AFTER_GONE_BOUND_S, "after 410 Gone")
+    _carried_out_within(sandbox, steady, wanted, changed_s, AFTER_GONE_BOUND_S, "after 410 Gone")
     counts = proxy.state()["counts"]
     assert counts.get(f"expired {RESOURCE}", 0) >= 1, counts  # a resumed watch was answered 410
     assert counts.get(f"lists {RESOURCE}", 0) > lists_before, counts  # and the operator listed again
-    sandbox.kubectl("delete", "llmdeployment", "forgotten", "-n", NAMESPACE)
 
 
 @pytest.mark.disrupts_operator

@@ -261,9 +261,9 @@ class Control:
         addresses = json.loads(ready_file.read_text())
         return cls(addresses["control"], addresses["server"])
 
-    def _call(self, method: str, path: str, **query: str) -> dict:
+    def _call(self, verb: str, path: str, **query: str) -> dict:
         address = f"{self.url}{path}" + (f"?{urlencode(query)}" if query else "")
-        with urlopen(Request(address, method=method, data=b"" if method == "POST" else None), timeout=10) as answer:
+        with urlopen(Request(address, method=verb, data=b"" if verb == "POST" else None), timeout=10) as answer:
             return json.loads(answer.read())
 
     def silence(self, resource: str) -> int:

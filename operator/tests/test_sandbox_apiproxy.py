@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from llmfleet_sandbox.apiproxy import FaultProxy, applications, resource_of
+from llmfleet_sandbox.apiproxy import Control, FaultProxy, applications, resource_of
 
 COLLECTION = "/apis/llmfleet.io/v1alpha1/namespaces/ns/llmdeployments"
 
@@ -127,9 +127,7 @@ def test_an_expired_collection_answers_a_resumed_watch_410_in_the_stream_until_i
 def test_a_held_request_never_reaches_the_apiserver_and_is_dropped_unanswered():
     async def test(session, api, control, upstream):
         held_path = f"{COLLECTION}/a/status"
-        async with session.post(f"{control}/hold", params={"method": "PATCH", "resource": "llmdeployments",
-                                                            "name": "a", "subresource": "status"}):
-            pass
+        await asyncio.to_thread(Control(control, api).hold, "PATCH", "llmdeployments", "a", "status")
         patch = asyncio.create_task(session.patch(f"{api}{held_path}", json={"status": {}}))
         while True:
             async with session.get(f"{control}/state") as answer:
