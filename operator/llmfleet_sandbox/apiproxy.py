@@ -15,9 +15,9 @@ and streams the answers back. A control endpoint on loopback (plain HTTP) inject
 - `POST /expire?resource=R`: R's history is gone: the watch streams of R open now end (as at the
   apiserver's timeout), and a watch of R that resumes from a resourceVersion is answered, as the
   apiserver answers one older than its watch cache, with a `200` whose only event is an `ERROR`
-  carrying a `Status` of code 410, reason `Expired` (kubernetes
-  v1.36.3:staging/src/k8s.io/apiserver/pkg/storage/cacher/cacher.go answers a too-old version
-  in the stream, not with an HTTP 410). This lasts until the client lists R again, which gives it
+  carrying a `Status` of code 410, reason `Expired` (the apiserver's watch cache answers a
+  too-old version in the stream, not with an HTTP 410: `k8s.io/apiserver@v0.36.3:
+  pkg/storage/cacher/cacher.go`, `Watch`). This lasts until the client lists R again, which gives it
   a current resourceVersion.
 - `POST /hold?method=M&resource=R&name=N&subresource=S`: the next such request (e.g. `PATCH` of
   one LLMDeployment's `status`) is held: never passed on, never answered, until `POST /drop`, which
