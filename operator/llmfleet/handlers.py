@@ -40,6 +40,10 @@ from llmfleet.state_metrics import EXPOSITION_CONTENT_TYPE, exposition
 from llmfleet.workqueue import PassQueue
 
 RESOURCE = (GROUP, VERSION, PLURAL)
+# How long the apiserver keeps one watch request open, and how long a watch may go without an
+# event before it is taken for dead and opened again (`configure` says why these).
+WATCH_SERVER_TIMEOUT_S = 30
+WATCH_INACTIVITY_TIMEOUT_S = 45
 # Threads for the slow reads of canaries (golden prompts, analysis queries): a few hung ones
 # delay other canaries' gates, never a pass.
 PROBE_WORKERS = 4
@@ -66,7 +70,14 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration")
     settings.posting.level = logging.WARNING
-    settings.watching.server_timeout = 60
+    # A watch can go silent without closing (a broken load balancer or proxy on the way): Kopf
+    # then waits `inactivity_timeout` for an event before it opens a new one, and a change made
+    # meanwhile waits with it. The apiserver ends a healthy watch after `server_timeout`, sending
+    # a bookmark just before, so a healthy stream never idles that long and the timeout only ever
+    # fires on a dead one. 30 s and 45 s bound the delay to 45 s (Kopf 1.45.2's default is 70 s);
+    # resuming within the apiserver's 75 s of kept events needs no relist (docs/operator.md).
+    settings.watching.server_timeout = WATCH_SERVER_TIMEOUT_S
+    settings.watching.inactivity_timeout = WATCH_INACTIVITY_TIMEOUT_S
     settings.execution.max_workers = 8
     filter_watches(settings)
     memo.setdefault("operator_settings", OperatorSettings())
