@@ -37,6 +37,19 @@ def test_built_engine_scales_the_deployment_to_the_plan():
     assert condition(outcome, "Progressing")["reason"] == "RollingOut"
 
 
+def test_zero_pinned_replicas_stop_serving_once_built_and_ready_says_so():
+    # `kubectl scale --replicas=0`: the configuration is still planned and built, nothing serves.
+    stopped = body()
+    stopped["spec"]["plan"] = {"replicas": 0}
+    first = decide_pass(stopped, [], SETTINGS, NOW)
+    built = finished_job(by_kind(first.apply, "Job"))
+    outcome = decide_pass({**stopped, "status": first.status}, [built], SETTINGS, NOW)
+    assert by_kind(outcome.apply, "Deployment")["spec"]["replicas"] == outcome.status["replicas"] == 0
+    assert condition(outcome, "EngineBuilt")["status"] == "True"
+    ready = condition(outcome, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ScaledToZero"), ready
+
+
 def test_failed_build_sets_a_condition_with_the_job_reason():
     first = decide_pass(body(), [], SETTINGS, NOW)
     children = [finished_job(by_kind(first.apply, "Job"), "Failed", "BackoffLimitExceeded")]

@@ -56,6 +56,7 @@ class Reason:
     # WorkloadAvailable (False while the first revision builds: the build's reason)
     REPLICAS_READY = "ReplicasReady"
     REPLICAS_NOT_READY = "ReplicasNotReady"
+    SCALED_TO_ZERO = "ScaledToZero"
     # Progressing
     ROLLING_OUT = "RollingOut"
     SCALING_UP = "ScalingUp"

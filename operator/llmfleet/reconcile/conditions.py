@@ -52,6 +52,8 @@ def _canary_conditions(ctx: Context, rollout: Rollout, canary: CanaryStep) -> tu
 
 def _workload_available(rollout: Rollout, build: BuildState, desired: int, counts: str, short: str) -> tuple:
     """Which revision serves, if any: the current one once rolled out, else the stable one."""
+    if desired == 0:
+        return FALSE, Reason.SCALED_TO_ZERO, "spec.plan.replicas is 0: nothing serves (scale it up to serve again)"
     if rollout.rolled_out and rollout.ready >= min(desired, 1):
         return TRUE, Reason.REPLICAS_READY, f"revision {rollout.revision} serves with {counts}"
     # A new revision that builds, rolls out or failed does not take away what serves: the stable

@@ -63,7 +63,9 @@ def scale(ctx: Context, spec: LLMDeploymentSpec, plan: Plan, build: BuildState, 
     stored_replicas = ctx.stored.replicas
     previous = stored_replicas if stored_replicas is not None else plan.replicas
     if not spec.autoscaling.enabled:
-        return Scaling(plan.replicas, previous)
+        # A pin of 0 (`kubectl scale --replicas=0`) stops serving; the planner never sees it.
+        stopped = spec.plan is not None and spec.plan.replicas == 0
+        return Scaling(0 if stopped else plan.replicas, previous)
     scaling = spec.autoscaling
     current = min(max(previous, scaling.min_replicas), scaling.max_replicas)
     decision = autoscale(scaling, spec.slo.ttft_p99_ms, snapshot or MetricsSnapshot(error="no Prometheus URL configured"),
