@@ -18,12 +18,11 @@ from llmfleet.api.status import ScalingDecision, ScalingSignal
 from llmfleet.autoscale import target_ttft_p99_ms
 from llmfleet.catalog import load_catalog
 from llmfleet.loadgen.command import length_distributions, open_loop_plan
-from llmfleet.metrics.prometheus import QUEUE_METRICS
 from llmfleet.planner.capacity import replica_capacity
 from llmfleet.planner.search import plan
-from llmfleet.planner.spec_adapter import plan_request_from_spec, serving_release
+from llmfleet.planner.spec_adapter import plan_request_from_spec
 from llmfleet.planner.types import SpeedFactor
-from llmfleet.simulation.deployment import fleet_for, query_window_seconds
+from llmfleet.simulation.deployment import exported_queue_series, fleet_for, query_window_seconds
 from llmfleet.simulation.fleet import Fleet, FleetRun, FleetSettings, simulate
 from llmfleet.simulation.replica import Arrival
 from llmfleet_sandbox.manager import DEMO_LOAD_ARGS, DEMO_MANIFEST
@@ -64,8 +63,7 @@ def arrivals(load_args, seed: int, duration_s: float | None = None) -> list[Arri
 
 def settings_for(spec: LLMDeploymentSpec, seed: int) -> FleetSettings:
     return FleetSettings(SCRAPE_INTERVAL_S, query_window_seconds(SCRAPE_INTERVAL_S), RECONCILE_INTERVAL_S,
-                         START_UP_DELAY_S, seed=seed,
-                         queue_observable=all(name in serving_release(spec).metrics for name in QUEUE_METRICS))
+                         START_UP_DELAY_S, seed=seed, **exported_queue_series(spec))
 
 
 def slower(fleet: Fleet, spec: LLMDeploymentSpec, served, speed: float) -> Fleet:

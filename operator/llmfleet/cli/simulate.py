@@ -97,11 +97,9 @@ def _progress(quiet: bool):
 
 def _run_simulate(args) -> int:
     from llmfleet.catalog import load_catalog
-    from llmfleet.metrics.prometheus import QUEUE_METRICS
     from llmfleet.planner import format_plan_table, plan
-    from llmfleet.planner.spec_adapter import serving_release
     from llmfleet.render.pod import gpus_per_replica
-    from llmfleet.simulation.deployment import fleet_for, query_window_seconds
+    from llmfleet.simulation.deployment import exported_queue_series, fleet_for, query_window_seconds
     from llmfleet.simulation.fleet import FleetSettings, simulate
     from llmfleet.simulation.plot import timeline_svg
     from llmfleet.simulation.report import Costs, format_summary, summarize
@@ -120,7 +118,7 @@ def _run_simulate(args) -> int:
         window_seconds=query_window_seconds(args.scrape_interval_seconds),
         reconcile_interval_seconds=args.reconcile_interval_seconds,
         start_up_delay_seconds=args.start_up_delay_seconds, routing=args.routing,
-        queue_observable=all(name in serving_release(spec).metrics for name in QUEUE_METRICS), seed=args.seed)
+        seed=args.seed, **exported_queue_series(spec))
     started = time.monotonic()
     run = simulate(fleet, settings, arrivals, _progress(args.quiet))
     wall_s = time.monotonic() - started

@@ -52,6 +52,7 @@ class FleetSettings:
     start_up_delay_seconds: float
     routing: str = ROUND_ROBIN  # llmfleet.simulation.routing
     queue_observable: bool = True
+    waiting_observable: bool = True  # prometheus_view.ScrapeSettings
     seed: int = 0
     # Seconds into each scrape interval at which every replica is scraped; None: each replica
     # at its own phase drawn from the seed, as Prometheus spreads its targets. A fixed phase of
@@ -339,7 +340,9 @@ class _Simulation:
         spec = self.fleet.autoscaling
         view = snapshot([replica.series for replica in self.replicas],
                         ScrapeSettings(self.settings.scrape_interval_seconds, self.settings.window_seconds,
-                                       self.settings.queue_observable, spec.scale_down_stabilization_seconds),
+                                       queue_observable=self.settings.queue_observable,
+                                       waiting_observable=self.settings.waiting_observable,
+                                       peak_window_seconds=spec.scale_down_stabilization_seconds),
                         now_s, EPOCH, self.ttft_bounds_ms)
         current = min(max(self.desired, spec.min_replicas), spec.max_replicas)
         ready = len(self.serving())

@@ -124,6 +124,9 @@ class ScrapeSettings:
     interval_seconds: float
     window_seconds: int  # the autoscaler's rate window (llmfleet.metrics.cadence.rate_window)
     queue_observable: bool = True  # the release exports the engine's queue and KV gauges
+    # The request gauge has the `waiting` type (TensorRT-LLM backend v0.18 on): without it the
+    # operator's query finds no series, and KV and batch-slot use stand in for the queue.
+    waiting_observable: bool = True
     peak_window_seconds: int = 0  # the request rate's peak range (the scale-down stabilisation window)
 
 
@@ -177,9 +180,10 @@ def snapshot(pods: Sequence[PodSeries], settings: ScrapeSettings, now_s: float, 
                     for samples in windows.values() if samples)
 
     observable = settings.queue_observable
-    waiting_now = _sum(newest(pod).waiting_requests for pod in live) if observable else None
+    waiting = observable and settings.waiting_observable
+    waiting_now = _sum(newest(pod).waiting_requests for pod in live) if waiting else None
     growth = (_sum(least_squares_slope([(sample.time_s, sample.waiting_requests) for sample in samples])
-                   for samples in windows.values()) if observable else None)
+                   for samples in windows.values()) if waiting else None)
     kv_total = _sum(newest(pod).kv_blocks_total for pod in live)
     slots = avg_over_time(lambda sample: sample.batch_slots)
     kv_use = (_sum(newest(pod).kv_blocks_used for pod in live) / kv_total
