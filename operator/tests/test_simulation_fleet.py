@@ -10,7 +10,9 @@ from llmfleet.api import AutoscalingSpec
 from llmfleet.api.status import ScalingDecision
 from llmfleet.simulation.fleet import Engine, Fleet, FleetSettings, ReplicaSpan, _Simulation, simulate
 from llmfleet.simulation.profile import EngineProfile
-from llmfleet.simulation.prometheus_view import extrapolated_rate, histogram_quantile, least_squares_slope
+from llmfleet.simulation.fleet import EPOCH
+from llmfleet.simulation.prometheus_view import (
+    PodSeries, Sample, ScrapeSettings, extrapolated_rate, histogram_quantile, least_squares_slope, snapshot)
 from llmfleet.simulation.replica import Arrival
 from llmfleet.simulation.routing import LEAST_CONNECTIONS
 
@@ -155,3 +157,17 @@ def test_histogram_quantile_interpolates_within_the_bucket_and_stops_at_the_top_
 def test_deriv_is_the_least_squares_slope():
     assert least_squares_slope([(0.0, 1.0), (1.0, 4.0), (2.0, 3.0)]) == pytest.approx(1.0)
     assert least_squares_slope([(0.0, 1.0)]) is None
+
+
+def test_a_release_without_the_waiting_type_gives_no_queue_count_and_kv_and_batch_use_stand_in():
+    # A queue growing from 0 to 6 over three scrapes; engine 24.12's request gauge has no
+    # `waiting` type, so the operator's query finds no series: no count and no growth.
+    pod = PodSeries("replica-0", [Sample(t, (0, 0), waiting, 4, 4, 10, 100)
+                                  for t, waiting in ((1.0, 0), (2.0, 3), (3.0, 6))])
+    bounds = (500,)
+    exported = snapshot([pod], ScrapeSettings(1.0, 4), 3.0, EPOCH, bounds)
+    absent = snapshot([pod], ScrapeSettings(1.0, 4, waiting_observable=False), 3.0, EPOCH, bounds)
+
+    assert (exported.waiting_requests, exported.waiting_growth_per_second) == (6, pytest.approx(3.0))
+    assert (absent.waiting_requests, absent.waiting_growth_per_second) == (None, None)
+    assert absent.kv_cache_utilization == pytest.approx(0.1) and absent.batch_utilization == pytest.approx(1.0)
