@@ -20,7 +20,8 @@ import yaml
 from conftest import StatusWatcher, service_target, wait_until_ready
 from llmfleet.render.identity import service_name
 from llmfleet_sandbox.manager import DEMO_LOAD_ARGS, DEMO_MANIFEST
-from llmfleet_sandbox.serviceproxy import LEAST_CONNECTIONS, ROUND_ROBIN, SCHEDULER_ANNOTATION
+from llmfleet.simulation.routing import LEAST_CONNECTIONS, ROUND_ROBIN
+from llmfleet_sandbox.serviceproxy import SCHEDULER_ANNOTATION
 
 pytestmark = pytest.mark.long_running
 

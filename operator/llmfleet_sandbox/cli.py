@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from llmfleet.cli import BadInput, positive_int
-from llmfleet.simulation.routing import ROUND_ROBIN, ROUTINGS
+from llmfleet.simulation.routing import DEFAULT_ROUTING, ROUTINGS
 from llmfleet_sandbox.config import (
     MAX_INSTANCE,
     PROMETHEUS_AUTH_MODES,
@@ -46,10 +46,11 @@ def add_commands(commands) -> None:
                             help="more GPU nodes of another type, numbered after the others, e.g. "
                                  "L40S-48GB=1 for a cluster of mixed pools (repeatable)")
     sandbox_up.add_argument("--service-proxy-scheduler", choices=ROUTINGS,
-                            default=ROUND_ROBIN,
-                            help="how Services spread connections over ready endpoints: round-robin "
-                                 "(kube-proxy IPVS mode's default rr) or least-connections (its lc); "
-                                 "either way a connection, not a request, is balanced (default round-robin)")
+                            default=DEFAULT_ROUTING,
+                            help="how Services spread connections over ready endpoints: random (kube-proxy's "
+                                 "default iptables and nftables modes), round-robin (its IPVS mode's rr) or "
+                                 "least-connections (IPVS lc); either way a connection, not a request, is "
+                                 f"balanced (default {DEFAULT_ROUTING})")
     sandbox_up.add_argument("--scrape-interval", type=positive_int, default=None,
                             metavar="S", help="Prometheus scrape interval in seconds (default 15, the "
                                               "chart's PodMonitor default)")

@@ -10,7 +10,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from llmfleet.simulation.routing import ROUND_ROBIN
+from llmfleet.simulation.routing import DEFAULT_ROUTING
 
 DEFAULT_GPU_TYPE = "H100-SXM-80GB"
 
@@ -120,7 +120,7 @@ class SandboxConfig:
     # authorizes (llmfleet_sandbox.rbacproxy), Prometheus listening on loopback; "none": plain HTTP.
     prometheus_auth: str = "none"
     # How the service proxy spreads a Service's connections (llmfleet.simulation.routing).
-    service_proxy_scheduler: str = ROUND_ROBIN
+    service_proxy_scheduler: str = DEFAULT_ROUTING
     instance: int = 0
     # None: the instance's ports.
     ports: Ports | None = None

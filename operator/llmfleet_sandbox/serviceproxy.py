@@ -3,9 +3,10 @@
 Like kube-proxy's original userspace mode: for each TCP port of each ClusterIP
 Service it listens on clusterIP:port (the service range is routed to the host's
 loopback) and splices each connection to a ready endpoint from the Service's
-EndpointSlices. Connections, not requests, are balanced, as by kube-proxy: round robin
-(its default), or to the endpoint with the fewest open connections (IPVS mode's `lc`
-scheduler), ties round robin. With no ready endpoint, connections are refused.
+EndpointSlices. Connections, not requests, are balanced, as by kube-proxy: at random (its
+default iptables mode, and its nftables mode: llmfleet.simulation.routing cites them), in
+turn (IPVS mode's `rr`), or to the endpoint with the fewest open connections (IPVS `lc`),
+ties in turn. With no ready endpoint, connections are refused.
 The scheduler is the proxy's (`--scheduler`); a Service's annotation
 `sandbox.llmfleet.io/service-proxy-scheduler` chooses another for that Service alone, as
 some service proxies take a per-Service load-balancing algorithm, so that tests can compare
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import random
 import signal
 import sys
 import threading
@@ -25,7 +27,7 @@ from collections import Counter
 
 from kubernetes import client, config as kube_config
 
-from llmfleet.simulation.routing import LEAST_CONNECTIONS, ROUND_ROBIN, ROUTINGS
+from llmfleet.simulation.routing import DEFAULT_ROUTING, LEAST_CONNECTIONS, RANDOM, ROUTINGS
 from llmfleet_sandbox.informer import watch_forever
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -37,7 +39,7 @@ class EndpointTable:
     """Ready endpoints per (namespace, service, port name), fed by the watches, and the
     connections open to each."""
 
-    def __init__(self, scheduler: str = ROUND_ROBIN):
+    def __init__(self, scheduler: str = DEFAULT_ROUTING, random_source: random.Random | None = None):
         if scheduler not in ROUTINGS:
             raise ValueError(f"scheduler must be one of {', '.join(ROUTINGS)}, got {scheduler!r}")
         self.scheduler = scheduler
@@ -45,6 +47,7 @@ class EndpointTable:
         self.slices: dict[tuple[str, str], dict] = {}
         self.counters: dict[tuple, itertools.count] = {}
         self.open_connections: Counter[tuple[str, int]] = Counter()
+        self.random = random_source or random.Random()
 
     def set_slice(self, namespace: str, name: str, endpoint_slice: dict | None) -> None:
         with self.lock:
@@ -80,11 +83,15 @@ class EndpointTable:
             return None
         key = (namespace, service, port_name)
         with self.lock:
-            if (scheduler or self.scheduler) == LEAST_CONNECTIONS:
-                fewest = min(self.open_connections[backend] for backend in backends)
-                backends = [backend for backend in backends if self.open_connections[backend] == fewest]
-            counter = self.counters.setdefault(key, itertools.count())
-            chosen = backends[next(counter) % len(backends)]
+            scheduler = scheduler or self.scheduler
+            if scheduler == RANDOM:
+                chosen = self.random.choice(backends)
+            else:
+                if scheduler == LEAST_CONNECTIONS:
+                    fewest = min(self.open_connections[backend] for backend in backends)
+                    backends = [backend for backend in backends if self.open_connections[backend] == fewest]
+                counter = self.counters.setdefault(key, itertools.count())
+                chosen = backends[next(counter) % len(backends)]
             self.open_connections[chosen] += 1
             return chosen
 
@@ -96,7 +103,7 @@ class EndpointTable:
 
 
 class ServiceProxy:
-    def __init__(self, loop: asyncio.AbstractEventLoop, scheduler: str = ROUND_ROBIN):
+    def __init__(self, loop: asyncio.AbstractEventLoop, scheduler: str = DEFAULT_ROUTING):
         self.loop = loop
         self.endpoints = EndpointTable(scheduler)
         self.services: dict[tuple[str, str], dict] = {}
@@ -228,8 +235,8 @@ async def serve(kubeconfig: str, scheduler: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--kubeconfig", required=True)
-    parser.add_argument("--scheduler", choices=ROUTINGS, default=ROUND_ROBIN,
-                        help="how connections are spread over endpoints (default round-robin)")
+    parser.add_argument("--scheduler", choices=ROUTINGS, default=DEFAULT_ROUTING,
+                        help=f"how connections are spread over endpoints (default {DEFAULT_ROUTING})")
     args = parser.parse_args(argv)
     asyncio.run(serve(args.kubeconfig, args.scheduler))
     return 0

@@ -4,6 +4,7 @@ probe thresholds, pid records. Container roots and images: test_sandbox_rootfs.p
 from __future__ import annotations
 
 import json
+import random
 
 from llmfleet_sandbox.agent import NodeAgent
 from llmfleet_sandbox.config import SandboxConfig
@@ -11,12 +12,8 @@ from llmfleet_sandbox.poddiscovery import pod_target_groups
 from llmfleet_sandbox.podworker import PodWorker
 from llmfleet_sandbox.probes import ProbeState
 from llmfleet_sandbox.processes import ProcessTable, process_start_ticks
-from llmfleet_sandbox.serviceproxy import (
-    LEAST_CONNECTIONS,
-    SCHEDULER_ANNOTATION,
-    EndpointTable,
-    service_scheduler,
-)
+from llmfleet.simulation.routing import LEAST_CONNECTIONS, RANDOM, ROUND_ROBIN
+from llmfleet_sandbox.serviceproxy import SCHEDULER_ANNOTATION, EndpointTable, service_scheduler
 
 
 def _slice(name, service, addresses_ready, port=8001, port_name="grpc", terminating=()):
@@ -51,15 +48,25 @@ def test_least_connections_sends_a_new_connection_to_the_least_busy_endpoint():
     assert sorted(table.pick("ns", "chat", "grpc") for _ in range(2)) == sorted(others)
 
 
+def test_by_default_each_connection_goes_to_an_endpoint_at_random_as_kube_proxys_iptables_mode_does():
+    table = EndpointTable(random_source=random.Random(3))
+    assert table.scheduler == RANDOM
+    table.set_slice("ns", "a", _slice("a", "chat", [("10.0.0.1", True), ("10.0.0.2", True)]))
+    picks = [table.pick("ns", "chat", "grpc") for _ in range(200)]
+    repeats = sum(a == b for a, b in zip(picks, picks[1:]))
+    assert 70 <= picks.count(("10.0.0.1", 8001)) <= 130
+    assert 70 <= repeats <= 130  # in turn, none would repeat
+
+
 def test_round_robin_ignores_open_connections():
-    table = EndpointTable()
+    table = EndpointTable(ROUND_ROBIN)
     table.set_slice("ns", "a", _slice("a", "chat", [("10.0.0.1", True), ("10.0.0.2", True)]))
     picks = [table.pick("ns", "chat", "grpc") for _ in range(4)]  # none closed
     assert picks.count(("10.0.0.1", 8001)) == picks.count(("10.0.0.2", 8001)) == 2
 
 
 def test_a_services_annotation_chooses_its_own_scheduler():
-    table = EndpointTable()  # round robin for every Service without the annotation
+    table = EndpointTable(ROUND_ROBIN)  # for every Service without the annotation
     table.set_slice("ns", "a", _slice("a", "chat", [("10.0.0.1", True), ("10.0.0.2", True)]))
     busy = table.pick("ns", "chat", "grpc")  # a connection that stays open
 
@@ -77,9 +84,9 @@ def test_a_services_annotation_chooses_its_own_scheduler():
 
 
 def test_an_unknown_scheduler_annotation_is_reported_and_ignored(capsys):
-    service = {"metadata": {"namespace": "ns", "name": "chat", "annotations": {SCHEDULER_ANNOTATION: "random"}}}
+    service = {"metadata": {"namespace": "ns", "name": "chat", "annotations": {SCHEDULER_ANNOTATION: "sticky"}}}
     assert service_scheduler(service) is None
-    assert "must be one of round-robin, least-connections, got 'random'" in capsys.readouterr().out
+    assert "must be one of random, round-robin, least-connections, got 'sticky'" in capsys.readouterr().out
 
 
 def test_a_closed_connection_is_no_longer_counted():

@@ -14,7 +14,7 @@ from llmfleet.simulation.fleet import EPOCH
 from llmfleet.simulation.prometheus_view import (
     PodSeries, Sample, ScrapeSettings, extrapolated_rate, histogram_quantile, least_squares_slope, snapshot)
 from llmfleet.simulation.replica import Arrival
-from llmfleet.simulation.routing import LEAST_CONNECTIONS
+from llmfleet.simulation.routing import LEAST_CONNECTIONS, RANDOM, ROUND_ROBIN
 
 STEP_MS = 10.0
 PROFILE = EngineProfile(
@@ -24,9 +24,9 @@ PROFILE = EngineProfile(
     kv_block_tokens=16, kv_blocks_total=1000, max_batch_size=1, max_num_tokens=1000)
 ENGINE = Engine(PROFILE, max_input_tokens=100, max_sequence_tokens=1000)
 # Passes and scrapes every second over a 4 s window, every replica scraped just before each
-# pass: decisions fall on whole seconds.
+# pass: decisions fall on whole seconds. Round-robin, so that each request's replica is known.
 SETTINGS = FleetSettings(scrape_interval_seconds=1.0, window_seconds=4, reconcile_interval_seconds=1.0,
-                         start_up_delay_seconds=1.5, scrape_phase_seconds=0.0)
+                         start_up_delay_seconds=1.5, scrape_phase_seconds=0.0, routing=ROUND_ROBIN)
 
 
 def _autoscaling(**overrides) -> AutoscalingSpec:
@@ -51,6 +51,27 @@ def test_round_robin_queues_behind_a_long_request_where_least_connections_does_n
     assert round_robin.requests[0].tpot_ms == pytest.approx(STEP_MS)
     assert least.end_s == pytest.approx(0.1)
     assert least.replica_seconds() == pytest.approx(0.2)
+
+
+def test_random_routing_picks_each_replica_at_random_from_the_seed_and_leaves_the_scrape_phases_alone():
+    """kube-proxy's default (iptables) mode: each connection to an endpoint drawn at random, so a
+    replica can get several requests in a row while another gets none, where round-robin alternates."""
+    arrivals = [Arrival(i * 1000.0, 10, 1) for i in range(200)]
+    fleet = Fleet(ENGINE, initial_replicas=2, slo_ttft_p99_ms=1000, autoscaling=None)
+    settings = FleetSettings(**{**SETTINGS.__dict__, "routing": RANDOM, "scrape_phase_seconds": None, "seed": 7})
+    picks = [r.replica for r in simulate(fleet, settings, arrivals).requests]
+    repeats = sum(a == b for a, b in zip(picks, picks[1:]))
+    assert 70 <= picks.count("replica-0") <= 130, picks.count("replica-0")
+    assert 70 <= repeats <= 130, repeats  # about half of consecutive picks repeat; round-robin: none
+    assert [r.replica for r in simulate(fleet, settings, arrivals).requests] == picks
+    other_seed = [r.replica for r in simulate(fleet, FleetSettings(**{**settings.__dict__, "seed": 8}), arrivals).requests]
+    assert other_seed != picks
+    # The routing stream is the seed's own: the replicas' scrape phases are those of round-robin.
+    phases = [_Simulation(fleet, FleetSettings(**{**settings.__dict__, "routing": routing}), arrivals, None, 60.0)
+              for routing in (RANDOM, ROUND_ROBIN)]
+    for simulation in phases:
+        simulation.run()
+    assert [r.scrape_phase_s for r in phases[0].replicas] == [r.scrape_phase_s for r in phases[1].replicas]
 
 
 def test_a_growing_queue_scales_up_at_the_first_pass_that_sees_it_and_the_new_replica_serves_after_the_delay():

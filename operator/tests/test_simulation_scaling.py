@@ -25,6 +25,7 @@ from llmfleet.planner.types import SpeedFactor
 from llmfleet.simulation.deployment import exported_queue_series, fleet_for, query_window_seconds
 from llmfleet.simulation.fleet import Fleet, FleetRun, FleetSettings, simulate
 from llmfleet.simulation.replica import Arrival
+from llmfleet.simulation.routing import DEFAULT_ROUTING, RANDOM, ROUND_ROBIN
 from llmfleet_sandbox.manager import DEMO_LOAD_ARGS, DEMO_MANIFEST
 
 CATALOG = load_catalog()
@@ -61,9 +62,9 @@ def arrivals(load_args, seed: int, duration_s: float | None = None) -> list[Arri
     return [Arrival(r.arrival_s * 1000, r.input_tokens, r.output_tokens) for r in requests]
 
 
-def settings_for(spec: LLMDeploymentSpec, seed: int) -> FleetSettings:
+def settings_for(spec: LLMDeploymentSpec, seed: int, routing: str = DEFAULT_ROUTING) -> FleetSettings:
     return FleetSettings(SCRAPE_INTERVAL_S, query_window_seconds(SCRAPE_INTERVAL_S), RECONCILE_INTERVAL_S,
-                         START_UP_DELAY_S, seed=seed, **exported_queue_series(spec))
+                         START_UP_DELAY_S, routing=routing, seed=seed, **exported_queue_series(spec))
 
 
 def slower(fleet: Fleet, spec: LLMDeploymentSpec, served, speed: float) -> Fleet:
@@ -134,8 +135,17 @@ def test_on_an_engine_slower_than_the_model_the_learned_speed_keeps_what_the_rat
     assert not ttft_p99_after_each_scale_down(blind)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_a_prefill_bound_p99_gets_no_replicas_that_cannot_help(seed, monkeypatch):
+# A known miss (issue 30 part 5): with connections spread at random, as kube-proxy's default
+# mode does, two long prompts often land on one replica; the model's p99 misses that queueing
+# tail, calls the breach prefill-bound, and at seed 2 the replicas it did not add would have
+# served 1.4 points more requests within the SLO (97.6 % against 99.0 %).
+RANDOM_TAIL_MISS = pytest.mark.xfail(strict=True, reason="the model's p99 misses the queueing tail of long "
+                                     "prompts landing together under random routing (issue 30 part 5)")
+
+
+@pytest.mark.parametrize(("routing", "seed"), [(ROUND_ROBIN, 1), (ROUND_ROBIN, 2), (RANDOM, 1),
+                                               pytest.param(RANDOM, 2, marks=RANDOM_TAIL_MISS)])
+def test_a_prefill_bound_p99_gets_no_replicas_that_cannot_help(routing, seed, monkeypatch):
     spec = long_prompt_spec()
     served = plan(plan_request_from_spec(spec, catalog=CATALOG), CATALOG)
     load = arrivals(("--schedule", "0.8", "--duration-s", "600", "--input-tokens", "lognormal:3000:9000",
@@ -149,10 +159,10 @@ def test_a_prefill_bound_p99_gets_no_replicas_that_cannot_help(seed, monkeypatch
         return decision
     monkeypatch.setattr(simulation_fleet, "decide", counted)
     fleet = fleet_for(spec, served, CATALOG)
-    run = simulate(fleet, settings_for(spec, seed), load)
+    run = simulate(fleet, settings_for(spec, seed, routing), load)
     assert signals[ScalingSignal.PREFILL_BOUND] > 0
     assert run.peak_replicas() <= 2  # 0.8 request/s needs two at the model's capacity
-    blind = simulate(replace(fleet, capacity=None), settings_for(spec, seed), load)
+    blind = simulate(replace(fleet, capacity=None), settings_for(spec, seed, routing), load)
     assert blind.peak_replicas() == spec.autoscaling.max_replicas
     assert run.replica_seconds() < 0.6 * blind.replica_seconds()
     # The replicas it did not add would not have served more requests within the SLO.

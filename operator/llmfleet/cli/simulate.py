@@ -14,7 +14,7 @@ from llmfleet.cli.inputs import BadInput, positive_float
 from llmfleet.cli.load import TRAFFIC_SYNTAX, add_arrival_arguments, add_length_arguments
 from llmfleet.cli.planning import read_plan_request
 from llmfleet.settings import OperatorSettings
-from llmfleet.simulation.routing import ROUND_ROBIN, ROUTINGS
+from llmfleet.simulation.routing import DEFAULT_ROUTING, ROUTINGS
 
 # The operator's and the sandbox's defaults, each a flag here.
 DEFAULT_SCRAPE_INTERVAL_SECONDS = 15.0  # the chart's PodMonitor and the sandbox's Prometheus
@@ -51,8 +51,10 @@ def add_commands(commands) -> None:
     simulate.add_argument("--start-up-delay-seconds", type=_non_negative, metavar="S",
                           default=DEFAULT_START_UP_DELAY_SECONDS,
                           help="from a scale-up to the new replica serving (default %(default)g, the sandbox's)")
-    simulate.add_argument("--routing", choices=ROUTINGS, default=ROUND_ROBIN,
-                          help="how the Service spreads requests (default %(default)s)")
+    simulate.add_argument("--routing", choices=ROUTINGS, default=DEFAULT_ROUTING,
+                          help="how the Service spreads requests: at random per connection (kube-proxy's "
+                               "default iptables mode, and the sandbox's), round-robin or least-connections "
+                               "(its IPVS mode's rr and lc) (default %(default)s)")
     simulate.add_argument("--output-dir", default="llmfleet-simulate", metavar="DIR",
                           help="where summary.json and timeline.svg go (default ./llmfleet-simulate)")
     simulate.add_argument("-o", "--output", choices=("table", "json"), default="table",

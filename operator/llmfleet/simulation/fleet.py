@@ -5,8 +5,9 @@ Events, in time order (at one instant: steps end, then requests arrive, replicas
 Prometheus scrapes, the operator decides, and idle engines with work start their next step, so
 that a request arriving as a step ends joins the next one, as in the served engine):
 
-- a request arrives and the Service routes it to a ready replica (round-robin or
-  least-connections, as kube-proxy's IPVS `rr` and `lc`); with none ready it fails;
+- a request arrives and the Service routes it to a ready replica (at random, as kube-proxy's
+  default iptables mode does, or round-robin or least-connections, as its IPVS `rr` and `lc`);
+  with none ready it fails;
 - a replica's step ends: its tokens are out, its TTFT histogram records each first token;
 - Prometheus scrapes every ready replica every interval (prometheus_view), each at its own
   phase: Prometheus offsets each target's scrapes within the interval by a hash of the target
@@ -36,7 +37,7 @@ from llmfleet.render.ttft_buckets import slo_ttft_bounds_ms
 from llmfleet.simulation.profile import EngineProfile
 from llmfleet.simulation.prometheus_view import PodSeries, Sample, ScrapeSettings, TtftHistogram, snapshot
 from llmfleet.simulation.replica import Arrival, VirtualEngine
-from llmfleet.simulation.routing import LEAST_CONNECTIONS, ROUND_ROBIN
+from llmfleet.simulation.routing import DEFAULT_ROUTING, LEAST_CONNECTIONS, RANDOM
 from llmfleet.simulation.scheduler import RequestNeverFits, Sequence as EngineSequence
 
 MS_PER_SECOND = 1000.0
@@ -50,7 +51,7 @@ class FleetSettings:
     window_seconds: int  # the autoscaler's query window, from the scrape interval
     reconcile_interval_seconds: float
     start_up_delay_seconds: float
-    routing: str = ROUND_ROBIN  # llmfleet.simulation.routing
+    routing: str = DEFAULT_ROUTING  # llmfleet.simulation.routing
     queue_observable: bool = True
     waiting_observable: bool = True  # prometheus_view.ScrapeSettings
     seed: int = 0
@@ -194,6 +195,8 @@ class _Simulation:
         self.replicas: list[_Replica] = []
         self.names = itertools.count()
         self.round_robin = itertools.count()
+        # A stream of its own, so that the scrape phases drawn from the seed do not move with it.
+        self.random_routing = random.Random(f"{settings.seed}/routing")
         self.scrape_phases = random.Random(settings.seed)
         self.results: dict[int, RequestResult] = {}
         self.in_flight: dict[EngineSequence, tuple[int, _Replica]] = {}
@@ -278,6 +281,8 @@ class _Simulation:
             return None
         if self.settings.routing == LEAST_CONNECTIONS:
             return min(serving, key=lambda replica: replica.open_requests)
+        if self.settings.routing == RANDOM:
+            return self.random_routing.choice(serving)
         return serving[next(self.round_robin) % len(serving)]
 
     def arrive(self, now_ms: float, index: int) -> None:
