@@ -31,6 +31,7 @@ BENCHMARKS = (
     ("bench_pass.py", "pass.md"),
     ("bench_autoscaling.py", "autoscaling.md"),
     ("bench_scrape_intervals.py", "scrape-intervals.md"),
+    ("sweep_autoscaler_defaults.py", "autoscaler-defaults.md"),
     ("bench_simulate_vs_live.py", "simulate-vs-live.md"),
     ("bench_routing.py", "routing.md"),
     ("bench_ttft_histogram.py", "ttft-histogram.md"),
