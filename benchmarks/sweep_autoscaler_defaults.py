@@ -154,7 +154,7 @@ TUNING = (
     Traffic("plateau", SMALL, "constant:3", 420, varies=False),
     Traffic("the demo's printed load", "the demo (examples/sandbox-chat.yaml)", "steps:0:1,60:3,240:1", 360,
             "lognormal:256:512", "lognormal:64:128"),
-    Traffic("Mooncake conversation 300-1800 s", "8B, Mooncake lengths", trace_stretch_s=(300.0, 1800.0),
+    Traffic("Mooncake conversation 300-1200 s", "8B, Mooncake lengths", trace_stretch_s=(300.0, 1200.0),
             varies=False),
 )
 CHECK = (
