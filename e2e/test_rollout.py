@@ -401,8 +401,8 @@ def test_a_stable_revision_degrading_mid_analysis_holds_the_canary_then_pauses_i
     duration_s, deadline_s = 30, 20
     steps = [{"setWeight": 50}, {"analysis": {"durationSeconds": duration_s, "intervalSeconds": 10}}]
     body = manifest("degrading", "v1", steps)
-    # 8B TTFTs are ~15 ms here: a stable revision 20 times slower is surely above a 200 ms SLO,
-    # a healthy canary surely within it.
+    # 8B TTFTs are 9-17 ms here (a prefill step after up to one 7.4 ms decode step): a stable
+    # revision 40 times slower is surely above a 200 ms SLO, a healthy canary surely within it.
     body["spec"]["slo"]["ttftP99Ms"] = 200
     body["spec"]["rollout"]["gates"] = {"analysisDeadlineSeconds": deadline_s}
     sandbox.apply([body], namespace=NAMESPACE)
@@ -423,7 +423,7 @@ def test_a_stable_revision_degrading_mid_analysis_holds_the_canary_then_pauses_i
         at_analysis = wait_for(lambda: (canary := canary_status()).get("stepIndex") == 1 and canary, 240,
                                "the analysis step")
         sandbox.llmfleet("fault", "--namespace", NAMESPACE, "--deployment", "degrading", "--revision", stable,
-                         "--slowdown", "20")
+                         "--slowdown", "40")
         try:
             wait_for(lambda: canary_status().get("analysisVerdict") == "StableDegraded", 60,
                      "a StableDegraded verdict")
