@@ -425,8 +425,11 @@ def test_a_stable_revision_degrading_mid_analysis_holds_the_canary_then_pauses_i
         sandbox.llmfleet("fault", "--namespace", NAMESPACE, "--deployment", "degrading", "--revision", stable,
                          "--slowdown", "40")
         try:
-            wait_for(lambda: canary_status().get("analysisVerdict") == "StableDegraded", 60,
-                     "a StableDegraded verdict")
+            # A canary promoted or rolled back instead ends the wait too, and shows how.
+            degraded = wait_for(lambda: ((canary := canary_status()).get("analysisVerdict") == "StableDegraded"
+                                         or canary.get("phase") in ("Promoted", "RolledBack")) and canary, 60,
+                                "a StableDegraded verdict")
+            assert degraded["phase"] == "Progressing", (phases, degraded)
             stable_pods = _ready_pods_by_revision(sandbox, "degrading")
             step_started = datetime.fromisoformat(at_analysis["stepStartedTime"].replace("Z", "+00:00"))
             wait_for(lambda: (datetime.now(timezone.utc) - step_started).total_seconds() > duration_s + 5,
