@@ -9,6 +9,7 @@ import json
 import signal
 import subprocess
 import time
+from datetime import datetime, timezone
 
 import pytest
 
@@ -386,6 +387,80 @@ def test_prometheus_down_mid_analysis_holds_the_canary_until_it_returns(sandbox,
     finally:
         stdout, stderr = stop_load(load)
     assert "RolledBack" not in phases, phases
+    assert load.returncode == 0, stderr + stdout
+
+
+def test_a_stable_revision_degrading_mid_analysis_holds_the_canary_then_pauses_it(sandbox, tmp_path):
+    """The stable revision's running engines slow down while a same-engine canary is in an
+    analysis step under load (a throttled GPU, a noisy neighbour: the sandbox's slowdown reaches
+    running pods, keyed by revision so not the canary's): the canary is no worse, which does not
+    make it good. It is neither promoted nor rolled back: the step holds past its duration with
+    StableDegraded, Progressing names the stable revision, a Warning event says so, and past
+    analysisDeadlineSeconds it pauses for a person. Ready stays True (docs/rollouts.md, "When the
+    stable revision degrades during a canary")."""
+    duration_s, deadline_s = 30, 20
+    steps = [{"setWeight": 50}, {"analysis": {"durationSeconds": duration_s, "intervalSeconds": 10}}]
+    body = manifest("degrading", "v1", steps)
+    # 8B TTFTs are 9-17 ms here (a prefill step after up to one 7.4 ms decode step): a stable
+    # revision 40 times slower is surely above a 200 ms SLO, a healthy canary surely within it.
+    body["spec"]["slo"]["ttftP99Ms"] = 200
+    body["spec"]["rollout"]["gates"] = {"analysisDeadlineSeconds": deadline_s}
+    sandbox.apply([body], namespace=NAMESPACE)
+    stable = wait_until_ready(sandbox, "degrading", NAMESPACE)["status"]["currentRevision"]
+    load = _load(sandbox, "degrading", 3, 400, tmp_path)
+    phases: list[str] = []
+
+    def canary_status() -> dict:
+        status = _status(sandbox, "degrading")
+        canary = status.get("canary") or {}
+        if canary.get("phase") and (not phases or phases[-1] != canary["phase"]):
+            phases.append(canary["phase"])
+        return {**canary, "conditions": {c["type"]: c for c in status["conditions"]},
+                "stableRevision": status["stableRevision"]}
+
+    try:
+        _new_engine_revision(sandbox, "degrading")
+        at_analysis = wait_for(lambda: (canary := canary_status()).get("stepIndex") == 1 and canary, 240,
+                               "the analysis step")
+        sandbox.llmfleet("fault", "--namespace", NAMESPACE, "--deployment", "degrading", "--revision", stable,
+                         "--slowdown", "40")
+        try:
+            # A canary promoted or rolled back instead ends the wait too, and shows how.
+            degraded = wait_for(lambda: ((canary := canary_status()).get("analysisVerdict") == "StableDegraded"
+                                         or canary.get("phase") in ("Promoted", "RolledBack")) and canary, 60,
+                                "a StableDegraded verdict")
+            assert degraded["phase"] == "Progressing", (phases, degraded)
+            stable_pods = _ready_pods_by_revision(sandbox, "degrading")
+            step_started = datetime.fromisoformat(at_analysis["stepStartedTime"].replace("Z", "+00:00"))
+            wait_for(lambda: (datetime.now(timezone.utc) - step_started).total_seconds() > duration_s + 5,
+                     duration_s + 10, "the step's duration to pass", interval=1)
+            held = canary_status()
+            assert (held["phase"], held["stepIndex"], held["analysisVerdict"]) == \
+                ("Progressing", 1, "StableDegraded"), held
+            assert "the stable revision breaches its bounds (p99 TTFT above the SLO's 200 ms)" \
+                in held["analysisMessage"], held
+            progressing = held["conditions"]["Progressing"]
+            assert (progressing["reason"], progressing["status"]) == ("StableDegraded", "True"), progressing
+            assert f"stable revision {stable} degraded" in progressing["message"], progressing
+            assert held["conditions"]["Ready"]["status"] == "True"
+            warnings = [e for e in sandbox.kubectl_json("get", "events", "-n", NAMESPACE, "--field-selector",
+                                                        "involvedObject.name=degrading")["items"]
+                        if (e["type"], e["reason"]) == ("Warning", "StableDegraded")]
+            assert warnings and stable in warnings[0]["message"], warnings
+            paused = wait_for(lambda: (canary := canary_status())["phase"] == "Paused" and canary,
+                              deadline_s + 30, "the pause past analysisDeadlineSeconds", interval=1)
+        finally:
+            sandbox.llmfleet("fault", "--namespace", NAMESPACE, "--deployment", "degrading", "--revision", stable)
+    finally:
+        stdout, stderr = stop_load(load)
+    assert phases[-1] == "Paused" and "Promoted" not in phases and "RolledBack" not in phases, phases
+    assert paused["stepIndex"] == 1 and paused["analysisVerdict"] == "StableDegraded", paused
+    assert f"analysis without a verdict {deadline_s} s past its duration (StableDegraded" in paused["message"]
+    assert paused["stableRevision"] == stable and not paused.get("failedRevisions"), paused
+    assert paused["conditions"]["Progressing"]["reason"] == "StableDegraded", paused["conditions"]
+    assert paused["conditions"]["Ready"]["status"] == "True"
+    assert _ready_pods_by_revision(sandbox, "degrading") == stable_pods, "the held canary's replicas changed"
+    # The stable revision served slowly, and served: no request failed.
     assert load.returncode == 0, stderr + stdout
 
 

@@ -79,7 +79,8 @@ def add_commands(commands) -> None:
                       "engine build fail on a full cache (for testing)",
         description="Inject faults into the engines of one revision of one LLMDeployment (its pods, by "
                     "their llmfleet.io/deployment and llmfleet.io/revision labels); containers started "
-                    "afterwards get them, and each call replaces that revision's faults: "
+                    "afterwards get them, running engines follow a changed --slowdown or --error-percent "
+                    "within a second, and each call replaces that revision's faults: "
                     "--slowdown multiplies every prefill and decode cost, --drift adds a per-token chance "
                     "that the answer leaves the model's reference answer, --error-percent fails that share "
                     "of requests, --fail-load makes the engine fail to load (Triton exits, the container "

@@ -4,13 +4,18 @@ requests, an engine that fails to load (its container crash-loops), an engine bu
 cache volume is full; nodes that lose power; and pods that Prometheus loses.
 They live at the runtime boundary, not in the product's API: the node agent reads them when it
 starts a container, as a fault-injecting container runtime would, and hands them to the engine
-stand-in in its environment; a powered-off node's agent stops heartbeating and its pods'
+stand-in in its environment; it also keeps each pod's fault as it is now in a file it mounts into
+the pod's containers, so that a running engine follows a changed slowdown or error rate, as
+running pods slow down under a throttled GPU or a noisy neighbour; a powered-off node's agent stops heartbeating and its pods'
 processes die, as when a machine is unplugged; an unscraped pod drops out of Prometheus'
 service discovery, so its series end (staleness markers) while it goes on serving."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -29,6 +34,13 @@ ERROR_PERCENT_VARIABLE = "LLMFLEET_SANDBOX_ERROR_PERCENT"
 FAIL_LOAD_VARIABLE = "LLMFLEET_SANDBOX_FAIL_LOAD"
 # "1": the engine build's writes fail with ENOSPC, as on a full engine cache volume.
 CACHE_FULL_VARIABLE = "LLMFLEET_SANDBOX_CACHE_FULL"
+# Where, in a pod's containers, the node agent keeps the pod's fault as it is now (the directory
+# is mounted read-only; the file in it is replaced whole), and the variable that names the file.
+LIVE_DIRECTORY = "/run/llmfleet-sandbox"
+LIVE_FILE = "fault.json"
+LIVE_FAULT_VARIABLE = "LLMFLEET_SANDBOX_LIVE_FAULT_FILE"
+# A running engine reads its live fault at most this often: a throttle shows within a second.
+LIVE_POLL_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -74,15 +86,25 @@ class Fault:
         return self.namespace, self.deployment, self.revision
 
 
+def _from_dict(entry: dict) -> Fault:
+    known = {f.name for f in fields(Fault)}
+    return Fault(**{k: v for k, v in entry.items() if k in known})
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Written whole, then renamed: other processes poll these files."""
+    staging = path.with_name(f"{path.name}.new")
+    staging.write_text(text)
+    staging.replace(path)
+
+
 def load(state_dir: Path) -> list[Fault]:
     path = state_dir / FAULTS_FILE
-    known = {f.name for f in fields(Fault)}
-    return ([Fault(**{k: v for k, v in entry.items() if k in known}) for entry in json.loads(path.read_text())]
-            if path.exists() else [])
+    return [_from_dict(entry) for entry in json.loads(path.read_text())] if path.exists() else []
 
 
 def save(state_dir: Path, faults: list[Fault]) -> None:
-    (state_dir / FAULTS_FILE).write_text(json.dumps([asdict(fault) for fault in faults], indent=2))
+    _write_whole(state_dir / FAULTS_FILE, json.dumps([asdict(fault) for fault in faults], indent=2))
 
 
 def set_fault(state_dir: Path, fault: Fault) -> None:
@@ -91,10 +113,15 @@ def set_fault(state_dir: Path, fault: Fault) -> None:
     save(state_dir, others + ([] if fault.harmless else [fault]))
 
 
+def pod_fault(state_dir: Path, namespace: str, labels: dict[str, str]) -> Fault | None:
+    """The fault of the pod with these labels in `namespace`, if any."""
+    target = (namespace, labels.get(DEPLOYMENT_LABEL), labels.get(REVISION_LABEL))
+    return next((f for f in load(state_dir) if f.target == target), None)
+
+
 def environment(state_dir: Path, namespace: str, labels: dict[str, str]) -> dict[str, str]:
     """The variables a starting container of this pod gets from the faults."""
-    target = (namespace, labels.get(DEPLOYMENT_LABEL), labels.get(REVISION_LABEL))
-    fault = next((f for f in load(state_dir) if f.target == target), None)
+    fault = pod_fault(state_dir, namespace, labels)
     if fault is None:
         return {}
     variables = {SLOWDOWN_VARIABLE: fault.slowdown, DRIFT_VARIABLE: fault.drift,
@@ -111,6 +138,36 @@ def injected(environ: dict[str, str]) -> Fault:
                  environ.get(CACHE_FULL_VARIABLE) == "1")
 
 
+def write_live(directory: Path, fault: Fault | None) -> None:
+    """Keep `fault` (None: none) in the pod's live-fault directory, which its containers mount at
+    LIVE_DIRECTORY."""
+    _write_whole(directory / LIVE_FILE, json.dumps(asdict(fault or Fault("", "", ""))))
+
+
+class LiveFault:
+    """A running container's fault: the one it was started with (`injected`), then, where the
+    node agent names a live-fault file (LIVE_FAULT_VARIABLE), what that file says, read at most
+    every LIVE_POLL_SECONDS. Only what a running engine can change with takes effect: its
+    slowdown and error rate; drift, a failed load and a full cache apply at the next start."""
+
+    def __init__(self, environ: dict[str, str], clock: Callable[[], float] = time.monotonic):
+        self._path = Path(environ[LIVE_FAULT_VARIABLE]) if environ.get(LIVE_FAULT_VARIABLE) else None
+        self._fault = injected(environ)
+        self._clock = clock
+        self._next_read_s = clock()
+        self._lock = threading.Lock()
+
+    def __call__(self) -> Fault:
+        with self._lock:
+            if self._path is not None and self._clock() >= self._next_read_s:
+                self._next_read_s = self._clock() + LIVE_POLL_SECONDS
+                try:
+                    self._fault = _from_dict(json.loads(self._path.read_text()))
+                except (OSError, ValueError):  # not written yet, or unreadable: the last one stands
+                    pass
+            return self._fault
+
+
 def _read_names(path: Path) -> set[str]:
     return set(json.loads(path.read_text())) if path.exists() else set()
 
@@ -118,10 +175,7 @@ def _read_names(path: Path) -> set[str]:
 def _toggle_name(path: Path, name: str, present: bool) -> None:
     names = _read_names(path)
     names = names | {name} if present else names - {name}
-    # Written whole, then renamed: other processes poll these files.
-    staging = path.with_name(f"{path.name}.new")
-    staging.write_text(json.dumps(sorted(names)))
-    staging.replace(path)
+    _write_whole(path, json.dumps(sorted(names)))
 
 
 def powered_off_nodes(state_dir: Path) -> set[str]:

@@ -51,6 +51,8 @@ from llmfleet_sandbox.volumes import (
 )
 
 LOOP_SECONDS = 0.25
+# The pod's directory its containers see at faults.LIVE_DIRECTORY.
+LIVE_FAULT_DIRECTORY = "fault"
 BACKOFF_INITIAL_SECONDS = 10.0
 BACKOFF_MAX_SECONDS = 300.0
 # A container that ran this long without crashing starts its backoff afresh.
@@ -208,6 +210,8 @@ class PodWorker(threading.Thread):
         self.sandbox_error: str | None = None
         self.sandbox_backoff_seconds = 0.0
         self.sync_backoff_seconds = 0.0
+        # Which version of the sandbox's faults file the pod's live fault was last written from.
+        self.faults_version: tuple[int, int] | None = None
         # The worker itself failed: the agent starts another for the pod at its next relist.
         self.crashed = False
         self.last_reported: dict | None = None
@@ -278,6 +282,7 @@ class PodWorker(threading.Thread):
             try:
                 if not self.sandbox_ready:
                     self._prepare()
+                self._refresh_live_fault()
                 self._step()
                 self._report()
                 self.sync_backoff_seconds = 0.0
@@ -314,7 +319,7 @@ class PodWorker(threading.Thread):
         try:
             self.pod_ip = self.agent.allocate_pod_ip(self.node_name, self.uid)
             self.pod_root.mkdir(parents=True, exist_ok=True)
-            for directory in ("logs", "run", "rootfs"):
+            for directory in ("logs", "run", "rootfs", LIVE_FAULT_DIRECTORY):
                 (self.pod_root / directory).mkdir(exist_ok=True)
             network.create_pod_namespace(self.agent.config.network, self.netns, self.pod_ip)
             self._write_etc_files()
@@ -336,6 +341,21 @@ class PodWorker(threading.Thread):
         resolv_conf = poddns.resolv_conf(self.pod, self.agent.config.cluster_dns_ip, host_resolv_conf)
         if resolv_conf is not None:
             (self.pod_root / "resolv.conf").write_text(resolv_conf)
+
+    def _refresh_live_fault(self) -> None:
+        """Keep the pod's live fault (faults.write_live) as the sandbox's faults file says, as a
+        runtime changes the resources of a running container; rewritten when that file changed."""
+        faults_file = self.agent.config.state_dir / faults.FAULTS_FILE
+        try:
+            stat = faults_file.stat()
+            version = (stat.st_ino, stat.st_mtime_ns)  # it is replaced whole: a new inode each time
+        except FileNotFoundError:
+            version = (0, 0)
+        if version == self.faults_version:
+            return
+        faults.write_live(self.pod_root / LIVE_FAULT_DIRECTORY, faults.pod_fault(
+            self.agent.config.state_dir, self.namespace, self.pod["metadata"].get("labels") or {}))
+        self.faults_version = version
 
     def _etc_mounts(self) -> list[rootfs.Mount]:
         return [rootfs.Mount(target, self.pod_root / name)
@@ -442,6 +462,8 @@ class PodWorker(threading.Thread):
             image_files = [rootfs.Mount(path, source, read_only=True)
                            for path, source in run.image.files.items()]
             environment = [rootfs.Mount(path, Path(path), read_only=True) for path in images.ENVIRONMENT_PATHS]
+            environment.append(rootfs.Mount(faults.LIVE_DIRECTORY, self.pod_root / LIVE_FAULT_DIRECTORY,
+                                            read_only=True))
             # The pod's own volumes go after the kubelet's files: one mounted at /etc/hosts wins.
             ops = rootfs.plan(image_files, self._etc_mounts() + container_mounts(spec, self.volumes),
                               spec.get("workingDir") or "/", environment=environment)
@@ -511,6 +533,7 @@ class PodWorker(threading.Thread):
             # The engine stand-in learns its GPU from here, as a real engine does from the driver.
             labels = self.agent.node_manifest(self.node_name)["metadata"]["labels"]
             env["LLMFLEET_SANDBOX_GPU_PRODUCT"] = labels[GPU_PRODUCT_LABEL]
+        env[faults.LIVE_FAULT_VARIABLE] = f"{faults.LIVE_DIRECTORY}/{faults.LIVE_FILE}"
         env.update(faults.environment(self.agent.config.state_dir, self.namespace,
                                       self.pod["metadata"].get("labels") or {}))
         return env

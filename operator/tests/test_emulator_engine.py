@@ -6,6 +6,7 @@ import time
 import pytest
 
 from llmfleet_sandbox.emulator.engine import EmulatedEngine, InjectedFailure
+from llmfleet_sandbox.faults import Fault
 from llmfleet_sandbox.emulator.outputs import OutputModel
 from llmfleet.simulation.profile import EngineProfile
 from llmfleet.simulation.scheduler import RequestNeverFits
@@ -144,7 +145,7 @@ def test_64_streams_finish_and_every_step_is_accounted(engine):
 
 
 def test_an_error_fault_fails_its_share_of_requests_evenly():
-    engine = EmulatedEngine(PROFILE, RecordingObserver(), OUTPUTS, error_percent=25)
+    engine = EmulatedEngine(PROFILE, RecordingObserver(), OUTPUTS, fault=lambda: Fault("", "", "", error_percent=25))
     engine.start()
     try:
         failed = []
@@ -157,3 +158,28 @@ def test_an_error_fault_fails_its_share_of_requests_evenly():
         assert failed == [False, False, False, True] * 2
     finally:
         engine.stop()
+
+
+def test_a_slowdown_that_changes_while_the_engine_runs_multiplies_its_later_steps():
+    """The sandbox's slowdown fault reaches a running engine (its live fault): each step's
+    modelled duration, all of its costs alike, is multiplied from the next step on."""
+    fault = [Fault("", "", "")]
+    engine = EmulatedEngine(PROFILE, RecordingObserver(), OUTPUTS, fault=lambda: fault[0])
+    engine.start()
+    try:
+        def mean_step_ms(tag: int) -> float:
+            steps, modelled_ms = engine.overhead.steps, engine.overhead.modelled_ms_total
+            sink = FakeSink()
+            engine.submit(_prompt(64, tag=tag), 40, sink)
+            assert sink.done.wait(20)
+            return (engine.overhead.modelled_ms_total - modelled_ms) / (engine.overhead.steps - steps)
+
+        healthy_ms = mean_step_ms(1)
+        fault[0] = Fault("", "", "", slowdown=4.0)
+        slowed_ms = mean_step_ms(2)
+        fault[0] = Fault("", "", "")
+        recovered_ms = mean_step_ms(3)
+    finally:
+        engine.stop()
+    assert slowed_ms / healthy_ms == pytest.approx(4.0, rel=0.1)
+    assert recovered_ms == pytest.approx(healthy_ms, rel=0.1)

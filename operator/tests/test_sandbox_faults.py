@@ -1,18 +1,10 @@
 """The sandbox's fault knobs: recorded per (namespace, deployment, revision), handed to a matching pod's
-containers in their environment, and applied by the engine stand-in to its step costs."""
+containers in their environment and in the live-fault file a running container reads again (the
+engine stand-in applies them: tests/test_emulator_engine.py)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from llmfleet_sandbox import faults
-from llmfleet.simulation.profile import EngineProfile
-from llmfleet_sandbox.emulator.profile import with_faults
-
-PROFILE = EngineProfile(gpu_type="H100-SXM-80GB", tensor_parallel_size=1, quantization="FP8", kv_cache_dtype="FP8",
-                        prefill_ms_per_token=0.05, prefill_fixed_ms=4.0, decode_step_base_ms=7.0,
-                        decode_step_ms_per_sequence=0.1, decode_step_ms_per_kv_token=0.001, kv_block_tokens=32,
-                        kv_blocks_total=1000, max_batch_size=16, max_num_tokens=2048)
 
 
 POD_LABELS = {"llmfleet.io/deployment": "slow", "llmfleet.io/revision": "abc"}
@@ -30,18 +22,35 @@ def test_a_fault_reaches_only_the_pods_of_its_deployments_revision(tmp_path):
     assert faults.load(tmp_path) == []
 
 
-def test_a_slowdown_multiplies_every_step_cost_and_nothing_else():
-    slow = with_faults(PROFILE, {faults.SLOWDOWN_VARIABLE: "2"})
-    assert slow == replace(PROFILE, prefill_ms_per_token=0.1, prefill_fixed_ms=8.0, decode_step_base_ms=14.0,
-                           decode_step_ms_per_sequence=0.2, decode_step_ms_per_kv_token=0.002)
-    assert with_faults(PROFILE, {}) is PROFILE
-
-
 def test_drift_and_errors_reach_the_container_with_the_slowdown(tmp_path):
     faults.set_fault(tmp_path, faults.Fault("rollout", "slow", "abc", drift=0.05, error_percent=20))
     environment = faults.environment(tmp_path, "rollout", POD_LABELS)
     assert faults.injected(environment) == faults.Fault("", "", "", 1.0, 0.05, 20.0)
-    assert with_faults(PROFILE, environment) is PROFILE
+
+
+def test_a_running_containers_fault_follows_its_live_file_read_at_most_once_a_poll(tmp_path):
+    """As a GPU throttled or a noisy neighbour slows pods that already run: the node agent
+    rewrites the pod's live fault, and the running engine reads it again."""
+    faults.set_fault(tmp_path, faults.Fault("rollout", "slow", "abc", 3.0))
+    live = tmp_path / "pod-fault"
+    live.mkdir()
+    now_s = [0.0]
+    fault = faults.LiveFault({**faults.environment(tmp_path, "rollout", POD_LABELS),
+                              faults.LIVE_FAULT_VARIABLE: str(live / faults.LIVE_FILE)}, clock=lambda: now_s[0])
+    assert fault().slowdown == 3.0, "no live file yet: the fault it was started with"
+    faults.write_live(live, faults.Fault("rollout", "slow", "abc", 8.0, error_percent=5))
+    now_s[0] += faults.LIVE_POLL_SECONDS / 2
+    assert fault().slowdown == 3.0, "read again only once a poll"
+    now_s[0] += faults.LIVE_POLL_SECONDS / 2
+    assert (fault().slowdown, fault().error_percent) == (8.0, 5.0)
+    faults.write_live(live, None)  # the fault removed
+    now_s[0] += faults.LIVE_POLL_SECONDS
+    assert fault().harmless
+    (live / faults.LIVE_FILE).unlink()
+    now_s[0] += faults.LIVE_POLL_SECONDS
+    assert fault().harmless, "an unreadable file leaves the last fault read"
+    # Outside the sandbox's node agent (no live file named) the start's fault stands.
+    assert faults.LiveFault(faults.environment(tmp_path, "rollout", POD_LABELS))().slowdown == 3.0
 
 
 def test_out_of_range_faults_name_their_flag():

@@ -9,13 +9,14 @@ runs as it is). A setup step fails the first times it is tried, then works."""
 from __future__ import annotations
 
 import copy
+import json
 import sys
 import threading
 import time
 
 import pytest
 
-from llmfleet_sandbox import network, podworker, poddns, rootfs, trtllm_image
+from llmfleet_sandbox import faults, network, podworker, poddns, rootfs, trtllm_image
 from llmfleet_sandbox.agent import NodeAgent
 from llmfleet_sandbox.config import SandboxConfig
 from llmfleet_sandbox.podworker import PodWorker
@@ -269,3 +270,32 @@ def test_a_worker_that_fails_outside_its_pod_sync_logs_why_and_its_pod_gets_anot
     node_agent.lock, node_agent.workers, node_agent.finished_uids = threading.Lock(), {worker.uid: worker}, set()
     node_agent.pod_worker_finished(worker)
     assert node_agent.workers == {} and node_agent.finished_uids == set()
+
+
+def test_a_fault_set_while_a_pod_runs_reaches_its_running_container_through_the_live_fault_file(agent):
+    """`sandbox fault` on a revision whose pods already run: the worker rewrites the pod's live
+    fault, which its containers mount read-only at faults.LIVE_DIRECTORY and are told of in
+    their environment; the container is not restarted (a throttled GPU slows pods as they run)."""
+    pod = _pod()
+    pod["metadata"]["labels"] = {"llmfleet.io/deployment": "chat", "llmfleet.io/revision": "abc"}
+    worker = PodWorker(agent, pod)
+    worker.start()
+    try:
+        _wait(lambda: _running(agent), "the container to run")
+        live_file = worker.pod_root / podworker.LIVE_FAULT_DIRECTORY / faults.LIVE_FILE
+        launch = json.loads((worker.pod_root / "run" / "triton.json").read_text())
+        assert ["bind", str(live_file.parent), faults.LIVE_DIRECTORY] in launch["ops"]
+        assert ["readonly", faults.LIVE_DIRECTORY] in launch["ops"]
+        assert launch["env"][faults.LIVE_FAULT_VARIABLE] == f"{faults.LIVE_DIRECTORY}/{faults.LIVE_FILE}"
+        assert json.loads(live_file.read_text())["slowdown"] == 1.0
+        pid = worker.app_runs[0].process.pid
+        faults.set_fault(agent.config.state_dir, faults.Fault("ns", "chat", "abc", slowdown=5.0))
+        _wait(lambda: json.loads(live_file.read_text())["slowdown"] == 5.0, "the live fault to follow")
+        faults.set_fault(agent.config.state_dir, faults.Fault("ns", "other", "abc", slowdown=9.0))
+        faults.set_fault(agent.config.state_dir, faults.Fault("ns", "chat", "abc"))
+        _wait(lambda: json.loads(live_file.read_text())["slowdown"] == 1.0, "the removed fault to go")
+        time.sleep(0.1)
+        assert json.loads(live_file.read_text())["slowdown"] == 1.0, "another deployment's fault reached it"
+        assert worker.app_runs[0].process.pid == pid and worker.app_runs[0].restart_count == 0
+    finally:
+        _stop(worker, agent)

@@ -14,15 +14,18 @@ import itertools
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from llmfleet.simulation.kvcache import prompt_block_hashes
 from llmfleet_sandbox.emulator.outputs import OutputModel
 from llmfleet.simulation.profile import EngineProfile
 from llmfleet.simulation.scheduler import Scheduler, SchedulerStats, Sequence
 from llmfleet.simulation.timing import jitter_multiplier, step_duration_ms
+
+if TYPE_CHECKING:
+    from llmfleet_sandbox.faults import Fault
 
 STATS_PERIOD_S = 0.1  # TensorRT-LLM's default stats_check_period_ms is 100
 # Asking the client connection whether a request was cancelled costs a round trip to the Triton
@@ -102,8 +105,10 @@ class EmulatedEngine:
     profile: EngineProfile
     observer: EngineObserver
     outputs: OutputModel
-    # The share of requests to fail, in percent: the sandbox's error fault.
-    error_percent: float = 0.0
+    # The sandbox's fault as it is now (llmfleet_sandbox.faults.LiveFault), asked at each request
+    # and step: its slowdown multiplies every step's duration (each of its costs alike), its
+    # error percent is the share of requests to fail. None: no fault.
+    fault: Callable[[], Fault] | None = None
     overhead: OverheadStats = field(default_factory=OverheadStats)
 
     def __post_init__(self) -> None:
@@ -127,10 +132,11 @@ class EmulatedEngine:
         token_ids = [int(token_id) for token_id in prompt_token_ids]
         if not token_ids:
             raise ValueError("the prompt has no tokens")
-        if self.error_percent:
+        error_percent = self.fault().error_percent if self.fault else 0.0
+        if error_percent:
             # Evenly spread, so that any window of requests fails close to the share asked for.
             with self._lock:
-                self._failures_owed += self.error_percent / 100
+                self._failures_owed += error_percent / 100
                 failing = self._failures_owed >= 1
                 self._failures_owed -= 1 if failing else 0
             if failing:
@@ -182,7 +188,8 @@ class EmulatedEngine:
             if stats is not None:
                 self.observer.iteration_stats(stats, self.overhead)
                 next_stats_s = step_start_s + STATS_PERIOD_S
-            modelled_ms = (step_duration_ms(self.profile, plan.work)
+            slowdown = self.fault().slowdown if self.fault else 1.0
+            modelled_ms = (step_duration_ms(self.profile, plan.work) * slowdown
                            * jitter_multiplier(self._step_rng, self.profile.jitter_fraction))
             deadline_s = step_start_s + modelled_ms / 1000
             host_work_s = time.monotonic() - step_start_s

@@ -31,7 +31,6 @@ from llmfleet_sandbox.emulator.profile import (
     gpu_for_product,
     profile_for_engine,
     ranks_per_node,
-    with_faults,
 )
 from llmfleet_sandbox.emulator.tokenizer import TokenizerError, WordTokenizer
 from llmfleet_sandbox.emulator.triton_metrics import TritonMetrics, release_metrics, ttft_buckets_ms
@@ -105,11 +104,9 @@ class TritonPythonModel:
         if "free_gpu_memory_fraction" not in kv_cache:
             raise ValueError("model.yaml kv_cache_config.free_gpu_memory_fraction is required by the emulated LLM "
                              "(it sizes the KV cache as the planner did)")
-        self.profile = with_faults(profile_for_engine(self.engine_config, gpu,
-                                                      float(kv_cache["free_gpu_memory_fraction"]),
-                                                      bool(kv_cache.get("enable_block_reuse", True)),
-                                                      ranks_per_node(dict(os.environ))),
-                                   dict(os.environ))
+        self.profile = profile_for_engine(self.engine_config, gpu, float(kv_cache["free_gpu_memory_fraction"]),
+                                          bool(kv_cache.get("enable_block_reuse", True)),
+                                          ranks_per_node(dict(os.environ)))
 
     def execute(self, requests):
         for request in requests:

@@ -34,7 +34,6 @@ from llmfleet_sandbox.emulator.profile import (
     gpu_for_product,
     profile_for_engine,
     ranks_per_node,
-    with_faults,
 )
 
 TOKEN_LENGTH_BUCKETS = [10, 50, 100, 500, 1000]  # the TensorRT-LLM backend's buckets
@@ -113,15 +112,15 @@ def _scalar(request, name: str):
 
 
 def start_engine(profile: EngineProfile, config: EngineConfig, observer: EngineObserver) -> EmulatedEngine:
-    """The running engine for `config`, with the faults the sandbox injected into this container."""
-    from llmfleet_sandbox.faults import injected
+    """The running engine for `config`, with the faults the sandbox injected into this container
+    (a slowdown and an error rate as they change while it runs)."""
+    from llmfleet_sandbox.faults import LiveFault
 
-    fault = injected(dict(os.environ))
-    if fault.fail_load:
+    fault = LiveFault(dict(os.environ))
+    if fault().fail_load:
         raise pb_utils.TritonModelException(
             "emulated engine: failed to load: out of GPU memory (fault injected by the sandbox)")
-    engine = EmulatedEngine(profile, observer, output_model_for_engine(config, os.environ),
-                            fault.error_percent)
+    engine = EmulatedEngine(profile, observer, output_model_for_engine(config, os.environ), fault)
     engine.start()
     return engine
 
@@ -158,9 +157,8 @@ class TritonPythonModel:
                              f"{_parameter(config, 'kv_cache_free_gpu_mem_fraction')!r}") from None
         if not 0 < fraction <= 1:
             raise ValueError(f"parameter kv_cache_free_gpu_mem_fraction must be within (0, 1], got {fraction}")
-        self.profile = with_faults(profile_for_engine(self.engine_config, gpu, fraction,
-                                                      _flag(config, "enable_kv_cache_reuse"),
-                                                      ranks_per_node(dict(os.environ))), dict(os.environ))
+        self.profile = profile_for_engine(self.engine_config, gpu, fraction, _flag(config, "enable_kv_cache_reuse"),
+                                          ranks_per_node(dict(os.environ)))
         self._exclude_input_in_output = _flag(config, "exclude_input_in_output")
         self._batched_shape = config.get("max_batch_size", 0) > 0
 

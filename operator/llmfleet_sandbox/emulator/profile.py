@@ -6,7 +6,6 @@ shared with `llmfleet simulate`.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from llmfleet.catalog import GpuType, load_catalog
@@ -64,18 +63,3 @@ def engine_profile(engine_dir: Path, gpu_product: str | None, kv_cache_free_gpu_
     with these `tensorrt_llm` parameters (the same call the backend makes at model load)."""
     return profile_for_engine(read_engine_config(engine_dir), gpu_for_product(gpu_product),
                               kv_cache_free_gpu_mem_fraction, enable_prefix_reuse)
-
-
-def with_faults(profile: EngineProfile, environ: dict[str, str]) -> EngineProfile:
-    """The profile with the sandbox's injected faults (llmfleet_sandbox.faults): a slowdown
-    multiplies every prefill and decode cost."""
-    from llmfleet_sandbox.faults import injected
-
-    factor = injected(environ).slowdown
-    if factor == 1.0:
-        return profile
-    return replace(profile, prefill_ms_per_token=profile.prefill_ms_per_token * factor,
-                   prefill_fixed_ms=profile.prefill_fixed_ms * factor,
-                   decode_step_base_ms=profile.decode_step_base_ms * factor,
-                   decode_step_ms_per_sequence=profile.decode_step_ms_per_sequence * factor,
-                   decode_step_ms_per_kv_token=profile.decode_step_ms_per_kv_token * factor)
