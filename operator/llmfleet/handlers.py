@@ -348,7 +348,7 @@ async def start_passes(memo: kopf.Memo, settings: kopf.OperatorSettings, **index
             for body in _due(memo.book, indexes, memo.operator_settings, now_s, utc_now()):
                 memo.passes.add(body["metadata"]["uid"])
 
-    stop_operator = memo.stop_operator
+    stop_operator = memo.stop_operator  # read now: a memo without it fails the start, not a stop
 
     def stop_operator_when_done(name: str):
         # Each runs for as long as the operator: one that ended would leave Kopf, its liveness
