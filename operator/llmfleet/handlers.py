@@ -44,6 +44,9 @@ RESOURCE = (GROUP, VERSION, PLURAL)
 # event before it is taken for dead and opened again (`configure` says why these).
 WATCH_SERVER_TIMEOUT_S = 30
 WATCH_INACTIVITY_TIMEOUT_S = 45
+# How long the operator may take to stop once it has begun (for a signal, or because one of its
+# tasks failed) before its process is killed: `configure` says why not Kopf's 10 minutes.
+STOP_WITHIN_S = 30
 # Threads for the slow reads of canaries (golden prompts, analysis queries): a few hung ones
 # delay other canaries' gates, never a pass.
 PROBE_WORKERS = 4
@@ -79,6 +82,12 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     settings.watching.server_timeout = WATCH_SERVER_TIMEOUT_S
     settings.watching.inactivity_timeout = WATCH_INACTIVITY_TIMEOUT_S
     settings.execution.max_workers = 8
+    # Kopf stops the operator when one of its own tasks fails (a watcher, an object's queue),
+    # but 1.45.2 can hang in that stop, still watching with a closed session and waiting for a
+    # login that never comes (docs/operator.md, a failed internal task). The Lease, renewed by
+    # its own thread, would stay with a leader that does nothing; Kopf kills its process once a
+    # stop has taken this long.
+    settings.process.ultimate_exiting_timeout = STOP_WITHIN_S
     filter_watches(settings)
     memo.setdefault("operator_settings", OperatorSettings())
     memo.book = PassBook()
@@ -304,7 +313,8 @@ def _due(book: PassBook, indexes, settings: OperatorSettings, now_s: float, now:
 async def start_passes(memo: kopf.Memo, settings: kopf.OperatorSettings, **indexes) -> None:
     """The ticker and child events mark deployments in `memo.passes`; half the executor's
     workers pass the marked ones, so that a change (Kopf's own handlers, the other half) never
-    waits behind a tick's passes."""
+    waits behind a tick's passes. Should the ticker or a worker end, it calls
+    `memo.stop_operator(why)` (cli/run.py), which stops the operator."""
     loop = asyncio.get_running_loop()
     memo.passes = PassQueue()
     # A finished probe marks its deployment for the pass that reads the answer.
@@ -338,8 +348,24 @@ async def start_passes(memo: kopf.Memo, settings: kopf.OperatorSettings, **index
             for body in _due(memo.book, indexes, memo.operator_settings, now_s, utc_now()):
                 memo.passes.add(body["metadata"]["uid"])
 
-    memo.background = [asyncio.create_task(tick_forever()),
-                       *(asyncio.create_task(pass_forever()) for _ in range(max(1, settings.execution.max_workers // 2)))]
+    stop_operator = memo.stop_operator  # read now: a memo without it fails the start, not a stop
+
+    def stop_operator_when_done(name: str):
+        # Each runs for as long as the operator: one that ended would leave Kopf, its liveness
+        # probe and the Lease up with no pass done, and nothing would say so.
+        def done(task: asyncio.Task) -> None:
+            if not task.cancelled():  # cancelled: the operator is stopping already
+                error = task.exception()
+                why = f"the {name} failed: {error!r}" if error is not None else f"the {name} ended"
+                log.error("%s; stopping the operator", why, exc_info=error)
+                stop_operator(why)
+        return done
+
+    memo.background = [asyncio.create_task(tick_forever(), name="pass ticker"),
+                       *(asyncio.create_task(pass_forever(), name="pass worker")
+                         for _ in range(max(1, settings.execution.max_workers // 2)))]
+    for task in memo.background:
+        task.add_done_callback(stop_operator_when_done(task.get_name()))
 
 
 @kopf.on.startup()

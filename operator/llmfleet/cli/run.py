@@ -4,12 +4,16 @@ as one of several that elect a leader."""
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
+import logging
 import os
 import signal
 import threading
 from pathlib import Path
+from typing import Callable
 
+from llmfleet import exit_codes
 from llmfleet.cli.inputs import BadInput, positive_float, positive_int
 from llmfleet.cli.prometheus import add_prometheus_arguments, prometheus_connection, prometheus_default
 from llmfleet.metrics.cadence import RATE_WINDOW_SCRAPES, CadenceSource, ScrapeCadence
@@ -18,6 +22,7 @@ from llmfleet.settings import OperatorSettings
 
 # The Lease that operator replicas elect their leader with (--leader-election-namespace).
 LEADER_LEASE_NAME = "llmfleet-operator"
+log = logging.getLogger(__name__)
 
 
 def add_commands(commands) -> None:
@@ -149,6 +154,26 @@ def operator_settings(args) -> OperatorSettings:
             rank_launcher_cluster_role=args.rank_launcher_cluster_role))
 
 
+def _stopping_on_failure(failed: concurrent.futures.Future, stop_within_s: float) -> Callable[[str], None]:
+    """What an internal task that failed calls with why: Kopf stops (`failed` is its stop flag)
+    and the process ends within `stop_within_s` however that stop goes. Kopf's own bound on a
+    stop does not cover one it was asked for."""
+    def stop_operator(why: str) -> None:
+        if failed.done():
+            return
+        failed.set_result(why)
+        deadline = threading.Timer(stop_within_s, _exit_at_once, args=(why, stop_within_s))
+        deadline.daemon = True
+        deadline.start()
+    return stop_operator
+
+
+def _exit_at_once(why: str, stop_within_s: float) -> None:
+    log.error("operator: not stopped %.0f s after %s; exiting now", stop_within_s, why)
+    logging.shutdown()
+    os._exit(exit_codes.OPERATOR_FAILED)
+
+
 def _run_operator(args) -> int:
     if args.kubeconfig:
         # Kopf's own login reads the same file. Set before the kubernetes client is imported:
@@ -156,7 +181,7 @@ def _run_operator(args) -> int:
         os.environ["KUBECONFIG"] = str(Path(args.kubeconfig).resolve())
     import kopf
 
-    from llmfleet import handlers  # noqa: F401 - registers the handlers
+    from llmfleet import handlers  # registers the handlers
     prometheus = prometheus_connection(args)  # a wrong option stops here, before any election
     settings = operator_settings(args)
     kopf.configure(verbose=args.verbose)
@@ -173,16 +198,22 @@ def _run_operator(args) -> int:
         # A standby is alive too: it answers the liveness probe until Kopf takes the port over.
         with _liveness_while_standing_by(args.liveness):
             if not elector.acquire(stopping):
-                return 0
+                return exit_codes.OK
         for signal_number in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signal_number, signal.SIG_DFL)  # Kopf installs its own
         elector.keep_renewing(leader.exit_on_lost_lease)
+    failed = concurrent.futures.Future()  # set to why when an internal task of llmfleet's fails
     try:
+        # An internal task of Kopf's that fails stops it too, and kopf.run raises the error.
         kopf.run(standalone=True, clusterwide=not args.namespace, namespaces=args.namespace,
-                 liveness_endpoint=args.liveness,
+                 liveness_endpoint=args.liveness, stop_flag=failed,
                  memo=kopf.Memo(operator_settings=settings, kubeconfig=args.kubeconfig,
-                                prometheus=prometheus, metrics_address=args.metrics_address))
+                                prometheus=prometheus, metrics_address=args.metrics_address,
+                                stop_operator=_stopping_on_failure(failed, handlers.STOP_WITHIN_S)))
     finally:
         if elector is not None:
             elector.release()
-    return 0
+    if failed.done():
+        log.error("operator: stopped because %s; exiting to be restarted", failed.result())
+        return exit_codes.OPERATOR_FAILED
+    return exit_codes.OK
