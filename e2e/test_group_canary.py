@@ -47,7 +47,8 @@ STEPS = [{"setWeight": 50}, {"analysis": {"durationSeconds": 30, "intervalSecond
 
 @pytest.fixture(scope="module")
 def sandbox(request):
-    """Four H100 nodes of 8 GPUs: two groups of two nodes."""
+    """Four H100 nodes of 8 GPUs, two groups of two nodes: for this module's tests, in place of
+    the session's sandbox (and, below, its operator), which they never start."""
     with sandbox_up(request, spare_instance("four-nodes"), "--nodes", "4", "--scrape-interval",
                     str(SCRAPE_INTERVAL_S), "--prometheus-auth", "basic", prefix="llmfleet-e2e-four-nodes-") as handle:
         yield handle
