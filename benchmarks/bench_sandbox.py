@@ -43,8 +43,9 @@ UP_RUNS = 3
 POD_RUNS = 5
 
 
-# Beside a sandbox of the default instance (`make sandbox`): own bridge, subnets and ports.
-BENCH_INSTANCE = "1"
+# Beside a sandbox of the default instance (`make sandbox`): own bridge, subnets and ports
+# (LLMFLEET_BENCH_INSTANCE: another, beside a test run's).
+BENCH_INSTANCE = os.environ.get("LLMFLEET_BENCH_INSTANCE", "1")
 
 
 def state_env(state_dir) -> dict[str, str]:

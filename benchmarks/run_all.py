@@ -36,6 +36,7 @@ BENCHMARKS = (
     ("bench_routing.py", "routing.md"),
     ("bench_ttft_histogram.py", "ttft-histogram.md"),
     ("bench_rollout.py", "rollout.md"),
+    ("bench_groups.py", "groups.md"),
     ("bench_scale.py", "scale.md"),
 )
 

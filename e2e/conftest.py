@@ -18,6 +18,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -180,6 +182,18 @@ def small_batch_70b(name: str, namespace: str, slo_ttft_p99_ms: int, **spec) -> 
         **spec)
 
 
+def spanning_405b(name: str, namespace: str, **spec) -> dict:
+    """Llama 3.1 405B in BF16 only, one replica: 810 GB of weights, TP8 PP2 over two nodes of
+    eight H100s, a group of two pods. `spec` adds or replaces top-level spec fields."""
+    return llm_deployment(name, namespace, "llama-3.1-405b", **{
+        "engine": {"runtime": "engine", "maxBatchSize": 4, "maxInputLen": 1024, "maxSeqLen": 2048,
+                   "maxNumTokens": 2048},
+        "workload": {"inputTokensMean": 128, "inputTokensP99": 256, "outputTokensMean": 32, "outputTokensP99": 64,
+                     "peakRequestsPerSecond": 0.5},
+        "slo": {"ttftP99Ms": 5000, "tpotP99Ms": 200, "quality": {"allowedQuantizations": ["BF16"]}},
+        "resources": {"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 16}, "plan": {"replicas": 1}, **spec})
+
+
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.25):
     """Poll predicate until it returns something truthy; fail naming `what`."""
     deadline = time.monotonic() + timeout
@@ -198,6 +212,66 @@ def stop_load(load: subprocess.Popen) -> tuple[str, str]:
     if load.poll() is None:
         load.send_signal(signal.SIGTERM)
     return load.communicate(timeout=300)
+
+
+def steady_load(sandbox: "Sandbox", name: str, namespace: str, seconds: int, output: Path,
+                requests_per_second: int = 2) -> subprocess.Popen:
+    """`llmfleet load` of short requests through the deployment's Service."""
+    return subprocess.Popen(
+        [*LLMFLEET, "load", "--target", service_target(sandbox, name, namespace, timeout=60),
+         "--schedule", f"constant:{requests_per_second}", "--duration-s", str(seconds), "--input-tokens", "fixed:64",
+         "--output-tokens", "fixed:8", "--output-dir", str(output), "--quiet"],
+        env=sandbox.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def served_every_request(process: subprocess.Popen, output: Path, *, stop: bool = False) -> dict:
+    """The load's outcome once it ends (`stop`: ended now; in-flight requests still count)."""
+    stdout, stderr = stop_load(process) if stop else process.communicate(timeout=300)
+    assert process.returncode == 0, stderr + stdout
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["requests"] > 0 and summary["errors"] == 0 and summary["truncated"] == 0, summary
+    return summary
+
+
+def watch_phases(sandbox: "Sandbox", name: str, namespace: str, until: str, timeout: float) -> list[str]:
+    """The canary phases an LLMDeployment goes through until `until`, in order."""
+    phases: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        phase = (sandbox.kubectl_json("get", "llmdeployment", name, "-n", namespace).get("status", {})
+                 .get("canary") or {}).get("phase")
+        if phase and (not phases or phases[-1] != phase):
+            phases.append(phase)
+        if phase == until:
+            return phases
+        time.sleep(0.5)
+    canary = sandbox.kubectl_json("get", "llmdeployment", name, "-n", namespace).get("status", {}).get("canary") or {}
+    raise AssertionError(f"no {until} within {timeout:.0f} s; phases seen: {phases}; last verdict "
+                         f"{canary.get('analysisVerdict')}: {canary.get('analysisMessage')}; {canary.get('message')}")
+
+
+def revision_of(sandbox: "Sandbox", body: dict) -> str:
+    """The revision the operator makes of `body`, as `llmfleet plan` names it."""
+    planned = subprocess.run([*LLMFLEET, "plan", "-f", "-", "-o", "json"], input=json.dumps(body), env=sandbox.env,
+                             capture_output=True, text=True, timeout=60)
+    assert planned.returncode == 0, planned.stderr
+    return json.loads(planned.stdout)["revision"]
+
+
+def fault_the_new_revision(sandbox: "Sandbox", name: str, namespace: str, engine_revision: str, *flags: str) -> str:
+    """Inject a fault into the revision that `engine_revision` makes, then change to it: its pods
+    start with the fault, however fast its prepare Job is. Returns that revision."""
+    body = sandbox.kubectl_json("get", "llmdeployment", name, "-n", namespace)
+    stable = body["status"]["stableRevision"]
+    body["spec"]["engine"]["revision"] = engine_revision
+    canary = revision_of(sandbox, body)
+    assert canary != stable
+    sandbox.llmfleet("fault", "--namespace", namespace, "--deployment", name, "--revision", canary, *flags)
+    sandbox.kubectl("patch", "llmdeployment", name, "-n", namespace, "--type=merge",
+                    "-p", json.dumps({"spec": {"engine": {"revision": engine_revision}}}))
+    wait_for(lambda: sandbox.kubectl_json("get", "llmdeployment", name, "-n", namespace)["status"]
+             .get("currentRevision") == canary, 30, f"revision {canary}")
+    return canary
 
 
 def condition(obj: dict, kind: str) -> dict | None:
@@ -302,8 +376,10 @@ E2E_BASE_INSTANCE = int(os.environ.get("LLMFLEET_E2E_INSTANCE", "1"))
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
 WORKER_COUNT = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 TEST_INSTANCE = str(E2E_BASE_INSTANCE + int(WORKER.removeprefix("gw")))
-# The sandboxes a test starts beside its worker's: a fresh one, a second instance, a bearer-token one.
-SPARE_INSTANCES = ("fresh-image", "beside", "bearer-token")
+# The sandboxes a test starts beside its worker's: one of four H100 nodes (first: a lone run of
+# its module on a high LLMFLEET_E2E_INSTANCE stays within the sandbox's instances), a fresh one,
+# a second instance, a bearer-token one.
+SPARE_INSTANCES = ("four-nodes", "fresh-image", "beside", "bearer-token")
 
 
 def spare_instance(purpose: str) -> str:
@@ -377,23 +453,23 @@ def other_workers_apiserver_logs(config, timeout_s: float = 3600) -> list[Path]:
     return [directory for worker in others if (directory := _apiserver_logs_of(config, worker)).is_dir()]
 
 
-@pytest.fixture(scope="session")
-def sandbox(request) -> Sandbox:
+@contextmanager
+def sandbox_up(request, instance: str, *options: str, prefix: str = "llmfleet-e2e-") -> Iterator[Sandbox]:
+    """A sandbox of its own state directory on `instance`, started with `options`, and down
+    (purged) afterwards, its logs kept if the session failed."""
     if os.geteuid() != 0:
         pytest.skip("the sandbox needs root for per-pod network namespaces")
-    state_dir = Path(tempfile.mkdtemp(prefix="llmfleet-e2e-"))
-    env = _state_environment(state_dir)
-    started = subprocess.run([*LLMFLEET, "sandbox", "up", "--extra-node-pool", "=".join(map(str, EXTRA_NODE_POOL)),
-                              "--scrape-interval", str(SCRAPE_INTERVAL_S), "--prometheus-auth", "basic"],
-                             env=env, capture_output=True, text=True,
+    state_dir = Path(tempfile.mkdtemp(prefix=prefix))
+    env = _state_environment(state_dir, instance)
+    started = subprocess.run([*LLMFLEET, "sandbox", "up", *options], env=env, capture_output=True, text=True,
                              timeout=1800)
     if started.returncode != 0:
         subprocess.run([*LLMFLEET, "sandbox", "down", "--purge"], env=env, capture_output=True)
         raise RuntimeError(f"sandbox up failed:\n{started.stdout}\n{started.stderr}")
-    handle = Sandbox(state_dir, _environment(state_dir))
-    yield handle
+    yield Sandbox(state_dir, _environment(state_dir, instance))
     _keep_logs_of_a_failed_run(request, state_dir)
-    _hand_over_apiserver_logs(request.config, state_dir)
+    if instance == TEST_INSTANCE:
+        _hand_over_apiserver_logs(request.config, state_dir)
     stopped = subprocess.run([*LLMFLEET, "sandbox", "down", "--purge"], env=env,
                              capture_output=True, text=True)
     # Keep the state (pid files, logs) when down fails, so nothing is orphaned.
@@ -401,10 +477,17 @@ def sandbox(request) -> Sandbox:
 
 
 @pytest.fixture(scope="session")
-def operator(sandbox, tmp_path_factory):
+def sandbox(request) -> Sandbox:
+    with sandbox_up(request, TEST_INSTANCE, "--extra-node-pool", "=".join(map(str, EXTRA_NODE_POOL)),
+                    "--scrape-interval", str(SCRAPE_INTERVAL_S), "--prometheus-auth", "basic") as handle:
+        yield handle
+
+
+@contextmanager
+def operator_running(sandbox: Sandbox, directory: Path) -> Iterator:
     """The operator on the host with its own ServiceAccount identity,
-    autoscaling on the sandbox's Prometheus, observing traffic for live re-planning more often
-    than by default; the CRD installed."""
+    autoscaling on the sandbox's Prometheus (basic auth), observing traffic for live re-planning
+    more often than by default; the CRD installed."""
     from operator_fixtures import (
         LIVE_REPLANNING_FLAGS,
         OPERATOR_NAMESPACE,
@@ -416,7 +499,6 @@ def operator(sandbox, tmp_path_factory):
     sandbox.install_crds()
     sandbox.kubectl("create", "namespace", OPERATOR_NAMESPACE)
     sandbox.kubectl("apply", "-f", "-", input_text=chart_rbac_manifests(sandbox))
-    directory = tmp_path_factory.mktemp("operator")
     # Its own copy of the Prometheus password: a test rotates it to a wrong one and back.
     password = directory / "prometheus-password"
     shutil.copy(sandbox.env["LLMFLEET_PROMETHEUS_BASIC_AUTH_PASSWORD_FILE"], password)
@@ -427,6 +509,12 @@ def operator(sandbox, tmp_path_factory):
     process.start()
     yield process
     process.stop()
+
+
+@pytest.fixture(scope="session")
+def operator(sandbox, tmp_path_factory):
+    with operator_running(sandbox, tmp_path_factory.mktemp("operator")) as process:
+        yield process
 
 
 # A line of the operator's log that says a pass, a Kopf handler or an activity failed. A pass's

@@ -22,6 +22,8 @@ IN_CLUSTER_NAMESPACE = "in-cluster"
 # The operator that test_operator_in_cluster.py installs with helm, and its namespace.
 IN_CLUSTER_RELEASE = "llmfleet-ic"
 IN_CLUSTER_RELEASE_NAMESPACE = "llmfleet-system-ic"
+# The ClusterRole a group leader's ServiceAccount is bound to (replicas that span nodes).
+RANK_LAUNCHER_RBAC = "rank-launcher-rbac.yaml"
 # Live re-planning observes every 15 s over a minute, fitting from 100 requests: the defaults
 # (5 minutes, 200) would make its test wait minutes; the mechanism is the same.
 OBSERVATION_WINDOW_S = 60
@@ -29,16 +31,19 @@ LIVE_REPLANNING_FLAGS = ("--observation-interval-seconds", "15", "--observation-
                          str(OBSERVATION_WINDOW_S), "--observation-min-requests", "100")
 
 
+def chart_templates(env: dict[str, str], *templates: str) -> str:
+    """Templates of the chart (`templates/<name>`), rendered by the real helm for release RELEASE."""
+    shown = [flag for template in templates for flag in ("--show-only", f"templates/{template}")]
+    result = subprocess.run(["helm", "template", RELEASE, str(REPO_ROOT / "charts" / "llmfleet"), "--namespace",
+                             OPERATOR_NAMESPACE, *shown], env=env, capture_output=True, text=True, check=True)
+    return result.stdout
+
+
 def chart_rbac_manifests(sandbox) -> str:
     """The chart's ServiceAccount and RBAC (the operator's, and the endpoint pickers' and rank
-    launchers' ClusterRoles it binds), rendered by the real helm."""
-    result = subprocess.run(
-        ["helm", "template", RELEASE, str(REPO_ROOT / "charts" / "llmfleet"), "--namespace",
-         OPERATOR_NAMESPACE, "--show-only", "templates/serviceaccount.yaml",
-         "--show-only", "templates/rbac.yaml", "--show-only", "templates/endpoint-picker-rbac.yaml",
-         "--show-only", "templates/rank-launcher-rbac.yaml"],
-        env=sandbox.env, capture_output=True, text=True, check=True)
-    return result.stdout
+    launchers' ClusterRoles it binds)."""
+    return chart_templates(sandbox.env, "serviceaccount.yaml", "rbac.yaml", "endpoint-picker-rbac.yaml",
+                           RANK_LAUNCHER_RBAC)
 
 
 def chart_operator_environment(sandbox) -> dict[str, str]:

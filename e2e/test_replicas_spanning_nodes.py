@@ -14,7 +14,15 @@ import sys
 
 import pytest
 
-from conftest import condition, llm_deployment, service_target, stop_load, wait_for, wait_until_ready
+from conftest import (
+    condition,
+    llm_deployment,
+    served_every_request,
+    spanning_405b,
+    steady_load,
+    wait_for,
+    wait_until_ready,
+)
 from llmfleet.catalog.lws_record import load_lws_record
 from llmfleet.render import group, serving
 from llmfleet.render.identity import DEPLOYMENT_LABEL
@@ -28,10 +36,7 @@ WORKLOAD = {"inputTokensMean": 128, "inputTokensP99": 256, "outputTokensMean": 3
 
 
 def spanning() -> dict:
-    """BF16 only: 810 GB of weights, TP8 PP2 over two nodes of eight H100s."""
-    return llm_deployment(SPANNING, NAMESPACE, "llama-3.1-405b", engine=ENGINE, workload=WORKLOAD,
-                          slo={"ttftP99Ms": 5000, "tpotP99Ms": 200, "quality": {"allowedQuantizations": ["BF16"]}},
-                          resources={"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 16}, plan={"replicas": 1})
+    return spanning_405b(SPANNING, NAMESPACE)
 
 
 def single() -> dict:
@@ -41,20 +46,7 @@ def single() -> dict:
 
 
 def load(sandbox, name: str, seconds: int, output) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "llmfleet", "load", "--target", service_target(sandbox, name, NAMESPACE, timeout=60),
-         "--schedule", "constant:2", "--duration-s", str(seconds), "--input-tokens", "fixed:64",
-         "--output-tokens", "fixed:8", "--output-dir", str(output), "--quiet"],
-        env=sandbox.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def served_every_request(process: subprocess.Popen, output, *, stop: bool = False) -> dict:
-    """The load's outcome once it ends (`stop`: ended now; in-flight requests still count)."""
-    stdout, stderr = stop_load(process) if stop else process.communicate(timeout=300)
-    assert process.returncode == 0, stderr + stdout
-    summary = json.loads((output / "summary.json").read_text())
-    assert summary["requests"] > 0 and summary["errors"] == 0 and summary["truncated"] == 0, summary
-    return summary
+    return steady_load(sandbox, name, NAMESPACE, seconds, output)
 
 
 def group_pods(sandbox) -> dict[str, dict]:

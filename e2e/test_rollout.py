@@ -13,7 +13,17 @@ from datetime import datetime, timezone
 
 import pytest
 
-from conftest import L40S_NODE, LLMFLEET, llm_deployment, service_target, stop_load, wait_for, wait_until_ready
+from conftest import (
+    L40S_NODE,
+    LLMFLEET,
+    fault_the_new_revision,
+    llm_deployment,
+    service_target,
+    stop_load,
+    wait_for,
+    wait_until_ready,
+    watch_phases,
+)
 
 pytestmark = pytest.mark.long_running
 
@@ -74,21 +84,6 @@ def _new_engine_revision(sandbox, name: str) -> None:
                     "-p", '{"spec": {"engine": {"revision": "v2"}}}')
 
 
-def _watch_phases(sandbox, name: str, until: str, timeout: float) -> list[str]:
-    phases: list[str] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        phase = (_status(sandbox, name).get("canary") or {}).get("phase")
-        if phase and (not phases or phases[-1] != phase):
-            phases.append(phase)
-        if phase == until:
-            return phases
-        time.sleep(0.5)
-    canary = _status(sandbox, name).get("canary") or {}
-    raise AssertionError(f"no {until} within {timeout:.0f} s; phases seen: {phases}; last verdict "
-                         f"{canary.get('analysisVerdict')}: {canary.get('analysisMessage')}")
-
-
 def test_a_good_canary_walks_its_steps_and_is_promoted_without_a_failed_request(sandbox, tmp_path):
     steps = [{"setWeight": 50}, {"pause": {"durationSeconds": 10}}]
     sandbox.apply([manifest("good", "v1", steps, {"prompts": GOLDEN_PROMPTS})], namespace=NAMESPACE)
@@ -96,7 +91,7 @@ def test_a_good_canary_walks_its_steps_and_is_promoted_without_a_failed_request(
     load = _load(sandbox, "good", 2, 100, tmp_path)
     try:
         _new_engine_revision(sandbox, "good")
-        phases = _watch_phases(sandbox, "good", "Promoted", 240)
+        phases = watch_phases(sandbox, "good", NAMESPACE, "Promoted", 240)
     finally:
         stdout, stderr = load.communicate(timeout=300)
     assert phases[0] == "Preparing" and "Progressing" in phases and phases[-1] == "Promoted", phases
@@ -120,7 +115,7 @@ def test_an_aborted_canary_goes_to_zero_and_stable_pods_serve_on_untouched(sandb
                          for p in _serving(sandbox, "held", "pods"))
     assert pods_before, "no serving pod of the stable revision"
     _new_engine_revision(sandbox, "held")
-    _watch_phases(sandbox, "held", "Paused", 240)
+    watch_phases(sandbox, "held", NAMESPACE, "Paused", 240)
     paused = _status(sandbox, "held")["canary"]
     assert paused["weightPercent"] == 50
 
@@ -136,7 +131,7 @@ def test_an_aborted_canary_goes_to_zero_and_stable_pods_serve_on_untouched(sandb
     aborted = subprocess.run([*LLMFLEET, "rollout", "abort", "held", "-n", NAMESPACE], env=sandbox.env,
                              capture_output=True, text=True, timeout=60)
     assert aborted.returncode == 0, aborted.stderr
-    _watch_phases(sandbox, "held", "RolledBack", 60)
+    watch_phases(sandbox, "held", NAMESPACE, "RolledBack", 60)
     status = _status(sandbox, "held")
     assert status["stableRevision"] == stable and stable in status["canary"]["message"]
     conditions = {c["type"]: c for c in status["conditions"]}
@@ -174,7 +169,7 @@ def test_the_autoscaler_resizing_stable_during_a_paused_step_keeps_the_canarys_s
     sandbox.apply([body], namespace=NAMESPACE)
     stable = wait_until_ready(sandbox, "scaled", NAMESPACE)["status"]["currentRevision"]
     _new_engine_revision(sandbox, "scaled")
-    _watch_phases(sandbox, "scaled", "Paused", 240)
+    watch_phases(sandbox, "scaled", NAMESPACE, "Paused", 240)
     canary = _status(sandbox, "scaled")["currentRevision"]
     assert _revision_replicas(sandbox, "scaled", stable) == [1] and _revision_replicas(sandbox, "scaled", canary) == [1]
 
@@ -194,27 +189,6 @@ def test_the_autoscaler_resizing_stable_during_a_paused_step_keeps_the_canarys_s
     sandbox.kubectl("delete", "llmdeployment", "scaled", "-n", NAMESPACE)
 
 
-def _revision_of(sandbox, body: dict) -> str:
-    """The revision the operator makes of `body`, as `llmfleet plan` names it."""
-    planned = subprocess.run([*LLMFLEET, "plan", "-f", "-", "-o", "json"], input=json.dumps(body), env=sandbox.env,
-                             capture_output=True, text=True, timeout=60)
-    assert planned.returncode == 0, planned.stderr
-    return json.loads(planned.stdout)["revision"]
-
-
-def _fault_the_new_revision(sandbox, name: str, stable: str, *flags: str) -> str:
-    """Inject a fault into the revision that engine revision v2 makes, then change to it: its
-    pods start with the fault, however fast its prepare Job is."""
-    body = sandbox.kubectl_json("get", "llmdeployment", name, "-n", NAMESPACE)
-    body["spec"]["engine"]["revision"] = "v2"
-    canary = _revision_of(sandbox, body)
-    assert canary != stable
-    sandbox.llmfleet("fault", "--namespace", NAMESPACE, "--deployment", name, "--revision", canary, *flags)
-    _new_engine_revision(sandbox, name)
-    wait_for(lambda: _status(sandbox, name).get("currentRevision") == canary, 30, f"revision {canary}")
-    return canary
-
-
 def test_a_drifting_canary_fails_its_golden_prompts_before_any_step(sandbox):
     """Normal latency, different answers: only the quality gate can see it. The golden prompts
     come from a ConfigMap, one per line."""
@@ -224,8 +198,8 @@ def test_a_drifting_canary_fails_its_golden_prompts_before_any_step(sandbox):
                    manifest("drift", "v1", steps, {"promptsFrom": {"name": "golden", "key": "prompts.txt"},
                                                    "maxTokens": 16})], namespace=NAMESPACE)
     stable = wait_until_ready(sandbox, "drift", NAMESPACE)["status"]["currentRevision"]
-    canary = _fault_the_new_revision(sandbox, "drift", stable, "--drift", "0.2")
-    phases = _watch_phases(sandbox, "drift", "RolledBack", 240)
+    canary = fault_the_new_revision(sandbox, "drift", NAMESPACE, "v2", "--drift", "0.2")
+    phases = watch_phases(sandbox, "drift", NAMESPACE, "RolledBack", 240)
     assert "Progressing" not in phases and "Paused" not in phases, phases
     status = _status(sandbox, "drift")
     assert status["canary"]["qualityVerdict"] == "Failed", status["canary"]
@@ -254,8 +228,8 @@ def test_a_bad_canary_fails_its_analysis_and_is_rolled_back_while_stable_serves(
     stable = wait_until_ready(sandbox, name, NAMESPACE)["status"]["currentRevision"]
     load = _load(sandbox, name, 3, 150, tmp_path)
     try:
-        _fault_the_new_revision(sandbox, name, stable, *fault)
-        phases = _watch_phases(sandbox, name, "RolledBack", 240)
+        fault_the_new_revision(sandbox, name, NAMESPACE, "v2", *fault)
+        phases = watch_phases(sandbox, name, NAMESPACE, "RolledBack", 240)
     finally:
         stdout, stderr = stop_load(load)
     assert "Promoted" not in phases and "Progressing" in phases, phases
@@ -280,7 +254,7 @@ def test_canary_pods_that_cannot_be_scheduled_are_rolled_back_with_the_scheduler
     try:
         sandbox.kubectl("patch", "llmdeployment", "pending", "-n", NAMESPACE, "--type=merge",
                         "-p", '{"spec": {"resources": {"allowedGpuTypes": ["L40S-48GB"]}}}')
-        phases = _watch_phases(sandbox, "pending", "RolledBack", 240)
+        phases = watch_phases(sandbox, "pending", NAMESPACE, "RolledBack", 240)
     finally:
         sandbox.kubectl("taint", "node", L40S_NODE, f"{taint}-")
     assert "Warming" in phases and "Progressing" not in phases, phases
@@ -383,7 +357,7 @@ def test_prometheus_down_mid_analysis_holds_the_canary_until_it_returns(sandbox,
             assert "Error" in progressing["message"], progressing
         finally:
             sandbox.llmfleet("up")  # starts only the stopped Prometheus
-        phases = _watch_phases(sandbox, "outage", "Promoted", 180)
+        phases = watch_phases(sandbox, "outage", NAMESPACE, "Promoted", 180)
     finally:
         stdout, stderr = stop_load(load)
     assert "RolledBack" not in phases, phases
@@ -494,7 +468,7 @@ def test_inference_pools_per_revision_are_accepted_and_the_route_weights_them(sa
     assert binding["roleRef"]["name"] == "llmfleet-endpoint-picker"
 
     _new_engine_revision(sandbox, "pooled")
-    _watch_phases(sandbox, "pooled", "Paused", 240)
+    watch_phases(sandbox, "pooled", NAMESPACE, "Paused", 240)
     canary = _status(sandbox, "pooled")["currentRevision"]
     assert backends() == {f"pooled-{stable}": ("InferencePool", 50), f"pooled-{canary}": ("InferencePool", 50)}
     assert len(sandbox.kubectl_json("get", "inferencepools", "-n", NAMESPACE, "-l",
@@ -527,7 +501,7 @@ def test_an_http_route_splits_by_the_canarys_share_and_the_apiserver_accepts_it(
 
     wait_for(lambda: backends() == {f"routed-{stable}": 100}, 30, "all weight on stable")
     _new_engine_revision(sandbox, "routed")
-    _watch_phases(sandbox, "routed", "Paused", 240)
+    watch_phases(sandbox, "routed", NAMESPACE, "Paused", 240)
     canary = _status(sandbox, "routed")["currentRevision"]
     assert backends() == {f"routed-{stable}": 50, f"routed-{canary}": 50}
     for revision in (stable, canary):
@@ -536,7 +510,7 @@ def test_an_http_route_splits_by_the_canarys_share_and_the_apiserver_accepts_it(
     aborted = subprocess.run([*LLMFLEET, "rollout", "abort", "routed", "-n", NAMESPACE], env=sandbox.env,
                              capture_output=True, text=True, timeout=60)
     assert aborted.returncode == 0, aborted.stderr
-    _watch_phases(sandbox, "routed", "RolledBack", 60)
+    watch_phases(sandbox, "routed", NAMESPACE, "RolledBack", 60)
     wait_for(lambda: backends() == {f"routed-{stable}": 100, f"routed-{canary}": 0}, 30, "weight back on stable")
 
     # Routing switched off: the route and the revisions' own Services go, the Service stays.
