@@ -23,11 +23,17 @@ import logging
 import time
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 
 from llmfleet.api import GROUP, KIND, PLURAL, VERSION
 from llmfleet.heap import release_free_heap
-from llmfleet.k8s import CHILD_KINDS, KubeGateway, NamespaceTerminating, ObjectGone, WriteRefused, load_api_client
+from llmfleet.k8s import (
+    APISERVER_REFUSALS,
+    CHILD_KINDS,
+    KubeGateway,
+    NamespaceTerminating,
+    ObjectGone,
+    load_api_client,
+)
 from llmfleet.k8s.kopf_session import bounded_session
 from llmfleet.metrics import PrometheusMetrics
 from llmfleet.planner.cluster import GPU_POD_FIELD_SELECTOR, cluster_gpus, gpu_node, gpu_pod
@@ -288,7 +294,7 @@ def _log_failed_pass(body, memo, error: Exception) -> None:
     metadata = body["metadata"]
     log.error("pass of %s/%s failed (passed again in %.0f s): %r", metadata["namespace"], metadata["name"],
               memo.book.retry_in_s(metadata["uid"], time.monotonic()), error,
-              exc_info=not isinstance(error, (WriteRefused, ApiException)))
+              exc_info=not isinstance(error, APISERVER_REFUSALS))
 
 
 def resync_after_seconds(uid: str, settings: OperatorSettings) -> float:

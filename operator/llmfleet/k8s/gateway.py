@@ -39,6 +39,11 @@ class WriteRefused(Exception):
     quota, throttling that outlasted the retries...): which object, and the apiserver's own words."""
 
 
+# What a request the apiserver answered with a refusal raises: the pass's failure is the
+# cluster's doing (throttling past the retries, a webhook, a quota), not a bug of the operator.
+APISERVER_REFUSALS = (WriteRefused, ApiException)
+
+
 @contextlib.contextmanager
 def _refusal_named(manifest: dict):
     try:
