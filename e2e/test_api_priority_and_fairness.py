@@ -1,6 +1,6 @@
 """The sandbox's apiserver runs API Priority and Fairness, as every real one does: its priority
-levels exist and it classifies and dispatches requests through them (a throttled operator is
-tested below the cluster: operator/tests/test_gateway_throttling.py, test_handlers.py)."""
+levels exist and it classifies and dispatches requests through them (the operator throttled by
+it: test_operator_throttled.py)."""
 
 from __future__ import annotations
 

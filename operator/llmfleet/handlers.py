@@ -26,7 +26,14 @@ import kopf
 
 from llmfleet.api import GROUP, KIND, PLURAL, VERSION
 from llmfleet.heap import release_free_heap
-from llmfleet.k8s import CHILD_KINDS, KubeGateway, NamespaceTerminating, ObjectGone, load_api_client
+from llmfleet.k8s import (
+    APISERVER_REFUSALS,
+    CHILD_KINDS,
+    KubeGateway,
+    NamespaceTerminating,
+    ObjectGone,
+    load_api_client,
+)
 from llmfleet.k8s.kopf_session import bounded_session
 from llmfleet.metrics import PrometheusMetrics
 from llmfleet.planner.cluster import GPU_POD_FIELD_SELECTOR, cluster_gpus, gpu_node, gpu_pod
@@ -283,7 +290,20 @@ def _run(body, memo, indexes) -> None:
 @kopf.on.resume(*RESOURCE)
 def on_change(body, memo, **kwargs) -> None:
     memo.book.indexes_ready.set()
-    _run(body, memo, kwargs)
+    try:
+        _run(body, memo, kwargs)
+    except Exception as error:
+        # Not raised to Kopf: it would retry in 60 s besides the ticker's back-off.
+        _log_failed_pass(body, memo, error)
+
+
+def _log_failed_pass(body, memo, error: Exception) -> None:
+    """One line when the apiserver refused a write (throttling that outlasted the retries, a
+    webhook...): that is the cluster's doing, not the operator's. Anything else has its traceback."""
+    metadata = body["metadata"]
+    log.error("pass of %s/%s failed (passed again in %.0f s): %r", metadata["namespace"], metadata["name"],
+              memo.book.retry_in_s(metadata["uid"], time.monotonic()), error,
+              exc_info=not isinstance(error, APISERVER_REFUSALS))
 
 
 def resync_after_seconds(uid: str, settings: OperatorSettings) -> float:
@@ -328,8 +348,7 @@ async def start_passes(memo: kopf.Memo, settings: kopf.OperatorSettings, **index
                 if body is not None:  # else deleted meanwhile
                     await loop.run_in_executor(settings.execution.executor, _run, body, memo, indexes)
             except Exception as error:  # one deployment's failure never stops the others' passes
-                log.error("pass of %s/%s failed (passed again in %.0f s): %r", body["metadata"]["namespace"],
-                          body["metadata"]["name"], memo.book.retry_in_s(uid, time.monotonic()), error)
+                _log_failed_pass(body, memo, error)
             finally:
                 memo.passes.done(uid)
 

@@ -4,6 +4,7 @@ the Retry-After it names, whatever its verb, as client-go does; a lost answer is
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -11,12 +12,13 @@ import pytest
 import yaml
 from kubernetes import client
 
-from llmfleet.k8s import load_api_client
+from llmfleet.k8s import KubeGateway, WriteRefused, load_api_client
+from llmfleet.k8s import gateway as gateway_module
 from llmfleet.k8s.gateway import THROTTLED_RETRIES
 
 
 class Apiserver:
-    """Answers 429 (Retry-After: 0) to the first `throttled` requests, then 201 with a Namespace."""
+    """Answers 429 (Retry-After: 0) to the first `throttled` requests, then 201 with what was sent."""
 
     def __init__(self, throttled: int):
         self.throttled, self.requests = throttled, []
@@ -38,6 +40,8 @@ class Apiserver:
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
+
+            do_PATCH = do_POST
 
             def log_message(self, *_):
                 pass
@@ -73,10 +77,15 @@ def _create_namespace(api_client) -> None:
                                                    "metadata": {"name": "throttled"}})
 
 
-def test_a_throttled_create_is_sent_again_until_it_passes(throttling_apiserver, tmp_path):
+def test_a_throttled_create_is_sent_again_until_it_passes(throttling_apiserver, tmp_path, caplog):
     apiserver = throttling_apiserver(throttled=3)
-    _create_namespace(load_api_client(apiserver.kubeconfig(tmp_path)))
+    with caplog.at_level(logging.INFO, logger="llmfleet.k8s.gateway"):
+        _create_namespace(load_api_client(apiserver.kubeconfig(tmp_path)))
     assert apiserver.requests == [("POST", "/api/v1/namespaces")] * 4
+    # An operator slowed by throttling says so, once per request sent again.
+    assert [record.getMessage() for record in caplog.records] == [
+        f"the apiserver throttled POST /api/v1/namespaces (429, Retry-After: 0 s); sending it again "
+        f"({attempt} of {THROTTLED_RETRIES})" for attempt in (1, 2, 3)]
 
 
 def test_throttling_that_outlasts_the_retries_is_the_callers_error(throttling_apiserver, tmp_path):
@@ -85,3 +94,13 @@ def test_throttling_that_outlasts_the_retries_is_the_callers_error(throttling_ap
         _create_namespace(load_api_client(apiserver.kubeconfig(tmp_path)))
     assert refused.value.status == 429
     assert len(apiserver.requests) == THROTTLED_RETRIES + 1
+
+
+def test_a_status_write_throttled_past_the_retries_is_a_refusal_that_names_it(throttling_apiserver, tmp_path,
+                                                                               monkeypatch):
+    """Not a bare ApiException: the failed pass's log line says which write and why."""
+    apiserver = throttling_apiserver(throttled=THROTTLED_RETRIES + 5)
+    monkeypatch.setattr(gateway_module, "DynamicClient", lambda api_client: None)  # its discovery: not under test
+    gateway = KubeGateway(load_api_client(apiserver.kubeconfig(tmp_path)))
+    with pytest.raises(WriteRefused, match=r"^status of serving/chat: 429 Too Many Requests$"):
+        gateway.patch_status("serving", "chat", {"replicas": 1})

@@ -16,7 +16,7 @@ import yaml
 
 from llmfleet import handlers
 from llmfleet.handlers import filter_watches, indexed, login, on_child_event, resync_after_seconds
-from llmfleet.k8s import CHILD_KINDS, ObjectGone
+from llmfleet.k8s import CHILD_KINDS, ObjectGone, WriteRefused
 from llmfleet.passbook import PassBook
 from llmfleet.planner.cluster import GPU_POD_FIELD_SELECTOR, gpu_node, gpu_pod
 from llmfleet.render.identity import DEPLOYMENT_LABEL, MANAGED_BY_LABEL
@@ -248,6 +248,32 @@ def test_a_failed_pass_is_passed_again_after_a_back_off_that_doubles_and_resets_
     handlers._run(deployment, memo, indexes)
     assert handlers._due(memo.book, indexes, settings, time.monotonic() + FAILED_PASS_BACKOFF_MAX_S, now) == []
     assert memo.book.failures == {}
+
+
+@pytest.mark.parametrize("error, traceback_logged", [
+    (WriteRefused("ConfigMap chat-model-repo: 429 Too Many Requests"), False),
+    (KeyError("plan"), True),
+])
+def test_a_failed_change_pass_is_left_to_the_back_off_not_raised_to_kopf(monkeypatch, caplog, error,
+                                                                          traceback_logged):
+    """Raised to Kopf, it would log a traceback and retry in 60 s besides the ticker's back-off.
+    A refusal by the apiserver is the cluster's doing: one line; anything else keeps its traceback."""
+    deployment = {"apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment",
+                  "metadata": {"name": "chat", "namespace": "serving", "uid": "failed-uid"}, "spec": {}}
+    indexes = {"llm_deployments": {"failed-uid": [deployment]}, "namespaces": {"serving": [True]},
+               **{f"children_{kind.plural}": {} for kind in CHILD_KINDS}}
+    memo = kopf.Memo(gateway=None, operator_settings=OperatorSettings(), metrics=None, book=PassBook())
+
+    def refused(*_, **__):
+        raise error
+
+    monkeypatch.setattr(handlers, "reconcile", refused)
+    with caplog.at_level(logging.ERROR, logger="llmfleet.handlers"):
+        handlers.on_change(deployment, memo, **indexes)
+    (record,) = caplog.records
+    assert record.getMessage().startswith(f"pass of serving/chat failed (passed again in 2 s): {error!r}")
+    assert bool(record.exc_info) == traceback_logged
+    assert memo.book.retry_due("failed-uid", time.monotonic() + 2.1)
 
 
 def test_a_pass_that_finds_its_deployment_gone_stops_the_ticker_marking_it(monkeypatch):

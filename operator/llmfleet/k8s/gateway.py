@@ -35,8 +35,13 @@ class ObjectGone(Exception):
 
 
 class WriteRefused(Exception):
-    """The apiserver refused to write a child (the Service range full, a webhook, a quota...):
-    which object, and the apiserver's own words."""
+    """The apiserver refused to write a child or a status (the Service range full, a webhook, a
+    quota, throttling that outlasted the retries...): which object, and the apiserver's own words."""
+
+
+# What a request the apiserver answered with a refusal raises: the pass's failure is the
+# cluster's doing (throttling past the retries, a webhook, a quota), not a bug of the operator.
+APISERVER_REFUSALS = (WriteRefused, ApiException)
 
 
 @contextlib.contextmanager
@@ -107,8 +112,21 @@ THROTTLED_BACKOFF_MAX_S = 1.0
 CONNECT_RETRIES = 3
 
 
+class ThrottlingRetry(Retry):
+    """Says when the apiserver throttled a request that is sent again: an operator slowed by
+    API Priority and Fairness should show why (urllib3 logs it only at debug level)."""
+
+    def increment(self, method=None, url=None, response=None, error=None, _pool=None, _stacktrace=None):
+        retry = super().increment(method, url, response, error, _pool, _stacktrace)
+        if response is not None and response.status == HTTPStatus.TOO_MANY_REQUESTS:
+            log.info("the apiserver throttled %s %s (429, Retry-After: %s s); sending it again (%d of %d)",
+                     method, url, response.headers.get("Retry-After", "none"),
+                     THROTTLED_RETRIES - retry.status, THROTTLED_RETRIES)
+        return retry
+
+
 def throttling_retry() -> Retry:
-    return Retry(total=THROTTLED_RETRIES + CONNECT_RETRIES, connect=CONNECT_RETRIES, read=0, redirect=0,
+    return ThrottlingRetry(total=THROTTLED_RETRIES + CONNECT_RETRIES, connect=CONNECT_RETRIES, read=0, redirect=0,
                  status=THROTTLED_RETRIES, status_forcelist=(HTTPStatus.TOO_MANY_REQUESTS,), allowed_methods=None,
                  respect_retry_after_header=True, backoff_factor=0.25, backoff_max=THROTTLED_BACKOFF_MAX_S,
                  raise_on_status=False)
@@ -258,7 +276,7 @@ class KubeGateway:
                 return False
             if error.status == 404:
                 raise ObjectGone(f"{namespace}/{name}") from None
-            raise
+            raise WriteRefused(f"status of {namespace}/{name}: {error.status} {error.reason}") from error
         return True
 
     def emit_event(self, body: dict, event_type: str, reason: str, message: str) -> None:

@@ -51,7 +51,8 @@ def reconcile(body: dict, kube, settings: OperatorSettings, now: datetime, metri
         for child, replicas in result.scale:
             kube.scale(child, replicas)
     except WriteRefused as refused:
-        # Kopf retries the pass; until then only status can tell the user why nothing changes.
+        # The pass is passed again after a back-off; until then only status can tell the user why
+        # nothing changes.
         kube.patch_status(ctx.namespace, ctx.name, refused_write_patch(ctx, result.status, str(refused)),
                           ctx.metadata.get("resourceVersion"))
         kube.emit_event(body, WARNING, Reason.CHILD_WRITE_REFUSED, str(refused))
