@@ -15,6 +15,8 @@ from pathlib import Path
 import yaml
 
 from llmfleet.api.status import ScalingDecision
+from llmfleet.render.identity import service_name
+from llmfleet_sandbox.serviceproxy import SCHEDULER_ANNOTATION
 
 from conftest import LLMFLEET, StatusWatcher, service_target, wait_until_ready
 
@@ -98,13 +100,17 @@ def _live_replica_seconds(watcher: StatusWatcher) -> float:
     return sum(replicas * (t1 - t0) for (t0, replicas), (t1, _) in zip(samples, samples[1:]))
 
 
-def run_live(sandbox, manifest: dict, traffic: Traffic, slo_ttft_ms: float, output: Path) -> LiveRun:
+def run_live(sandbox, manifest: dict, traffic: Traffic, slo_ttft_ms: float, output: Path,
+             routing: str | None = None) -> LiveRun:
     """Apply the manifest, wait until it serves, drive the traffic through its Service while
     sampling status every second; replica-seconds from status.replicas until the load ends (its
-    last requests answered), as the simulation counts them until its last request ends."""
+    last requests answered), as the simulation counts them until its last request ends.
+    `routing`: how the sandbox's proxy spreads that Service's connections, when not its default."""
     name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
     sandbox.apply([manifest], namespace=namespace)
     wait_until_ready(sandbox, name, namespace)
+    if routing is not None:
+        sandbox.kubectl("annotate", "service", service_name(name), "-n", namespace, f"{SCHEDULER_ANNOTATION}={routing}")
     target = service_target(sandbox, name, namespace)
     watcher = StatusWatcher(sandbox, name, namespace)
     started = time.monotonic()
@@ -134,20 +140,22 @@ def run_live(sandbox, manifest: dict, traffic: Traffic, slo_ttft_ms: float, outp
                    ((status.get("autoscaler") or {}).get("inputs") or {}).get("speedFactor"))
 
 
-def run_simulated(manifest: dict, traffic: Traffic, scrape_interval_s: float, output: Path) -> tuple[Outcome, list]:
+def run_simulated(manifest: dict, traffic: Traffic, scrape_interval_s: float, output: Path,
+                  routing: str | None = None) -> tuple[Outcome, list]:
     output.mkdir(parents=True, exist_ok=True)
     spec_file = output / "spec.yaml"
     spec_file.write_text(yaml.safe_dump(manifest))
     result = subprocess.run([*LLMFLEET, "simulate", "-f", str(spec_file), *traffic.flags,
                              "--scrape-interval-seconds", str(scrape_interval_s), "--output-dir", str(output),
-                             "-o", "json", "--quiet"], capture_output=True, text=True, check=True, timeout=600)
+                             *(("--routing", routing) if routing else ()), "-o", "json", "--quiet"],
+                            capture_output=True, text=True, check=True, timeout=600)
     summary = json.loads(result.stdout)
     return (Outcome(summary["requests"], summary["slo_attainment_percent"]["ttft"], summary["replica_seconds"],
                     summary["peak_replicas"]), summary["scaling"])
 
 
 def compare(sandbox, manifest: dict, traffic: Traffic, slo_ttft_ms: float, scrape_interval_s: float,
-            output: Path) -> Agreement:
-    live = run_live(sandbox, manifest, traffic, slo_ttft_ms, output / "live")
-    simulated, scaling = run_simulated(manifest, traffic, scrape_interval_s, output / "simulated")
+            output: Path, routing: str | None = None) -> Agreement:
+    live = run_live(sandbox, manifest, traffic, slo_ttft_ms, output / "live", routing)
+    simulated, scaling = run_simulated(manifest, traffic, scrape_interval_s, output / "simulated", routing)
     return Agreement(live, simulated, scaling)

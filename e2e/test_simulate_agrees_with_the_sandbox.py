@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import SCRAPE_INTERVAL_S, small_batch_70b
+from llmfleet.simulation.routing import ROUND_ROBIN
 from simulation_agreement import Traffic, compare
 
 pytestmark = pytest.mark.long_running
@@ -21,6 +22,12 @@ SLO_TTFT_MS = 500
 # the live pass sees the breach, about a third of a point per second of it, and live runs spread
 # by 3 points (93.2-95.6 % against 96.4 % simulated); bench_simulate_vs_live.py reports it.
 CLIMB = Traffic.scheduled("ramp:0:0.5,30:0.5,150:5,210:5,240:0.5", 330)
+# Connections spread in turn (IPVS rr), not at random as by default. `llmfleet load` keeps a
+# pool of connections and sends each request on the one freed last, so a replica that answers
+# sooner gets the next request; the simulator routes each request at random and does not model
+# that client (open in issue 30). With the same arrivals, simulated attainment over twelve routing
+# seeds spread 95.1-98.5 % where the live run kept 99.87 %; in turn, the pool changes nothing.
+ROUTING = ROUND_ROBIN
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -34,7 +41,7 @@ def test_a_climb_and_fall_simulated_comes_to_the_live_runs_attainment_and_replic
     # The API's autoscaling defaults, as a user who asks only for autoscaling gets them.
     manifest = small_batch_70b("climb", NAMESPACE, SLO_TTFT_MS,
                                autoscaling={"enabled": True, "minReplicas": 1, "maxReplicas": 3})
-    agreement = compare(sandbox, manifest, CLIMB, SLO_TTFT_MS, SCRAPE_INTERVAL_S, tmp_path)
+    agreement = compare(sandbox, manifest, CLIMB, SLO_TTFT_MS, SCRAPE_INTERVAL_S, tmp_path, ROUTING)
     print(agreement.describe())  # the figures, shown with -rP
     assert agreement.live.requests == agreement.simulated.requests, agreement.describe()
     assert agreement.live.peak_replicas > 1, f"the climb never scaled live: {agreement.describe()}"

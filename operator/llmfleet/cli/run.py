@@ -155,9 +155,12 @@ def operator_settings(args) -> OperatorSettings:
 
 
 def _stopping_on_failure(failed: concurrent.futures.Future, stop_within_s: float) -> Callable[[str], None]:
-    """What an internal task that failed calls with why: Kopf stops (`failed` is its stop flag)
-    and the process ends within `stop_within_s` however that stop goes. Kopf's own bound on a
-    stop does not cover one it was asked for."""
+    """What an internal task that failed calls with why (kept in `failed`): the process signals
+    itself to stop, as Kubernetes would, so that Kopf stops the way it does for a pod's
+    termination, and it ends within `stop_within_s` however that stop goes. Not Kopf's stop
+    flag: Kopf 1.45.2 waits on a concurrent.futures flag in a thread of the loop's default
+    executor (_cogs/aiokits/aioadapters.py, wait_flag), which a stop for any other reason leaves
+    blocked, so the loop's shutdown waited on it until Kopf's ultimate kill, the Lease unreleased."""
     def stop_operator(why: str) -> None:
         if failed.done():
             return
@@ -165,6 +168,7 @@ def _stopping_on_failure(failed: concurrent.futures.Future, stop_within_s: float
         deadline = threading.Timer(stop_within_s, _exit_at_once, args=(why, stop_within_s))
         deadline.daemon = True
         deadline.start()
+        os.kill(os.getpid(), signal.SIGTERM)
     return stop_operator
 
 
@@ -206,7 +210,7 @@ def _run_operator(args) -> int:
     try:
         # An internal task of Kopf's that fails stops it too, and kopf.run raises the error.
         kopf.run(standalone=True, clusterwide=not args.namespace, namespaces=args.namespace,
-                 liveness_endpoint=args.liveness, stop_flag=failed,
+                 liveness_endpoint=args.liveness,
                  memo=kopf.Memo(operator_settings=settings, kubeconfig=args.kubeconfig,
                                 prometheus=prometheus, metrics_address=args.metrics_address,
                                 stop_operator=_stopping_on_failure(failed, handlers.STOP_WITHIN_S)))
