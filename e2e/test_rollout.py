@@ -185,7 +185,7 @@ def test_the_autoscaler_resizing_stable_during_a_paused_step_keeps_the_canarys_s
     assert (held["phase"], held["stepIndex"], held["canaryReplicas"], held["weightPercent"]) == ("Paused", 1, 2, 50), held
     route = sandbox.kubectl_json("get", "httproute", "scaled", "-n", NAMESPACE)
     assert {ref["name"]: ref["weight"] for ref in route["spec"]["rules"][0]["backendRefs"]} == {
-        f"scaled-{stable}": 50, f"scaled-{canary}": 50}
+        f"scaled-{stable}-backend": 50, f"scaled-{canary}-backend": 50}
     sandbox.kubectl("delete", "llmdeployment", "scaled", "-n", NAMESPACE)
 
 
@@ -499,19 +499,20 @@ def test_an_http_route_splits_by_the_canarys_share_and_the_apiserver_accepts_it(
         route = sandbox.kubectl_json("get", "httproute", "routed", "-n", NAMESPACE)
         return {ref["name"]: ref["weight"] for ref in route["spec"]["rules"][0]["backendRefs"]}
 
-    wait_for(lambda: backends() == {f"routed-{stable}": 100}, 30, "all weight on stable")
+    wait_for(lambda: backends() == {f"routed-{stable}-backend": 100}, 30, "all weight on stable")
     _new_engine_revision(sandbox, "routed")
     watch_phases(sandbox, "routed", NAMESPACE, "Paused", 240)
     canary = _status(sandbox, "routed")["currentRevision"]
-    assert backends() == {f"routed-{stable}": 50, f"routed-{canary}": 50}
+    assert backends() == {f"routed-{stable}-backend": 50, f"routed-{canary}-backend": 50}
     for revision in (stable, canary):
-        service = sandbox.kubectl_json("get", "service", f"routed-{revision}", "-n", NAMESPACE)
+        service = sandbox.kubectl_json("get", "service", f"routed-{revision}-backend", "-n", NAMESPACE)
         assert service["spec"]["selector"]["llmfleet.io/revision"] == revision
     aborted = subprocess.run([*LLMFLEET, "rollout", "abort", "routed", "-n", NAMESPACE], env=sandbox.env,
                              capture_output=True, text=True, timeout=60)
     assert aborted.returncode == 0, aborted.stderr
     watch_phases(sandbox, "routed", NAMESPACE, "RolledBack", 60)
-    wait_for(lambda: backends() == {f"routed-{stable}": 100, f"routed-{canary}": 0}, 30, "weight back on stable")
+    wait_for(lambda: backends() == {f"routed-{stable}-backend": 100, f"routed-{canary}-backend": 0}, 30,
+             "weight back on stable")
 
     # Routing switched off: the route and the revisions' own Services go, the Service stays.
     sandbox.kubectl("patch", "llmdeployment", "routed", "-n", NAMESPACE, "--type=json",

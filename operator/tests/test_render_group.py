@@ -24,13 +24,13 @@ RECORD = load_release_record()
 SETTINGS = RenderSettings()
 
 
-def spanning(serving_replicas: int = 3, *, network_policy: bool = False, pool: bool = False):
+def spanning(serving_replicas: int = 3, *, network_policy: bool = False, pool: bool = False, route: bool = False):
     """TP8 PP2 on H100 nodes of 8 GPUs: one replica over two nodes."""
     body = manifest(8)
     if network_policy:
         body["spec"]["networkPolicy"] = {"metricsScrapers": [{"namespaceSelector": {"matchLabels": {"team": "obs"}}}]}
-    if pool:
-        body["spec"]["routing"] = {"httpRoute": {"parentRefs": [{"name": "gateway"}]}, "inferencePool": {}}
+    if pool or route:
+        body["spec"]["routing"] = {"httpRoute": {"parentRefs": [{"name": "gateway"}]}, **({"inferencePool": {}} if pool else {})}
     deployment = LLMDeployment.from_manifest(body)
     single = plan(plan_request_from_spec(deployment.spec))
     assert single.nodes_per_replica == 1 and single.tensor_parallel_size == 8
@@ -143,6 +143,20 @@ def test_service_budget_pool_and_policy_select_the_leaders_only():
     # The leaders' ServiceAccount, bound to the chart's role, comes with the namespace.
     kinds = [o["kind"] for o in namespace_prerequisites(deployment, two_nodes, SETTINGS)]
     assert kinds == ["PersistentVolumeClaim", "ServiceAccount", "RoleBinding", "ServiceAccount", "RoleBinding"]
+
+
+def test_no_rendered_service_takes_the_name_of_the_headless_service_the_leader_worker_set_makes():
+    """The LeaderWorkerSet controller creates a headless Service named after the LeaderWorkerSet
+    for its groups' DNS (kubernetes-sigs/lws@v0.9.0: pkg/controllers/leaderworkerset_controller.go,
+    reconcileHeadlessServices, with the default shared subdomain); a rendered Service of that name
+    would be refused or would take the other's place, whichever came second."""
+    for route, pool in ((False, False), (True, False), (True, True)):
+        _, _, objects = spanning(route=route, pool=pool)
+        services = [o["metadata"]["name"] for o in objects if o["kind"] == "Service"]
+        assert the(objects, "LeaderWorkerSet")["metadata"]["name"] not in services, (route, pool, services)
+        if route and not pool:  # the route's backend is the revision's own Service, rendered beside
+            backends = {ref["name"] for ref in the(objects, "HTTPRoute")["spec"]["rules"][0]["backendRefs"]}
+            assert backends and backends <= set(services), (backends, services)
 
 
 def test_a_replica_on_one_node_stays_a_deployment_with_nothing_of_a_group():

@@ -555,21 +555,22 @@ def route_backends(outcome) -> dict[str, int]:
 def test_the_http_route_sends_all_to_stable_then_the_canarys_share_then_all_to_the_promoted_revision():
     stable, warming, children = canary_started(routed)
     revision_a, revision_b = stable.status["stableRevision"], warming.status["currentRevision"]
-    assert route_backends(stable) == {f"chat-{revision_a}": 100}
+    assert route_backends(stable) == {f"chat-{revision_a}-backend": 100}
     route = kind(stable, "HTTPRoute")
     assert route["spec"]["parentRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
                                             "name": "inference", "namespace": "gateways", "sectionName": "http"}]
     assert route["metadata"]["name"] == "chat" and route["spec"]["rules"][0]["backendRefs"][0]["port"] == 8000
-    backend = next(m for m in stable.apply if m["kind"] == "Service" and m["metadata"]["name"] == f"chat-{revision_a}")
+    backend = next(m for m in stable.apply if m["kind"] == "Service"
+                   and m["metadata"]["name"] == f"chat-{revision_a}-backend")
     assert backend["spec"]["selector"] == {"llmfleet.io/deployment": "chat", "app.kubernetes.io/component": "server",
                                            "llmfleet.io/revision": revision_a}
     # Warming at setWeight 50: two canary replicas beside two stable ones.
-    assert route_backends(warming) == {f"chat-{revision_a}": 50, f"chat-{revision_b}": 50}
+    assert route_backends(warming) == {f"chat-{revision_a}-backend": 50, f"chat-{revision_b}-backend": 50}
     body = routed("v2", 2, warming.status)
     body["metadata"]["annotations"] = {"llmfleet.io/rollout-command": "promote/1"}
     promoted = decide_pass(body, children, SETTINGS, NOW + timedelta(seconds=10))
     assert promoted.status["canary"]["phase"] == "Promoted"
-    assert route_backends(promoted) == {f"chat-{revision_b}": 100}
+    assert route_backends(promoted) == {f"chat-{revision_b}-backend": 100}
 
 
 def test_without_routing_there_is_no_http_route():
@@ -580,7 +581,8 @@ def test_without_routing_there_is_no_http_route():
 def test_the_stable_revisions_own_service_serves_the_canary_and_goes_when_routing_is_switched_off():
     stable, warming, children = canary_started(routed)
     revision_a = stable.status["stableRevision"]
-    service_a = next(m for m in stable.apply if m["kind"] == "Service" and m["metadata"]["name"] == f"chat-{revision_a}")
+    service_a = next(m for m in stable.apply if m["kind"] == "Service"
+                     and m["metadata"]["name"] == f"chat-{revision_a}-backend")
     children = [*children, service_a]
     running = decide_pass(routed("v2", 2, warming.status), children, SETTINGS, NOW + timedelta(seconds=10))
     assert service_a not in running.delete, "the route still sends the stable revision its share"

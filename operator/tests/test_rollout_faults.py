@@ -94,7 +94,7 @@ def test_a_scale_up_during_a_paused_step_resizes_stable_and_the_canary_alike():
     assert (up.status["canary"]["phase"], up.status["canary"]["canaryReplicas"],
             up.status["canary"]["weightPercent"]) == ("Paused", 4, 50)
     backends = {ref["name"]: ref["weight"] for ref in kind(up, "HTTPRoute")["spec"]["rules"][0]["backendRefs"]}
-    assert backends == {f"chat-{stable_revision}": 50, f"chat-{canary_revision}": 50}
+    assert backends == {f"chat-{stable_revision}-backend": 50, f"chat-{canary_revision}-backend": 50}
 
 
 def test_after_a_rollback_the_autoscaler_still_sizes_stable():

@@ -47,8 +47,17 @@ def engine_build_job_name(name: str, revision: str, runtime: str = Runtime.ENGIN
 
 def revision_object_name(name: str, revision: str) -> str:
     """`<name>-<revision>`, cut to fit: the name of a revision's serving Deployment (or
-    LeaderWorkerSet) and of its own Service (with HTTPRoute routing)."""
+    LeaderWorkerSet) and of its InferencePool."""
     return fit_name(name, revision)
+
+
+def revision_service_name(name: str, revision: str) -> str:
+    """`<name>-<revision>-backend`: a revision's own Service, the HTTPRoute's backend where no
+    InferencePool stands between. Not the workload's name: a LeaderWorkerSet makes a headless
+    Service of its own name for its groups (kubernetes-sigs/lws@v0.9.0:
+    pkg/controllers/leaderworkerset_controller.go, reconcileHeadlessServices), and the two
+    would clash."""
+    return fit_name(name, revision, "backend")
 
 
 def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: RenderSettings, *,
@@ -113,13 +122,14 @@ def render(deployment: LLMDeployment, plan: Plan, revision: str, settings: Rende
         pool = spec.routing.inference_pool
         if pool is None:
             children.append(routing.revision_service(
-                child(revision_object_name(name, revision), routing.REVISION_SERVICE_COMPONENT), revision_pods))
+                child(revision_service_name(name, revision), routing.REVISION_SERVICE_COMPONENT), revision_pods))
         else:
             children += _inference_pool_children(name, revision, revision_pods, pool, settings, child)
         children.append(routing.http_route(
             metadata(deployment, service_name(name), deployment_labels(name, routing.ROUTE_COMPONENT)),
             spec.routing.http_route,
-            {revision_object_name(name, routed): weight for routed, weight in weights.items()},
+            {(revision_object_name if pool is not None else revision_service_name)(name, routed): weight
+             for routed, weight in weights.items()},
             load_router_record() if pool is not None else None))
     if spec.network_policy is not None:
         pickers = ({**selector_labels(name), COMPONENT_LABEL: inference_pool.PICKER_COMPONENT}
@@ -177,5 +187,5 @@ def _inference_pool_children(name: str, revision: str, pods: dict[str, str], poo
 
 __all__ = [
     "RenderError", "RenderSettings", "engine_build_job_name", "engine_cache_key",
-    "layout", "namespace_prerequisites", "render", "revision_hash", "revision_object_name",
+    "layout", "namespace_prerequisites", "render", "revision_hash", "revision_object_name", "revision_service_name",
 ]
