@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import SCRAPE_INTERVAL_S, small_batch_70b
+from conftest import SCRAPE_INTERVAL_S, small_batch_70b, temporary_namespace
 from simulation_agreement import Traffic, compare
 
 pytestmark = pytest.mark.long_running
@@ -25,9 +25,8 @@ CLIMB = Traffic.scheduled("ramp:0:0.5,30:0.5,150:5,210:5,240:0.5", 330)
 
 @pytest.fixture(scope="module", autouse=True)
 def agreement_namespace(sandbox, operator):
-    sandbox.kubectl("create", "namespace", NAMESPACE)
-    yield NAMESPACE
-    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+    with temporary_namespace(sandbox, NAMESPACE):
+        yield NAMESPACE
 
 
 def test_a_climb_and_fall_simulated_comes_to_the_live_runs_attainment_and_replica_seconds(sandbox, tmp_path):
