@@ -194,6 +194,19 @@ def spanning_405b(name: str, namespace: str, **spec) -> dict:
         "resources": {"allowedGpuTypes": ["H100-SXM-80GB"], "gpuBudget": 16}, "plan": {"replicas": 1}, **spec})
 
 
+@contextmanager
+def temporary_namespace(sandbox: "Sandbox", name: str, wait_s: int = 0):
+    """A namespace for a module's or a test's objects, deleted when it is done, also when the
+    setup inside fails: in the background, or waited for up to `wait_s` where the next module
+    needs what its pods held (whole nodes)."""
+    sandbox.kubectl("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        sandbox.kubectl("delete", "namespace", name, "--ignore-not-found",
+                        *(("--wait=true", f"--timeout={wait_s}s") if wait_s else ("--wait=false",)), check=False)
+
+
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.25):
     """Poll predicate until it returns something truthy; fail naming `what`."""
     deadline = time.monotonic() + timeout

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import StatusSample, StatusWatcher, service_target, small_batch_70b, stop_load, wait_for
+from conftest import service_target, small_batch_70b, StatusSample, StatusWatcher, stop_load, temporary_namespace, wait_for
 
 pytestmark = pytest.mark.long_running
 
@@ -76,9 +76,8 @@ def _load(sandbox, target: str, schedule: str, duration_s: int, output_dir: Path
 
 @pytest.fixture(scope="module", autouse=True)
 def autoscaling_namespace(sandbox, operator):
-    sandbox.kubectl("create", "namespace", NAMESPACE)
-    yield NAMESPACE
-    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+    with temporary_namespace(sandbox, NAMESPACE):
+        yield NAMESPACE
 
 
 def test_scales_up_on_a_breach_recovers_and_scales_down_without_cutting_requests(sandbox, tmp_path):

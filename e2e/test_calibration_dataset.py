@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from conftest import condition, llm_deployment, wait_for, wait_until_ready
+from conftest import condition, llm_deployment, temporary_namespace, wait_for, wait_until_ready
 from llmfleet_sandbox import hub
 
 NAMESPACE = "calibration"
@@ -45,14 +45,13 @@ def _claim_on_host(sandbox, name: str):
 
 @pytest.fixture(scope="module")
 def claims(sandbox, operator):
-    sandbox.kubectl("create", "namespace", NAMESPACE)
-    hub.download("meta-llama/Llama-3.1-8B-Instruct", _claim_on_host(sandbox, "weights") / "llama-8b")
-    calibration = _claim_on_host(sandbox, "datasets") / "calibration"
-    calibration.mkdir(parents=True)
-    (calibration / "train.jsonl").write_text("".join(json.dumps({"text": f"a calibration sample, number {row}"}) + "\n"
-                                                     for row in range(CALIBRATION_ROWS)))
-    yield
-    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+    with temporary_namespace(sandbox, NAMESPACE):
+        hub.download("meta-llama/Llama-3.1-8B-Instruct", _claim_on_host(sandbox, "weights") / "llama-8b")
+        calibration = _claim_on_host(sandbox, "datasets") / "calibration"
+        calibration.mkdir(parents=True)
+        (calibration / "train.jsonl").write_text("".join(json.dumps({"text": f"a calibration sample, number {row}"})
+                                                         + "\n" for row in range(CALIBRATION_ROWS)))
+        yield
 
 
 def test_an_fp8_build_from_a_claim_calibrates_on_the_set_from_a_claim_and_serves(sandbox, claims):

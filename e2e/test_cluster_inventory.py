@@ -12,7 +12,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import L40S_NODE, LLMFLEET, condition, wait_for, wait_until_ready
+from conftest import condition, L40S_NODE, LLMFLEET, temporary_namespace, wait_for, wait_until_ready
 from llmfleet_sandbox.manager import DEMO_MANIFEST
 
 NAMESPACE = "inventory"
@@ -55,9 +55,8 @@ def _get(sandbox, name: str) -> dict:
 
 @pytest.fixture(scope="module", autouse=True)
 def inventory_namespace(sandbox, operator):
-    sandbox.kubectl("create", "namespace", NAMESPACE)
-    yield NAMESPACE
-    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+    with temporary_namespace(sandbox, NAMESPACE):
+        yield NAMESPACE
 
 
 def test_a_spec_lands_on_the_gpu_type_the_cluster_has_and_a_shortfall_serves_what_fits(sandbox):

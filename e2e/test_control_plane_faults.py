@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import OPERATOR_FAILURE, service_target, small_batch_70b, stop_load, wait_for, wait_until_ready
+from conftest import OPERATOR_FAILURE, service_target, small_batch_70b, stop_load, temporary_namespace, wait_for, wait_until_ready
 from llmfleet.handlers import WATCH_INACTIVITY_TIMEOUT_S
 from llmfleet.render.identity import kubectl_kinds
 from llmfleet_sandbox import certs
@@ -54,9 +54,8 @@ CHANGE_BOUND_S = 90
 
 @pytest.fixture(scope="module")
 def namespace(sandbox, operator):
-    sandbox.kubectl("create", "namespace", NAMESPACE)
-    yield NAMESPACE
-    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
+    with temporary_namespace(sandbox, NAMESPACE):
+        yield NAMESPACE
 
 
 def _deployment_replicas(sandbox, name: str) -> list[int]:

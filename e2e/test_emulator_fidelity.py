@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import llm_deployment, service_target, wait_until_ready
+from conftest import llm_deployment, service_target, temporary_namespace, wait_until_ready
 from llmfleet_sandbox.emulator.profile import engine_profile
 from llmfleet.simulation.timing import expected_mean_tpot_ms, expected_ttft_ms
 
@@ -99,11 +99,10 @@ def sweep(engine: Engine, output_dir: Path, *flags: str) -> dict:
 
 @pytest.fixture(scope="module")
 def engine(sandbox, operator):
-    sandbox.kubectl("create", "namespace", NAMESPACE)
-    sandbox.apply([MANIFEST], namespace=NAMESPACE)
-    wait_until_ready(sandbox, NAME, NAMESPACE)
-    yield Engine(sandbox)
-    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+    with temporary_namespace(sandbox, NAMESPACE):
+        sandbox.apply([MANIFEST], namespace=NAMESPACE)
+        wait_until_ready(sandbox, NAME, NAMESPACE)
+        yield Engine(sandbox)
 
 
 def test_low_load_ttft_and_tpot_match_the_profile(engine, tmp_path):

@@ -28,7 +28,7 @@ import sys
 
 import pytest
 
-from conftest import LLMFLEET, service_target, small_batch_70b, stop_load, wait_for, wait_until_ready
+from conftest import LLMFLEET, service_target, small_batch_70b, stop_load, temporary_namespace, wait_for, wait_until_ready
 
 pytestmark = pytest.mark.long_running
 
@@ -37,9 +37,8 @@ NAMESPACE = "faults"
 
 @pytest.fixture(scope="module")
 def faults_namespace(sandbox, operator):
-    sandbox.kubectl("create", "namespace", NAMESPACE)
-    yield NAMESPACE
-    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
+    with temporary_namespace(sandbox, NAMESPACE):
+        yield NAMESPACE
 
 
 def _get(sandbox, name: str) -> dict:

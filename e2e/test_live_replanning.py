@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import LLMFLEET, service_target, small_batch_70b, stop_load, wait_for, wait_until_ready
+from conftest import LLMFLEET, service_target, small_batch_70b, stop_load, temporary_namespace, wait_for, wait_until_ready
 
 pytestmark = pytest.mark.long_running
 
@@ -23,9 +23,8 @@ PROMPT_TOKENS = 128
 
 @pytest.fixture(scope="module", autouse=True)
 def live_namespace(sandbox, operator):
-    sandbox.kubectl("create", "namespace", NAMESPACE)
-    yield NAMESPACE
-    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+    with temporary_namespace(sandbox, NAMESPACE):
+        yield NAMESPACE
 
 
 def _status(sandbox, name: str) -> dict:

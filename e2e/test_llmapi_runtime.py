@@ -13,7 +13,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import llm_deployment, service_target, wait_for, wait_until_ready
+from conftest import llm_deployment, service_target, temporary_namespace, wait_for, wait_until_ready
 from llmfleet.render.identity import kubectl_kinds
 from llmfleet.catalog.client_record import load_client_record
 from llmfleet_sandbox import hub, objectstore
@@ -31,10 +31,9 @@ MANIFEST = llm_deployment(
 
 @pytest.fixture(scope="module")
 def ready_deployment(sandbox, operator):
-    sandbox.kubectl("create", "namespace", NAMESPACE)
-    sandbox.apply([MANIFEST], namespace=NAMESPACE)
-    yield wait_until_ready(sandbox, NAME, NAMESPACE)
-    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+    with temporary_namespace(sandbox, NAMESPACE):
+        sandbox.apply([MANIFEST], namespace=NAMESPACE)
+        yield wait_until_ready(sandbox, NAME, NAMESPACE)
 
 
 def test_fp8_is_served_from_the_published_checkpoint_without_an_engine_build(sandbox, ready_deployment):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import small_batch_70b, wait_for, wait_until_ready
+from conftest import small_batch_70b, temporary_namespace, wait_for, wait_until_ready
 from llmfleet_sandbox import prometheus
 
 NAMESPACE = "guarded"
@@ -51,17 +51,14 @@ def _policy_spec() -> dict:
 
 @pytest.fixture(scope="module")
 def serving_pod(sandbox, operator) -> dict:
-    for namespace in (NAMESPACE, OTHER_NAMESPACE):
-        sandbox.kubectl("create", "namespace", namespace)
-    sandbox.apply([small_batch_70b(NAME, NAMESPACE, slo_ttft_p99_ms=2000, networkPolicy=_policy_spec())],
-                  namespace=NAMESPACE)
-    wait_until_ready(sandbox, NAME, NAMESPACE, timeout=300)
-    wait_for(lambda: _policies(sandbox), 30, "the rendered NetworkPolicy")
-    pods = sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "-l",
-                                f"llmfleet.io/deployment={NAME},app.kubernetes.io/component=server")["items"]
-    yield pods[0]
-    for namespace in (NAMESPACE, OTHER_NAMESPACE):
-        sandbox.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+    with temporary_namespace(sandbox, NAMESPACE), temporary_namespace(sandbox, OTHER_NAMESPACE):
+        sandbox.apply([small_batch_70b(NAME, NAMESPACE, slo_ttft_p99_ms=2000, networkPolicy=_policy_spec())],
+                      namespace=NAMESPACE)
+        wait_until_ready(sandbox, NAME, NAMESPACE, timeout=300)
+        wait_for(lambda: _policies(sandbox), 30, "the rendered NetworkPolicy")
+        pods = sandbox.kubectl_json("get", "pods", "-n", NAMESPACE, "-l",
+                                    f"llmfleet.io/deployment={NAME},app.kubernetes.io/component=server")["items"]
+        yield pods[0]
 
 
 def _policies(sandbox) -> list[dict]:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from conftest import condition, llm_deployment, service_target, wait_for
+from conftest import condition, llm_deployment, service_target, temporary_namespace, wait_for
 from llmfleet.render.identity import kubectl_kinds
 from operator_fixtures import REPO_ROOT
 
@@ -38,11 +38,10 @@ def chat_deployment(name: str, tpot_p99_ms: int) -> dict:
 
 @pytest.fixture(scope="module", autouse=True)
 def serving_namespace(sandbox, operator):
-    sandbox.kubectl("create", "namespace", NAMESPACE)
-    # Every rendered pod must pass the restricted Pod Security Standard, enforced by the apiserver.
-    sandbox.kubectl("label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted")
-    yield NAMESPACE
-    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+    with temporary_namespace(sandbox, NAMESPACE):
+        # Every rendered pod must pass the restricted Pod Security Standard, enforced by the apiserver.
+        sandbox.kubectl("label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted")
+        yield NAMESPACE
 
 
 def _get(sandbox, name: str) -> dict:
@@ -260,15 +259,14 @@ def test_delete_garbage_collects_children(sandbox, operator):
 def test_a_namespace_with_llm_deployments_is_deleted_promptly(sandbox, operator):
     """The operator keeps no finalizer (no per-object timers), so nothing holds the namespace
     Terminating, even under the namespace pattern this operator watches with."""
-    sandbox.kubectl("create", "namespace", "short-lived")
-    body = chat_deployment("doomed", tpot_p99_ms=40)
-    body["metadata"]["namespace"] = "short-lived"
-    sandbox.apply([body], namespace="short-lived")
-    planned = wait_for(lambda: (condition(stored := sandbox.kubectl_json("get", "llmdeployment", "doomed", "-n",
-                                                                           "short-lived"), "Planned") or {}
-                                ).get("status") == "True" and stored, 60, "Planned=True")
-    assert not planned["metadata"].get("finalizers")
-    sandbox.kubectl("delete", "namespace", "short-lived", "--wait=false")
+    with temporary_namespace(sandbox, "short-lived"):
+        body = chat_deployment("doomed", tpot_p99_ms=40)
+        body["metadata"]["namespace"] = "short-lived"
+        sandbox.apply([body], namespace="short-lived")
+        planned = wait_for(lambda: (condition(stored := sandbox.kubectl_json("get", "llmdeployment", "doomed", "-n",
+                                                                               "short-lived"), "Planned") or {}
+                                    ).get("status") == "True" and stored, 60, "Planned=True")
+        assert not planned["metadata"].get("finalizers")
 
     def gone() -> bool:
         return "NotFound" in sandbox.kubectl("get", "namespace", "short-lived", check=False)

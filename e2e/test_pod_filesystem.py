@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from conftest import wait_for
+from conftest import temporary_namespace, wait_for
 from triton_fixtures import GPU_TOLERATION, TRITON_IMAGE
 
 NAMESPACE = "pod-filesystem"
@@ -68,14 +68,13 @@ def _http(url: str, body: dict | None = None) -> tuple[int, dict | None]:
 
 @pytest.fixture(scope="module")
 def namespace(sandbox):
-    sandbox.kubectl("create", "namespace", NAMESPACE)
-    # Pods are admitted once the default ServiceAccount exists; its token mount needs the CA.
-    wait_for(lambda: sandbox.kubectl("get", "serviceaccount", "default", "-n", NAMESPACE, check=False)
-             .startswith("NAME"), 30, "the default ServiceAccount")
-    wait_for(lambda: sandbox.kubectl("get", "configmap", "kube-root-ca.crt", "-n", NAMESPACE,
-                                     check=False).startswith("NAME"), 30, "the kube-root-ca.crt ConfigMap")
-    yield NAMESPACE
-    sandbox.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
+    with temporary_namespace(sandbox, NAMESPACE):
+        # Pods are admitted once the default ServiceAccount exists; its token mount needs the CA.
+        wait_for(lambda: sandbox.kubectl("get", "serviceaccount", "default", "-n", NAMESPACE, check=False)
+                 .startswith("NAME"), 30, "the default ServiceAccount")
+        wait_for(lambda: sandbox.kubectl("get", "configmap", "kube-root-ca.crt", "-n", NAMESPACE,
+                                         check=False).startswith("NAME"), 30, "the kube-root-ca.crt ConfigMap")
+        yield NAMESPACE
 
 
 def test_triton_started_by_a_shell_serves_a_model_from_a_config_map(sandbox, namespace):

@@ -20,6 +20,7 @@ from conftest import (
     served_every_request,
     spanning_405b,
     steady_load,
+    temporary_namespace,
     wait_for,
     wait_until_ready,
 )
@@ -58,12 +59,11 @@ def group_pods(sandbox) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def deployed(sandbox, operator):
-    sandbox.kubectl("create", "namespace", NAMESPACE)
-    sandbox.apply([spanning(), single()], namespace=NAMESPACE)
-    wait_until_ready(sandbox, SINGLE, NAMESPACE, timeout=300)
-    wait_until_ready(sandbox, SPANNING, NAMESPACE, timeout=600)
-    yield
-    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=180s", check=False)
+    with temporary_namespace(sandbox, NAMESPACE, wait_s=180):
+        sandbox.apply([spanning(), single()], namespace=NAMESPACE)
+        wait_until_ready(sandbox, SINGLE, NAMESPACE, timeout=300)
+        wait_until_ready(sandbox, SPANNING, NAMESPACE, timeout=600)
+        yield
 
 
 def test_a_replica_spanning_two_nodes_is_ready_and_serves_through_its_service(sandbox, deployed, tmp_path):

@@ -14,12 +14,13 @@ from datetime import datetime, timezone
 import pytest
 
 from conftest import (
-    L40S_NODE,
-    LLMFLEET,
     fault_the_new_revision,
+    L40S_NODE,
     llm_deployment,
+    LLMFLEET,
     service_target,
     stop_load,
+    temporary_namespace,
     wait_for,
     wait_until_ready,
     watch_phases,
@@ -45,11 +46,10 @@ def manifest(name: str, engine_revision: str, steps: list[dict], quality: dict |
 
 @pytest.fixture(scope="module", autouse=True)
 def rollout_namespace(sandbox, operator):
-    sandbox.kubectl("create", "namespace", NAMESPACE)
-    # Every rendered pod must pass the restricted Pod Security Standard, enforced by the apiserver.
-    sandbox.kubectl("label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted")
-    yield NAMESPACE
-    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+    with temporary_namespace(sandbox, NAMESPACE):
+        # Every rendered pod must pass the restricted Pod Security Standard, enforced by the apiserver.
+        sandbox.kubectl("label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted")
+        yield NAMESPACE
 
 
 def _deployment(sandbox, name: str) -> dict:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
+from conftest import temporary_namespace, wait_for
 from triton_fixtures import GPU_TOLERATION
 
 NAMESPACE = "lws-e2e"
@@ -134,10 +134,9 @@ print(json.dumps({{"hostname": socket.gethostname(), "resolved": socket.gethostb
 
 @pytest.fixture(scope="module")
 def leader_worker_set(sandbox):
-    sandbox.kubectl("create", "namespace", NAMESPACE)
-    sandbox.apply([LEADER_WORKER_SET], namespace=NAMESPACE)
-    yield
-    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=true", timeout=180)
+    with temporary_namespace(sandbox, NAMESPACE, wait_s=180):
+        sandbox.apply([LEADER_WORKER_SET], namespace=NAMESPACE)
+        yield
 
 
 def test_a_group_spans_two_nodes_and_the_worker_reaches_the_leader_by_its_lws_address(sandbox, leader_worker_set):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import wait_for
+from conftest import temporary_namespace, wait_for
 from triton_fixtures import GPU_TOLERATION
 
 NAMESPACE = "storage-e2e"
@@ -38,20 +38,19 @@ def _phase(sandbox, name: str) -> str:
 @pytest.fixture(scope="module")
 def bound_claim(sandbox):
     """The operator's engine-cache claim, as the chart writes it (no storageClassName)."""
-    sandbox.kubectl("create", "namespace", NAMESPACE)
-    # Pods are admitted only once the namespace's default ServiceAccount exists.
-    wait_for(lambda: sandbox.kubectl("get", "serviceaccount", "default", "-n", NAMESPACE, check=False)
-             .startswith("NAME"), 30, "the default ServiceAccount")
-    sandbox.apply([{"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CLAIM},
-                    "spec": {"accessModes": ["ReadWriteMany"],
-                             "resources": {"requests": {"storage": "50Gi"}}}}], namespace=NAMESPACE)
+    with temporary_namespace(sandbox, NAMESPACE):
+        # Pods are admitted only once the namespace's default ServiceAccount exists.
+        wait_for(lambda: sandbox.kubectl("get", "serviceaccount", "default", "-n", NAMESPACE, check=False)
+                 .startswith("NAME"), 30, "the default ServiceAccount")
+        sandbox.apply([{"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CLAIM},
+                        "spec": {"accessModes": ["ReadWriteMany"],
+                                 "resources": {"requests": {"storage": "50Gi"}}}}], namespace=NAMESPACE)
 
-    def bound():
-        claim = sandbox.kubectl_json("get", "pvc", "-n", NAMESPACE, CLAIM)
-        return claim if claim.get("status", {}).get("phase") == "Bound" else None
+        def bound():
+            claim = sandbox.kubectl_json("get", "pvc", "-n", NAMESPACE, CLAIM)
+            return claim if claim.get("status", {}).get("phase") == "Bound" else None
 
-    yield wait_for(bound, 30, "the claim to be Bound")
-    sandbox.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
+        yield wait_for(bound, 30, "the claim to be Bound")
 
 
 def test_claim_without_a_class_gets_the_default_class_and_binds(sandbox, bound_claim):

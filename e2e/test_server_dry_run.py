@@ -12,6 +12,7 @@ import subprocess
 import pytest
 import yaml
 
+from conftest import temporary_namespace
 from llmfleet.api import LLMDeployment
 from llmfleet.catalog.release_record import release_for
 from llmfleet.planner import plan
@@ -58,9 +59,8 @@ def _real_manifests(runtime: str, gpu_type: str, tensor_parallel_size: int) -> l
 
 @pytest.fixture(scope="module")
 def namespace(sandbox):
-    sandbox.kubectl("create", "namespace", NAMESPACE)
-    yield NAMESPACE
-    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+    with temporary_namespace(sandbox, NAMESPACE):
+        yield NAMESPACE
 
 
 @pytest.mark.parametrize("tensor_parallel_size", TENSOR_PARALLEL_SIZES)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import SCRAPE_INTERVAL_S, small_batch_70b
+from conftest import SCRAPE_INTERVAL_S, small_batch_70b, temporary_namespace
 from llmfleet.simulation.routing import ROUND_ROBIN
 from simulation_agreement import Traffic, compare
 
@@ -32,9 +32,8 @@ ROUTING = ROUND_ROBIN
 
 @pytest.fixture(scope="module", autouse=True)
 def agreement_namespace(sandbox, operator):
-    sandbox.kubectl("create", "namespace", NAMESPACE)
-    yield NAMESPACE
-    sandbox.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+    with temporary_namespace(sandbox, NAMESPACE):
+        yield NAMESPACE
 
 
 def test_a_climb_and_fall_simulated_comes_to_the_live_runs_attainment_and_replica_seconds(sandbox, tmp_path):
