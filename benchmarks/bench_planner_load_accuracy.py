@@ -6,7 +6,8 @@ and factors, two ways:
 - at the measured rate (requests/s = output tokens/s / output length), the open-loop model the planner
   sizes fleets with (`predict_at_load`, `steady_step_seconds`): mean TPOT (the decode batch Little's
   law builds, rate x output length x TPOT, is off by the same ratio, so it is not listed), mean TTFT (Poisson arrivals; the measurement is a closed loop, whose arrivals are more
-  regular, so the model's queueing should come out at or above it);
+  regular, so the model's queueing should come out at or above it); and the model's p99 TTFT over the
+  measured mean TTFT, which must not be under 1 (a p99 below the mean is wrong whatever the tail);
 - at the measured concurrency, the closed-loop model of `llmfleet estimate` (`predict_at_concurrency`);
 and the replica's saturation throughput against the sweep's plateau. It prints, for the fit set and
 the check set apart, each row and each quantity's median estimate/measured.
@@ -44,7 +45,8 @@ SETS = ("fit", "check")
 MAX_BATCH_SIZE, MAX_NUM_TOKENS, KV_FREE_FRACTION = 2048, 8192, 0.9
 # A row is on the sweep's plateau (its capacity) within this share of the sweep's highest throughput.
 PLATEAU_SHARE = 0.98
-QUANTITIES = ("TPOT at rate", "mean TTFT at rate", "TPOT closed loop", "mean TTFT closed loop")
+QUANTITIES = ("TPOT at rate", "mean TTFT at rate", "p99 TTFT at rate over mean", "TPOT closed loop",
+              "mean TTFT closed loop")
 LOG_HEADER = """# Planner latency under load: every reading
 
 Appended by `benchmarks/bench_planner_load_accuracy.py` on every run: median estimate/measured per
@@ -53,8 +55,8 @@ measured load overloaded), and the saturation throughput over the sweep's platea
 a check only until its first reading after a change of the model; a reading taken while choosing a
 change spends it, and the report must then say so.
 
-| when | commit | set | rows | TPOT at rate | mean TTFT at rate | TPOT closed loop | mean TTFT closed loop | capacity |
-|---|---|---|---:|---:|---:|---:|---:|---:|
+| when | commit | set | rows | TPOT at rate | mean TTFT at rate | p99 TTFT at rate over mean | TPOT closed loop | mean TTFT closed loop | capacity |
+|---|---|---|---:|---:|---:|---:|---:|---:|---:|
 """
 sys.path.insert(0, str(REPO / "benchmarks"))
 
@@ -122,12 +124,14 @@ def estimate(engine: Engine, row: Row) -> Outcome:
     estimated = {
         "TPOT at rate": math.inf if tau is None else tau * 1000,
         "mean TTFT at rate": at_rate.ttft_mean_ms,
+        "p99 TTFT at rate over mean": at_rate.ttft_p99_ms,
         "TPOT closed loop": tpot_closed_s * 1000,
         "mean TTFT closed loop": ttft_closed_s * 1000,
     }
     measured = {
         "TPOT at rate": row.itl_mean_ms,
-        "mean TTFT at rate": row.ttft_mean_ms, "TPOT closed loop": row.itl_mean_ms,
+        "mean TTFT at rate": row.ttft_mean_ms, "p99 TTFT at rate over mean": row.ttft_mean_ms,
+        "TPOT closed loop": row.itl_mean_ms,
         "mean TTFT closed loop": row.ttft_mean_ms,
     }
     return Outcome(row, estimated, measured)
