@@ -25,6 +25,7 @@ BENCHMARKS = (
     ("bench_plan_layouts.py", "plan-layouts.md"),
     ("fit_calibration.py", "calibration.md"),
     ("bench_planner_accuracy_moe.py", "planner-accuracy-moe.md"),
+    ("bench_planner_load_accuracy.py", "planner-load-accuracy.md"),
     ("bench_planner_vs_emulator.py", "planner-vs-emulator.md"),
     ("bench_emulator.py", "emulator.md"),
     ("bench_reconcile.py", "reconcile.md"),

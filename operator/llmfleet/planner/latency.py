@@ -444,6 +444,8 @@ def poisson_p99(mean: float) -> int:
 @dataclass(frozen=True)
 class LoadPrediction:
     ttft_p99_ms: float
+    # The mean the p99 is built on (each part's mean); what a mean-TTFT measurement checks.
+    ttft_mean_ms: float
     tpot_p99_ms: float
     queue_wait_p99_ms: float
     decode_batch: float
@@ -475,11 +477,11 @@ def predict_at_load(engine: Engine, requests_per_sec: float, input_tokens_mean: 
     decode_context = input_tokens_mean + output_tokens_mean / 2
     tau = steady_step_seconds(engine, rate, new_mean, prefix, output_tokens_mean, decode_context)
     if tau is None:
-        return LoadPrediction(math.inf, math.inf, math.inf, math.inf, 0,
+        return LoadPrediction(math.inf, math.inf, math.inf, math.inf, math.inf, 0,
                               f"overloaded: {rate:.3g} req/s exceeds what one replica can process")
     batch = rate * output_tokens_mean * tau
     if batch >= engine.max_num_tokens:
-        return LoadPrediction(math.inf, math.inf, math.inf, batch, 0,
+        return LoadPrediction(math.inf, math.inf, math.inf, math.inf, batch, 0,
                               f"overloaded: a decode batch of {batch:.0f} leaves no room in max_num_tokens "
                               f"{engine.max_num_tokens} for prompts")
     # Active decode sequences of an M/G/inf system are Poisson distributed.
@@ -489,7 +491,7 @@ def predict_at_load(engine: Engine, requests_per_sec: float, input_tokens_mean: 
     occupancy = prompt_occupancy_seconds(engine, new_mean, prefix, batch, decode_context, rate * tau * new_mean)
     rho = rate * occupancy
     if rho >= 1:
-        return LoadPrediction(math.inf, math.inf, math.inf, batch, concurrency_p99,
+        return LoadPrediction(math.inf, math.inf, math.inf, math.inf, batch, concurrency_p99,
                               f"overloaded: prompts need {rho:.0%} of the engine")
     cv = lognormal_cv(input_tokens_mean, input_tokens_p99)
     occupancy_second_moment = occupancy ** 2 * (1 + cv ** 2)
@@ -506,7 +508,7 @@ def predict_at_load(engine: Engine, requests_per_sec: float, input_tokens_mean: 
                  f"the {slots} sequences of p99 context {input_tokens_p99 + output_tokens_p99:.0f} tokens "
                  "the KV cache holds")
         kind = "overloaded" if slots == engine.max_batch_size else "KV cache"
-        return LoadPrediction(math.inf, math.inf, math.inf, batch, concurrency_p99,
+        return LoadPrediction(math.inf, math.inf, math.inf, math.inf, batch, concurrency_p99,
                               f"{kind}: {slots_in_use:.1f} requests in flight on average need more than {holds}")
     slot_wait_mean, slot_wait_p99 = slot_wait_seconds(slots, slots_in_use, slot_hold_s)
     ttft_mean = slot_wait_mean + wait_mean + base_step / 2 + prefill_mean
@@ -515,6 +517,7 @@ def predict_at_load(engine: Engine, requests_per_sec: float, input_tokens_mean: 
     interference_sd = math.sqrt(rate * decode_steps * tau * occupancy_second_moment) / decode_steps
     return LoadPrediction(
         ttft_p99_ms=(ttft_mean + excess) * 1000,
+        ttft_mean_ms=ttft_mean * 1000,
         tpot_p99_ms=(tau + Z_P99 * interference_sd) * 1000,
         queue_wait_p99_ms=wait_p99 * 1000,
         decode_batch=batch,
