@@ -8,7 +8,8 @@ chart's ServiceAccount, leader-elected like a chart replica; the apiserver's aud
 counts its requests.
 
 Phases: a burst of `--count` creates (apply to the last child, the PodDisruptionBudget,
-existing: p50/p99, and the operator's writes per deployment); settling (until every build
+existing: p50/p99, the operator's writes per deployment, and what API Priority and Fairness,
+on as in every cluster, refused it with 429 and how it backed off); settling (until every build
 Job has its pod and every deployment's status has seen its Job, so that the Job controller
 and the operator have caught up, and then the operator has written nothing for 15 s); a steady window (requests per second by verb and resource,
 goal: no writes); `--single` more deployments applied one at a time onto the settled ones
@@ -61,6 +62,11 @@ QUIET_SECONDS = 15  # settled: every build Job has its pod, then no write by the
 SETTLE_TIMEOUT_SECONDS = 1800
 OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{SERVICE_ACCOUNT}"
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
+THROTTLED = 429  # what API Priority and Fairness answers a request it will not queue
+# What the operator logs when it sends a throttled request again (k8s/gateway.py) and when a
+# pass failed and waits for its back-off (handlers.py).
+SENT_AGAIN = "sending it again"
+BACKED_OFF = "failed (passed again in"
 
 
 def manifest(name: str) -> dict:
@@ -146,7 +152,8 @@ class OperatorAudit:
 
     def __init__(self, path: Path):
         self.path, self.offset = path, 0
-        self.requests: list[tuple[float, str, str]] = []  # (unix seconds, verb, resource[/subresource])
+        # (unix seconds, verb, resource[/subresource], response code)
+        self.requests: list[tuple[float, str, str, int | None]] = []
 
     def read(self) -> None:
         with self.path.open() as log:
@@ -161,15 +168,31 @@ class OperatorAudit:
                 target = event.get("objectRef") or {}
                 received = datetime.datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
                 self.requests.append((received.timestamp(), event["verb"],
-                                      "/".join(filter(None, (target.get("resource"), target.get("subresource"))))))
+                                      "/".join(filter(None, (target.get("resource"), target.get("subresource")))),
+                                      (event.get("responseStatus") or {}).get("code")))
 
     def counts(self, since_s: float, until_s: float) -> Counter:
         """Requests by (verb, resource) in [since_s, until_s)."""
-        return Counter((verb, resource) for at, verb, resource in self.requests if since_s <= at < until_s)
+        return Counter((verb, resource) for at, verb, resource, _ in self.requests if since_s <= at < until_s)
+
+    def throttled(self, since_s: float, until_s: float) -> int:
+        """The operator's requests in [since_s, until_s) that API Priority and Fairness refused (429)."""
+        return sum(1 for at, _, _, code in self.requests if since_s <= at < until_s and code == THROTTLED)
 
     def last_write_s(self) -> float:
-        return max((at for at, verb, resource in self.requests
+        return max((at for at, verb, resource, _ in self.requests
                     if verb in WRITE_VERBS and resource != "leases"), default=0.0)
+
+
+def rejected_by_priority_level(sandbox: Sandbox) -> Counter:
+    """apiserver_flowcontrol_rejected_requests_total summed by priority level (all reasons)."""
+    rejected = Counter()
+    for line in sandbox.kubectl("get", "--raw", "/metrics").splitlines():
+        if line.startswith("apiserver_flowcontrol_rejected_requests_total{"):
+            labels, value = line.rsplit(" ", 1)
+            level = labels.split('priority_level="', 1)[1].split('"', 1)[0]
+            rejected[level] += int(float(value))
+    return rejected
 
 
 def events_by_reason(core, since_s: float, until_s: float) -> Counter:
@@ -244,6 +267,7 @@ def main() -> int:
                                                        manifest(name))
                 created[name] = time.monotonic()
 
+            rejected_before, log_offset = rejected_by_priority_level(sandbox), operator.log_size()
             burst = [f"scale-{index:04d}" for index in range(args.count)]
             print(f"creating {args.count} LLMDeployments at once", file=sys.stderr, flush=True)
             burst_started, burst_started_unix = time.monotonic(), time.time()
@@ -281,6 +305,10 @@ def main() -> int:
             burst_writes = Counter({key: count for key, count in
                                     audit.counts(burst_started_unix, time.time()).items()
                                     if key[0] in WRITE_VERBS and key[1] != "leases"})
+            burst_throttled = audit.throttled(burst_started_unix, time.time())
+            rejected = rejected_by_priority_level(sandbox) - rejected_before
+            burst_log = operator.log_since(log_offset)
+            sent_again, backed_off = burst_log.count(SENT_AGAIN), burst_log.count(BACKED_OFF)
             rss_settled, sockets_settled = rss_mib(operator.process.pid), open_sockets(operator.process.pid)
             rss_burst_peak, sockets_burst_peak = sampler.peaks(burst_started, time.monotonic())
             sampler.stop.set()
@@ -325,7 +353,7 @@ def main() -> int:
         "burst_p50": statistics.median(burst_latencies_s), "burst_p99": percentile(burst_latencies_s, 0.99),
         "all_children_s": all_children_s, "settled": settled_s, "writes": writes,
         "single_p50": single_p50, "single_p99": single_p99, "rss_settled": rss_settled,
-        "recovery_s": recovery_s}
+        "recovery_s": recovery_s, "throttled": burst_throttled}
     append_to_log(measured, args, figures)
     lines = [
         "# Scale benchmarks", "",
@@ -355,7 +383,13 @@ def main() -> int:
         f"{rss_burst_peak:.0f} MiB / {sockets_burst_peak} / {sockets_settled} | report |",
         f"| operator restart with all {total} Services deleted meanwhile, to all restored | {recovery_s:.0f} s "
         "| report |",
+        f"| the burst under API Priority and Fairness: the operator's requests refused with 429 / sent again "
+        f"after its Retry-After / passes that failed and waited for their back-off | {burst_throttled} / "
+        f"{sent_again} / {backed_off} | report |",
         "",
+        "Requests the apiserver refused in the burst, by priority level (everyone's, from "
+        "`apiserver_flowcontrol_rejected_requests_total`): "
+        + (", ".join(f"{level} {n}" for level, n in rejected.most_common()) or "none") + ". "
         "The burst's writes per deployment by verb and resource: "
         + described(per_second(burst_writes, args.count), 1) + ". "
         f"Steady-state requests per second besides the Lease: {described(steady)}. Events written in "
