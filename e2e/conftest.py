@@ -197,14 +197,27 @@ def spanning_405b(name: str, namespace: str, **spec) -> dict:
 @contextmanager
 def temporary_namespace(sandbox: "Sandbox", name: str, wait_s: int = 0):
     """A namespace for a module's or a test's objects, deleted when it is done, also when the
-    setup inside fails: in the background, or waited for up to `wait_s` where the next module
-    needs what its pods held (whole nodes)."""
+    setup inside fails: in the background (a sandbox takes about a minute to end a namespace's
+    serving pods), or waited for up to `wait_s` where the next module needs what its pods held
+    (whole nodes). A module that needs whole nodes itself waits for its predecessors:
+    `no_namespace_terminating`."""
     sandbox.kubectl("create", "namespace", name)
     try:
         yield name
     finally:
         sandbox.kubectl("delete", "namespace", name, "--ignore-not-found",
                         *(("--wait=true", f"--timeout={wait_s}s") if wait_s else ("--wait=false",)), check=False)
+
+
+def no_namespace_terminating(sandbox: "Sandbox", timeout_s: float = 180) -> None:
+    """Wait until no namespace of the sandbox is still being deleted: the modules before this one
+    on its worker delete theirs in the background, and their pods hold GPUs until they end. Seen
+    once: test_operator, run right after test_rollout, got no new revision within 30 s for a plan
+    that needs a whole node, where alone it passed (the held GPUs are the likely cause, not shown)."""
+    def none_terminating():
+        namespaces = sandbox.kubectl_json("get", "namespaces")["items"]
+        return not [n for n in namespaces if (n.get("status") or {}).get("phase") == "Terminating"]
+    wait_for(none_terminating, timeout_s, "the namespaces of earlier modules to be deleted")
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.25):
