@@ -26,8 +26,8 @@ CLIMB = Traffic.scheduled("ramp:0:0.5,30:0.5,150:5,210:5,240:0.5", 330)
 # pool of connections and sends each request on the one freed last, so a replica that answers
 # sooner gets the next request; the simulator routes each request at random and does not model
 # that client (open in issue 30). With the same arrivals, simulated attainment over twelve routing
-# seeds spread 95.1-98.5 % where the live run kept 99.87 % (the pool is the likely reason, not yet
-# shown); in turn, the pool changes nothing.
+# seeds spread 95.1-98.5 % where the live run kept 99.87 % (why is open: docs/simulate.md); in
+# turn, both agreed before.
 ROUTING = ROUND_ROBIN
 
 
