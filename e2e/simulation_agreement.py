@@ -60,6 +60,8 @@ class LiveRun:
     ready_changes: list[tuple[float, int]]
     scaling_events: list[str]  # the operator's scaling events, oldest first
     speed_factor: float | None  # the speed the autoscaler's capacity was modelled at, at the end
+    plan: str | None  # status.plan.summary: the engine served
+    tpot_p50_ms: float | None  # the client's median time per output token
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,8 @@ class Agreement:
                 f"(limit {100 * REPLICA_SECONDS_RATIO_LIMIT:g} %); live replica changes (s, replicas) "
                 f"{[(round(t), n) for t, n in self.live_run.replica_changes]}, ready "
                 f"{[(round(t), n) for t, n in self.live_run.ready_changes]} at speed factor "
-                f"{self.live_run.speed_factor}: {self.live_run.scaling_events}; simulated "
+                f"{self.live_run.speed_factor}, plan {self.live_run.plan!r}, client TPOT p50 "
+                f"{self.live_run.tpot_p50_ms} ms: {self.live_run.scaling_events}; simulated "
                 f"{[(s['time_s'], s['to_replicas'], s['reason']) for s in self.simulated_scaling]}")
 
 
@@ -136,8 +139,10 @@ def run_live(sandbox, manifest: dict, traffic: Traffic, slo_ttft_ms: float, outp
                sorted(events, key=lambda event: event["lastTimestamp"] or "") if event["reason"] in SCALINGS]
     ready = [(sample.seconds, sample.ready) for sample in watcher.samples if sample.ready is not None]
     ready_changes = [(t, n) for (_, before), (t, n) in zip(ready, ready[1:]) if n != before]
+    tpots = sorted(float(r["tpot_ms"]) for r in requests if r["status"] == "ok" and r["tpot_ms"])
     return LiveRun(outcome, watcher.replica_changes(), ready_changes, scaling,
-                   ((status.get("autoscaler") or {}).get("inputs") or {}).get("speedFactor"))
+                   ((status.get("autoscaler") or {}).get("inputs") or {}).get("speedFactor"),
+                   (status.get("plan") or {}).get("summary"), tpots[len(tpots) // 2] if tpots else None)
 
 
 def run_simulated(manifest: dict, traffic: Traffic, scrape_interval_s: float, output: Path,
