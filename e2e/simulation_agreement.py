@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import statistics
 import subprocess
 import threading
 import time
@@ -139,10 +140,10 @@ def run_live(sandbox, manifest: dict, traffic: Traffic, slo_ttft_ms: float, outp
                sorted(events, key=lambda event: event["lastTimestamp"] or "") if event["reason"] in SCALINGS]
     ready = [(sample.seconds, sample.ready) for sample in watcher.samples if sample.ready is not None]
     ready_changes = [(t, n) for (_, before), (t, n) in zip(ready, ready[1:]) if n != before]
-    tpots = sorted(float(r["tpot_ms"]) for r in requests if r["status"] == "ok" and r["tpot_ms"])
+    tpots = [float(r["tpot_ms"]) for r in requests if r["status"] == "ok" and r["tpot_ms"]]
     return LiveRun(outcome, watcher.replica_changes(), ready_changes, scaling,
                    ((status.get("autoscaler") or {}).get("inputs") or {}).get("speedFactor"),
-                   (status.get("plan") or {}).get("summary"), tpots[len(tpots) // 2] if tpots else None)
+                   (status.get("plan") or {}).get("summary"), round(statistics.median(tpots), 2) if tpots else None)
 
 
 def run_simulated(manifest: dict, traffic: Traffic, scrape_interval_s: float, output: Path,

@@ -9,7 +9,10 @@ from __future__ import annotations
 import pytest
 
 from conftest import SCRAPE_INTERVAL_S, small_batch_70b, temporary_namespace
+from llmfleet.catalog import load_catalog
+from llmfleet.planner.hf_config import architecture_from_hf_config
 from llmfleet.simulation.routing import ROUND_ROBIN
+from llmfleet_sandbox.hub import HUB_REPOS, hf_config
 from simulation_agreement import Traffic, compare
 
 pytestmark = pytest.mark.long_running
@@ -28,17 +31,19 @@ CLIMB = Traffic.scheduled("ramp:0:0.5,30:0.5,150:5,210:5,240:0.5", 330)
 # simulated. One draw of each would miss the 2-point limit too often to be a test; in turn, both
 # sides are one outcome. (An earlier live run at random kept 99.87 %: it served TP2, see below.)
 ROUTING = ROUND_ROBIN
-# Llama 3.1 70B's architecture inline under the base model's repository, not the catalog's
+# Llama 3.1 70B's architecture inline under the base model's repository, imported from the
+# config.json the sandbox's hub serves for it as `llmfleet model import` would, not the catalog's
 # llama-3.1-70b: the operator plans a fresh deployment with the speeds every deployment of its
 # model has learned, and other tests' deployments of llama-3.1-70b learn slow ones (engines slowed
 # on purpose, replicas swamped). At 0.6 of the modelled speed one H100 misses the 50 ms TPOT
-# target and the plan is TP2; in one CI run and one full e2e run the live client saw 23 ms per
-# token (TP2's step; TP1's is 34 ms) and the live fleet scaled later than the simulated one, which
-# knows no other deployment and planned TP1. With a model key of its own it is planned as the
-# simulator plans it; the same numbers give the same plan (`llmfleet plan`).
-LLAMA_70B_INLINE = {"source": "hf://meta-llama/Llama-3.1-70B", "architecture": {
-    "modelClass": "LlamaForCausalLM", "numLayers": 80, "hiddenSize": 8192, "numAttentionHeads": 64, "numKvHeads": 8,
-    "headDim": 128, "vocabSize": 128256, "intermediateSize": 28672, "parameterCountBillions": 70.55}}
+# target and the plan is TP2. In one full e2e run the live client saw 23 ms per token (TP2's step;
+# TP1's is 34 ms), and in one CI run the live fleet scaled 85 s later than the simulated one, which
+# knows no other deployment and plans TP1. With a model key of its own it is planned as the
+# simulator plans it; the same numbers give the same plan and simulation (`llmfleet simulate`).
+BASE_REPOSITORY = "meta-llama/Llama-3.1-70B"
+LLAMA_70B_INLINE = {"source": f"hf://{BASE_REPOSITORY}", "architecture": architecture_from_hf_config(
+    hf_config(load_catalog().model(HUB_REPOS[BASE_REPOSITORY]))).architecture.model_dump(
+        mode="json", by_alias=True, exclude_none=True)}
 
 
 @pytest.fixture(scope="module", autouse=True)
