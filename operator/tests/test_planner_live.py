@@ -38,6 +38,8 @@ def request(workload=CHAT, speed_factors=(), **space) -> PlanRequest:
 
 
 SERVED = plan(request())
+# A histogram fine enough (2 % apart, 1 ms to 5 minutes) that its buckets pin every factor.
+FINE_BOUNDS_MS = tuple(1.02 ** k for k in range(640))
 
 
 def observed_at(factor: float, replicas: int = SERVED.replicas, requests: float = 2000,
@@ -49,9 +51,9 @@ def observed_at(factor: float, replicas: int = SERVED.replicas, requests: float 
     return ObservedWorkload(300, requests, rate, replicas, ttft)
 
 
-def fit(observed: ObservedWorkload, workload: Workload = CHAT):
+def fit(observed: ObservedWorkload, workload: Workload = CHAT, bounds_ms=FINE_BOUNDS_MS):
     return fit_speed_factor(engine_for_plan(request(), SERVED), workload, observed, min_requests=100,
-                            ttft_histogram_top_ms=300_000)
+                            ttft_bounds_ms=bounds_ms)
 
 
 @pytest.mark.parametrize("true_factor", [0.4, 1.0, 2.5])
@@ -66,8 +68,22 @@ def test_no_fit_from_too_few_requests_no_ttft_or_a_ttft_past_the_histogram():
     assert "fewer than the 100" in fit(replace(observed_at(0.5), requests=99)).note
     assert fit(replace(observed_at(0.5), ttft_p99_ms=None)).factor is None
     past_top = fit_speed_factor(engine_for_plan(request(), SERVED), CHAT, observed_at(0.5), min_requests=100,
-                                ttft_histogram_top_ms=1.0)
+                                ttft_bounds_ms=(1.0,))
     assert past_top.factor is None and "top bound" in past_top.note
+
+
+def test_a_p99_read_from_a_wide_bucket_teaches_nothing():
+    """An engine at the model's speed whose requests all fall in one bucket twice as wide as the
+    p99: Prometheus interpolates them to near the bucket's top, which a fit would read as a slow
+    engine (the sandbox's 8B canaries: 15 ms modelled, read as 25 from 10-25 ms, fitted 0.41)."""
+    at_model_speed = observed_at(1.0)
+    ttft_ms = at_model_speed.ttft_p99_ms
+    read_near_the_top = replace(at_model_speed, ttft_p99_ms=ttft_ms * 1.9)
+    coarse = fit(read_near_the_top, bounds_ms=(ttft_ms * 0.8, ttft_ms * 2, 300_000))
+    assert coarse.factor is None and "too coarse to learn from" in coarse.note
+    # The same reading from a bucket a few percent wide is a fit.
+    fine = fit(read_near_the_top, bounds_ms=(ttft_ms * 1.85, ttft_ms * 1.95, 300_000))
+    assert fine.factor is not None and fine.factor < 0.8, fine
 
 
 def test_a_ttft_faster_than_any_plausible_engine_is_clipped_and_said():

@@ -85,7 +85,7 @@ class EndpointPickerFailureMode(str, Enum):
 class LiveReplanning(str, Enum):
     """What the operator does with what live metrics teach it about the plan."""
 
-    OFF = "Off"  # observe nothing beyond what the autoscaler reads
+    OFF = "Off"  # observe nothing beyond what the autoscaler reads; plan with no learned speed
     RECOMMEND = "Recommend"  # learn speeds, write status.recommendation and an event
     AUTOMATIC = "Automatic"  # and serve the recommended plan, rolled out as spec.rollout says
 

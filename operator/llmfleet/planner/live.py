@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Sequence
 
 from llmfleet.api.conditions import Reason
 from llmfleet.catalog import Catalog, load_catalog
@@ -39,6 +39,10 @@ PREFIX_DRIFT = 0.2  # absolute: a share of prompt tokens
 # window's fit cannot send the deployment straight back.
 FEWER_GPUS_SPEED_MARGIN = 0.2
 _BISECTION_STEPS = 40
+# The widest range of speed factors a p99's histogram bucket may allow for a fit to be made: a
+# learned factor moves every later plan of the model, so one that is merely "somewhere between
+# 0.4x and 2x" (a p99 of 15 ms read from a 10-25 ms bucket) must not be learned.
+MAX_SPEED_FIT_SPREAD = 1.5
 
 
 @dataclass(frozen=True)
@@ -130,17 +134,23 @@ def workload_drift(declared: Workload, observed: ObservedWorkload,
 
 
 def fit_speed_factor(engine_at: Callable[[float], Engine], workload: Workload, observed: ObservedWorkload,
-                     *, min_requests: int, ttft_histogram_top_ms: float) -> SpeedFit:
+                     *, min_requests: int, ttft_bounds_ms: Sequence[float]) -> SpeedFit:
     """The speed factor with which the model predicts the observed p99 TTFT at the observed
     per-replica rate and lengths (`workload` with them, `workload_as_observed`). Predicted TTFT
-    falls as the factor rises, so bisection on its logarithm finds it."""
+    falls as the factor rises, so bisection on its logarithm finds it.
+
+    Prometheus knows the p99 only to within its histogram bucket (`ttft_bounds_ms`, the served
+    revision's) and interpolates inside it: where nearly every request falls in one wide bucket
+    the p99 reads near its top whatever the engine's speed. So a fit is made only when every
+    p99 in that bucket gives about the same factor."""
     if observed.ttft_p99_ms is None or observed.replicas < 1:
         return SpeedFit(None, "no first tokens in the window")
     if observed.requests < min_requests:
         return SpeedFit(None, f"{observed.requests:.0f} requests in the window, fewer than the {min_requests} "
                               "a fit needs")
-    if observed.ttft_p99_ms >= ttft_histogram_top_ms:
-        return SpeedFit(None, f"p99 TTFT beyond the histogram's top bound ({ttft_histogram_top_ms:g} ms)")
+    top_ms = ttft_bounds_ms[-1]
+    if observed.ttft_p99_ms >= top_ms:
+        return SpeedFit(None, f"p99 TTFT beyond the histogram's top bound ({top_ms:g} ms)")
     rate = observed.requests_per_second / observed.replicas
 
     def predicted_ms(factor: float) -> float:
@@ -148,19 +158,30 @@ def fit_speed_factor(engine_at: Callable[[float], Engine], workload: Workload, o
                                workload.output_tokens_mean, workload.output_tokens_p99,
                                workload.prefix_sharing_fraction).ttft_p99_ms
 
+    def factor_predicting(ttft_ms: float) -> float:
+        low, high = math.log(MIN_SPEED_FACTOR), math.log(MAX_SPEED_FACTOR)
+        for _ in range(_BISECTION_STEPS):
+            middle = (low + high) / 2
+            if predicted_ms(math.exp(middle)) > ttft_ms:
+                low = middle
+            else:
+                high = middle
+        return math.exp((low + high) / 2)
+
     target = observed.ttft_p99_ms
     if predicted_ms(MAX_SPEED_FACTOR) > target:
         return SpeedFit(MAX_SPEED_FACTOR, f"faster than {MAX_SPEED_FACTOR:g}x the model; clipped")
     if predicted_ms(MIN_SPEED_FACTOR) < target:
         return SpeedFit(MIN_SPEED_FACTOR, f"slower than 1/{1 / MIN_SPEED_FACTOR:g} of the model; clipped")
-    low, high = math.log(MIN_SPEED_FACTOR), math.log(MAX_SPEED_FACTOR)
-    for _ in range(_BISECTION_STEPS):
-        middle = (low + high) / 2
-        if predicted_ms(math.exp(middle)) > target:
-            low = middle
-        else:
-            high = middle
-    factor = math.exp((low + high) / 2)
+    bucket_top_ms = min(bound for bound in ttft_bounds_ms if bound >= target)
+    bucket_bottom_ms = max((bound for bound in ttft_bounds_ms if bound < target), default=0.0)
+    slowest = factor_predicting(bucket_top_ms)
+    fastest = factor_predicting(bucket_bottom_ms) if bucket_bottom_ms > 0 else MAX_SPEED_FACTOR
+    if fastest / slowest > MAX_SPEED_FIT_SPREAD:
+        return SpeedFit(None, f"p99 TTFT {target:.0f} ms lies in the histogram's {bucket_bottom_ms:g}-"
+                              f"{bucket_top_ms:g} ms bucket, where any speed from {slowest:.2f}x to {fastest:.2f}x "
+                              "the modelled one would put it: too coarse to learn from")
+    factor = factor_predicting(target)
     return SpeedFit(factor, f"p99 TTFT {target:.0f} ms at {rate:.3g} req/s per replica: "
                             f"{factor:.2f}x the modelled speed")
 

@@ -57,7 +57,7 @@ def learn_from_traffic(ctx: Context, spec: LLMDeploymentSpec, choice: PlanChoice
                                     longest_sequence_tokens=spec.engine.max_seq_len)
     fit = fit_speed_factor(engine_for_plan(request, plan), workload, observed,
                            min_requests=ctx.settings.observation_min_requests,
-                           ttft_histogram_top_ms=deployment_ttft_bounds_ms(spec)[-1])
+                           ttft_bounds_ms=deployment_ttft_bounds_ms(spec))
     observation.update({"ttftP99Ms": _round(observed.ttft_p99_ms, 1),
                         "inputTokensMean": _round(observed.input_tokens_mean, 1),
                         "outputTokensMean": _round(observed.output_tokens_mean, 1),

@@ -42,7 +42,7 @@ def choose_plan(ctx: Context, spec: LLMDeploymentSpec, fleet: Fleet) -> PlanChoi
     upgrade with new calibration neither re-plans nor rebuilds what serves, and GPUs freed or
     taken elsewhere do not move it; the recommended plan instead once the revision has settled
     when live re-planning is automatic; else a new plan for the cluster's GPUs now, with the
-    speeds learned so far."""
+    speeds learned so far unless live re-planning is off."""
     stored = ctx.stored
     if (stored.plan is not None and stored.observed_generation == ctx.generation
             and stored.replan_request == ctx.replan_request):
@@ -53,8 +53,11 @@ def choose_plan(ctx: Context, spec: LLMDeploymentSpec, fleet: Fleet) -> PlanChoi
         reused = plan_from_status(stored.plan)
         if reused is not None or not stored.plan.gpu_type:
             return PlanChoice(reused, stored.plan)
-    request = plan_request_from_spec(spec, cluster_gpus=fleet.gpus,
-                                     learned=[*(stored.learned_speeds or ()), *fleet.speeds])
+    # Off keeps live metrics out of the plan entirely: one deployment's slowed or swamped engines
+    # must not move a plan its user pinned to the catalog's model.
+    learned = ([] if live_replanning(spec) == LiveReplanning.OFF
+               else [*(stored.learned_speeds or ()), *fleet.speeds])
+    request = plan_request_from_spec(spec, cluster_gpus=fleet.gpus, learned=learned)
     fresh = make_plan(request)
     return PlanChoice(fresh if fresh.feasible else None,
                       plan_status_from_plan(fresh, request.workload.peak_requests_per_sec), PlanOrigin.PLANNED)

@@ -154,6 +154,8 @@ class PlanOverrides(ApiModel):
         default=LiveReplanning.RECOMMEND,
         description="What live metrics may do to the plan. Recommend: the operator learns how fast "
         "the served configuration really runs (status.learnedSpeeds), compares the observed "
-        "workload with spec.workload, and writes a better plan to status.recommendation; "
-        "Automatic: it also serves that plan, rolled out as spec.rollout says; Off: neither.",
+        "workload with spec.workload, and writes a better plan to status.recommendation, and "
+        "its plans use the speeds every deployment of the model learned; Automatic: it also "
+        "serves that plan, rolled out as spec.rollout says; Off: none of these, so its plans are "
+        "the catalog model's alone, as `llmfleet plan` makes them.",
     )
