@@ -72,18 +72,27 @@ def test_no_fit_from_too_few_requests_no_ttft_or_a_ttft_past_the_histogram():
     assert past_top.factor is None and "top bound" in past_top.note
 
 
-def test_a_p99_read_from_a_wide_bucket_teaches_nothing():
+def test_a_p99_read_from_a_wide_bucket_only_bounds_the_speed():
     """An engine at the model's speed whose requests all fall in one bucket twice as wide as the
     p99: Prometheus interpolates them to near the bucket's top, which a fit would read as a slow
     engine (the sandbox's 8B canaries: 15 ms modelled, read as 25 from 10-25 ms, fitted 0.41)."""
     at_model_speed = observed_at(1.0)
     ttft_ms = at_model_speed.ttft_p99_ms
     read_near_the_top = replace(at_model_speed, ttft_p99_ms=ttft_ms * 1.9)
-    coarse = fit(read_near_the_top, bounds_ms=(ttft_ms * 0.8, ttft_ms * 2, 300_000))
-    assert coarse.factor is None and "too coarse to learn from" in coarse.note
+    wide_bucket = (ttft_ms * 0.8, ttft_ms * 2, 300_000)
+    coarse = fit(read_near_the_top, bounds_ms=wide_bucket)
+    assert coarse.factor is None and "too coarse to learn from; 1.00x, known so far, is among them" in coarse.note
     # The same reading from a bucket a few percent wide is a fit.
     fine = fit(read_near_the_top, bounds_ms=(ttft_ms * 1.85, ttft_ms * 1.95, 300_000))
     assert fine.factor is not None and fine.factor < 0.8, fine
+    # An engine a third of the model's speed, read from a wide bucket that excludes the model's
+    # speed: the speed moves to the bucket's nearest end, not to the interpolated read.
+    slow = observed_at(1 / 3)
+    slow_ms = slow.ttft_p99_ms
+    bounded = fit(slow, bounds_ms=(slow_ms * 0.5, slow_ms * 1.2, 300_000))
+    fitted_from_the_read = fit(slow).factor
+    assert fitted_from_the_read < bounded.factor < 1.0, bounded
+    assert f"1.00x, known so far, is not: the nearest, {bounded.factor:.2f}x" in bounded.note
 
 
 def test_a_ttft_faster_than_any_plausible_engine_is_clipped_and_said():

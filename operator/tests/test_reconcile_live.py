@@ -198,6 +198,22 @@ def test_an_idle_deployments_empty_windows_are_written_once():
     assert busy.status["observation"]["speedFactor"] == pytest.approx(1.0, rel=0.01)
 
 
+def test_a_p99_in_a_coarse_bucket_is_checked_against_the_speed_learned_so_far():
+    """An engine twice the model's speed reads 34 ms, in the 25-48 ms bucket, which allows
+    about 1.4x to 2.9x: with 2.0x learned nothing moves; against the model's own speed it would
+    have learned the bucket's slow end."""
+    status, children = settled()
+    learned = [{"model": "llama-3.1-8b", "gpuType": status["plan"]["gpuType"],
+                "quantization": status["plan"]["quantization"], "speedFactor": 2.0, "requests": 5000}]
+    observed = observed_at_speed(status, 2.0)
+    known = decide_pass(busy_body({**status, "learnedSpeeds": learned}), children, SETTINGS, LATER, observed=observed)
+    assert "speedFactor" not in known.status["observation"], known.status["observation"]
+    assert "2.00x, known so far, is among them" in known.status["observation"]["message"]
+    assert known.status["learnedSpeeds"] == learned
+    unknown = decide_pass(busy_body(status), children, SETTINGS, LATER, observed=observed)
+    assert 1.0 < unknown.status["observation"]["speedFactor"] < 2.0, unknown.status["observation"]
+
+
 def test_drift_the_served_plan_still_meets_is_said_in_the_observation_without_a_recommendation():
     status, children = settled()
     # An engine a third faster than modelled: prompts 40 % longer still fit the served replicas

@@ -134,15 +134,17 @@ def workload_drift(declared: Workload, observed: ObservedWorkload,
 
 
 def fit_speed_factor(engine_at: Callable[[float], Engine], workload: Workload, observed: ObservedWorkload,
-                     *, min_requests: int, ttft_bounds_ms: Sequence[float]) -> SpeedFit:
+                     *, min_requests: int, ttft_bounds_ms: Sequence[float], known_factor: float = 1.0) -> SpeedFit:
     """The speed factor with which the model predicts the observed p99 TTFT at the observed
     per-replica rate and lengths (`workload` with them, `workload_as_observed`). Predicted TTFT
     falls as the factor rises, so bisection on its logarithm finds it.
 
     Prometheus knows the p99 only to within its histogram bucket (`ttft_bounds_ms`, the served
     revision's) and interpolates inside it: where nearly every request falls in one wide bucket
-    the p99 reads near its top whatever the engine's speed. So a fit is made only when every
-    p99 in that bucket gives about the same factor."""
+    the p99 reads near its top whatever the engine's speed. So the fit is the factor only when
+    every p99 in that bucket gives about the same one; else the bucket only bounds the speed,
+    and the fit is the factor believed so far (`known_factor`) moved just within those bounds,
+    or none where it already lies within them."""
     if observed.ttft_p99_ms is None or observed.replicas < 1:
         return SpeedFit(None, "no first tokens in the window")
     if observed.requests < min_requests:
@@ -178,9 +180,14 @@ def fit_speed_factor(engine_at: Callable[[float], Engine], workload: Workload, o
     slowest = factor_predicting(bucket_top_ms)
     fastest = factor_predicting(bucket_bottom_ms) if bucket_bottom_ms > 0 else MAX_SPEED_FACTOR
     if fastest / slowest > MAX_SPEED_FIT_SPREAD:
-        return SpeedFit(None, f"p99 TTFT {target:.0f} ms lies in the histogram's {bucket_bottom_ms:g}-"
-                              f"{bucket_top_ms:g} ms bucket, where any speed from {slowest:.2f}x to {fastest:.2f}x "
-                              "the modelled one would put it: too coarse to learn from")
+        bucket = (f"p99 TTFT {target:.0f} ms lies in the histogram's {bucket_bottom_ms:g}-{bucket_top_ms:g} ms "
+                  f"bucket, where any speed from {slowest:.2f}x to {fastest:.2f}x the modelled one would put it")
+        if slowest <= known_factor <= fastest:
+            return SpeedFit(None, f"{bucket}: too coarse to learn from; {known_factor:.2f}x, known so far, is "
+                                  "among them")
+        nearest = min(max(known_factor, slowest), fastest)
+        return SpeedFit(nearest, f"{bucket}; {known_factor:.2f}x, known so far, is not: the nearest, "
+                                 f"{nearest:.2f}x")
     factor = factor_predicting(target)
     return SpeedFit(factor, f"p99 TTFT {target:.0f} ms at {rate:.3g} req/s per replica: "
                             f"{factor:.2f}x the modelled speed")

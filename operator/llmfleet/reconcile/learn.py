@@ -55,9 +55,11 @@ def learn_from_traffic(ctx: Context, spec: LLMDeploymentSpec, choice: PlanChoice
     declared, planned_peak = request.workload, stored.plan.peak_requests_per_second
     workload = workload_as_observed(declared, observed, planned_peak, longest_prompt_tokens=spec.engine.max_input_len,
                                     longest_sequence_tokens=spec.engine.max_seq_len)
+    believed = request.space.speed_factor(plan.gpu_type, plan.quantization)
     fit = fit_speed_factor(engine_for_plan(request, plan), workload, observed,
                            min_requests=ctx.settings.observation_min_requests,
-                           ttft_bounds_ms=deployment_ttft_bounds_ms(spec))
+                           ttft_bounds_ms=deployment_ttft_bounds_ms(spec),
+                           known_factor=believed.factor if believed else 1.0)
     observation.update({"ttftP99Ms": _round(observed.ttft_p99_ms, 1),
                         "inputTokensMean": _round(observed.input_tokens_mean, 1),
                         "outputTokensMean": _round(observed.output_tokens_mean, 1),
