@@ -175,9 +175,11 @@ class OperatorAudit:
         """Requests by (verb, resource) in [since_s, until_s)."""
         return Counter((verb, resource) for at, verb, resource, _ in self.requests if since_s <= at < until_s)
 
-    def throttled(self, since_s: float, until_s: float) -> int:
-        """The operator's requests in [since_s, until_s) that API Priority and Fairness refused (429)."""
-        return sum(1 for at, _, _, code in self.requests if since_s <= at < until_s and code == THROTTLED)
+    def throttled(self, since_s: float, until_s: float) -> Counter:
+        """The operator's requests in [since_s, until_s) refused with 429, by (verb, resource): which
+        requests they were tells API Priority and Fairness from another refusal."""
+        return Counter((verb, resource) for at, verb, resource, code in self.requests
+                       if since_s <= at < until_s and code == THROTTLED)
 
     def last_write_s(self) -> float:
         return max((at for at, verb, resource, _ in self.requests
@@ -353,7 +355,7 @@ def main() -> int:
         "burst_p50": statistics.median(burst_latencies_s), "burst_p99": percentile(burst_latencies_s, 0.99),
         "all_children_s": all_children_s, "settled": settled_s, "writes": writes,
         "single_p50": single_p50, "single_p99": single_p99, "rss_settled": rss_settled,
-        "recovery_s": recovery_s, "throttled": burst_throttled}
+        "recovery_s": recovery_s, "throttled": sum(burst_throttled.values())}
     append_to_log(measured, args, figures)
     lines = [
         "# Scale benchmarks", "",
@@ -384,12 +386,14 @@ def main() -> int:
         f"| operator restart with all {total} Services deleted meanwhile, to all restored | {recovery_s:.0f} s "
         "| report |",
         f"| the burst under API Priority and Fairness: the operator's requests refused with 429 / sent again "
-        f"after its Retry-After / passes that failed and waited for their back-off | {burst_throttled} / "
+        f"after its Retry-After / passes that failed and waited for their back-off | {sum(burst_throttled.values())} / "
         f"{sent_again} / {backed_off} | report |",
         "",
         "Requests the apiserver refused in the burst, by priority level (everyone's, from "
         "`apiserver_flowcontrol_rejected_requests_total`): "
         + (", ".join(f"{level} {n}" for level, n in rejected.most_common()) or "none") + ". "
+        "The operator's requests refused with 429 in the burst, by verb and resource: "
+        + described(burst_throttled, 0) + ". "
         "The burst's writes per deployment by verb and resource: "
         + described(per_second(burst_writes, args.count), 1) + ". "
         f"Steady-state requests per second besides the Lease: {described(steady)}. Events written in "
