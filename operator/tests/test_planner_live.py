@@ -92,7 +92,7 @@ def test_a_p99_read_from_a_wide_bucket_only_bounds_the_speed():
     bounded = fit(slow, bounds_ms=(slow_ms * 0.5, slow_ms * 1.2, 300_000))
     fitted_from_the_read = fit(slow).factor
     assert fitted_from_the_read < bounded.factor < 1.0, bounded
-    assert f"1.00x, known so far, is not: the nearest, {bounded.factor:.2f}x" in bounded.note
+    assert f"1.00x, known so far, is not: the nearest, {bounded.factor:.2f}x the modelled speed" in bounded.note
 
 
 def test_a_ttft_faster_than_any_plausible_engine_is_clipped_and_said():

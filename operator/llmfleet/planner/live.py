@@ -187,7 +187,7 @@ def fit_speed_factor(engine_at: Callable[[float], Engine], workload: Workload, o
                                   "among them")
         nearest = min(max(known_factor, slowest), fastest)
         return SpeedFit(nearest, f"{bucket}; {known_factor:.2f}x, known so far, is not: the nearest, "
-                                 f"{nearest:.2f}x")
+                                 f"{nearest:.2f}x the modelled speed")
     factor = factor_predicting(target)
     return SpeedFit(factor, f"p99 TTFT {target:.0f} ms at {rate:.3g} req/s per replica: "
                             f"{factor:.2f}x the modelled speed")
