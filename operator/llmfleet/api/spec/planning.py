@@ -156,6 +156,6 @@ class PlanOverrides(ApiModel):
         "the served configuration really runs (status.learnedSpeeds), compares the observed "
         "workload with spec.workload, and writes a better plan to status.recommendation, and "
         "its plans use the speeds every deployment of the model learned; Automatic: it also "
-        "serves that plan, rolled out as spec.rollout says; Off: none of these, so its plans are "
-        "the catalog model's alone, as `llmfleet plan` makes them.",
+        "serves that plan, rolled out as spec.rollout says; Off: none of these, and its plans use "
+        "the catalog's latency model with no learned speed.",
     )
