@@ -163,6 +163,7 @@ class ModelArch:
                              "local ones; set local_attention_window_tokens, or drop it")
 
     # --- layer kinds -------------------------------------------------------------------------
+    # (The counts the planner's inner loops read are cached: a frozen instance never changes.)
 
     @property
     def architecture_features(self) -> tuple[str, ...]:
@@ -183,11 +184,12 @@ class ModelArch:
     def is_latent_attention(self) -> bool:
         return self.kv_lora_rank > 0
 
-    @property
+    @functools.cached_property
     def num_moe_layers(self) -> int:
         if not self.is_moe:
             return 0
-        return sum(1 for i in range(self.dense_first_layers, self.num_layers) if (i + 1) % self.moe_layer_interval == 0)
+        # Layers i in [dense_first_layers, num_layers) with (i + 1) a multiple of the interval.
+        return self.num_layers // self.moe_layer_interval - self.dense_first_layers // self.moe_layer_interval
 
     @property
     def num_dense_layers(self) -> int:
@@ -278,7 +280,7 @@ class ModelArch:
         """Router of one MoE layer."""
         return self.hidden_size * self.num_experts if self.is_moe else 0
 
-    @property
+    @functools.cached_property
     def layer_params(self) -> int:
         """Linear-layer weights of all transformer layers (what quantisation shrinks)."""
         moe_layer = ((self.num_experts + self.num_shared_experts) * self.mlp_params_per_expert
@@ -286,7 +288,7 @@ class ModelArch:
         return (self.num_layers * self.attention_params_per_layer + self.num_dense_layers * self.dense_mlp_params
                 + self.num_moe_layers * moe_layer)
 
-    @property
+    @functools.cached_property
     def active_layer_params(self) -> int:
         """Linear-layer weights one token passes through (MoE: only its routed and the shared experts)."""
         moe_layer = ((self.experts_per_token + self.num_shared_experts) * self.mlp_params_per_expert
