@@ -11,7 +11,10 @@ from llmfleet.catalog.release_record import check_model_yaml, load_release_recor
 from llmfleet.planner import plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec
 from llmfleet.render import RenderSettings, engine_cache_key, render, revision_hash
+from llmfleet.render.inference_pool import picker_config
 from llmfleet.render.layout import checkpoint_dir
+from llmfleet.render.llmapi import llm_arguments
+from llmfleet.render.yaml_text import yaml_text
 from llmfleet_dev.release_checks import (
     check_model_code_paths,
     check_model_repository,
@@ -61,6 +64,17 @@ def test_model_repository_and_model_yaml_match_the_record():
     assert (arguments["tensor_parallel_size"], arguments["pytorch_backend_config"]["kv_cache_dtype"]) == (2, "fp8")
     assert arguments["kv_cache_config"]["enable_block_reuse"] is True
     assert arguments["triton_config"] == {"max_batch_size": 0, "decoupled": True}
+
+
+@pytest.mark.parametrize("pins", [{}, {"tensorParallelSize": 2, "quantization": "FP8", "kvCacheDtype": "FP8"}])
+def test_model_yaml_is_the_text_the_pure_python_dumper_writes(pins):
+    """The served file (and so the revision hash an operator upgrade compares) is unchanged by
+    writing it with libyaml's emitter."""
+    deployment, chosen, objects = rendered(gpuType="H100-SXM-80GB", replicas=1, **pins)
+    arguments = llm_arguments(deployment.spec, chosen, engine_cache_key(deployment.spec, chosen))
+    assert objects["ConfigMap"]["data"].values() and yaml_text(arguments) in objects["ConfigMap"]["data"].values()
+    assert yaml_text(arguments) == yaml.safe_dump(arguments, sort_keys=False)
+    assert yaml_text(picker_config()) == yaml.safe_dump(picker_config(), sort_keys=False)
 
 
 def test_a_wrong_model_yaml_key_fails_the_record_check():

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from llmfleet.api import InferencePoolSpec
 from llmfleet.catalog.router_record import RouterRecord
 from llmfleet.render import layout
 from llmfleet.render.pod import bound_service_account, container_defaults, pod_security_context
 from llmfleet.render.settings import RenderSettings
+from llmfleet.render.yaml_text import yaml_text
 
 POOL_COMPONENT = "inference-pool"
 PICKER_COMPONENT = "endpoint-picker"
@@ -63,7 +62,7 @@ def picker_config() -> dict[str, Any]:
 
 def picker_config_map(metadata: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata,
-            "data": {PICKER_CONFIG_FILE: yaml.safe_dump(picker_config(), sort_keys=False)}}
+            "data": {PICKER_CONFIG_FILE: yaml_text(picker_config())}}
 
 
 def picker_deployment(metadata: dict[str, Any], pool_name: str, config_map_name: str, spec: InferencePoolSpec,

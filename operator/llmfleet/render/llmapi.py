@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from llmfleet.api import LLMDeploymentSpec, hub_repo_id
 from llmfleet.api.spec import SOURCE_REQUIRED_MESSAGE
 from llmfleet.catalog import load_catalog
@@ -33,6 +31,7 @@ from llmfleet.render.model_repo import (
 )
 from llmfleet.render.pbtxt import to_pbtxt
 from llmfleet.render.settings import RenderError
+from llmfleet.render.yaml_text import yaml_text
 
 MODEL_YAML = "model.yaml"
 # The image's model code, copied next to model.yaml (the upstream layout, all_models/llmapi).
@@ -109,5 +108,5 @@ def model_repository_files(spec: LLMDeploymentSpec, plan: Plan, engine_cache_key
     name = layout.TENSORRT_LLM_MODEL
     return {
         f"{name}/config.pbtxt": to_pbtxt(model_config(spec)),
-        f"{name}/{VERSION}/{MODEL_YAML}": yaml.safe_dump(llm_arguments(spec, plan, engine_cache_key), sort_keys=False),
+        f"{name}/{VERSION}/{MODEL_YAML}": yaml_text(llm_arguments(spec, plan, engine_cache_key)),
     }
