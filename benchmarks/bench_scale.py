@@ -62,6 +62,7 @@ QUIET_SECONDS = 15  # settled: every build Job has its pod, then no write by the
 SETTLE_TIMEOUT_SECONDS = 1800
 OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{SERVICE_ACCOUNT}"
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
+RSS_GOAL_MIB = 500e6 / 2**20  # the goal is 500 MB; RSS is measured in MiB
 THROTTLED = 429  # what API Priority and Fairness answers a request it will not queue
 # What the operator logs when it sends a throttled request again (k8s/gateway.py) and when a
 # pass failed and waits for its back-off (handlers.py).
@@ -380,7 +381,8 @@ def main() -> int:
         f"| the same window: the operator's reads per second (get, list, watch) | {reads:.2f} | report |",
         f"| the same window: leader election (Lease get and update, every 2 s) per second | {lease:.2f} | report |",
         f"| operator RSS: idle / {args.count} settled / after the restart with {total} | {rss_idle:.0f} / "
-        f"{rss_settled:.0f} / {rss_recovered:.0f} MiB | under 500 MB |",
+        f"{rss_settled:.0f} / {rss_recovered:.0f} MiB | settled under 500 MB ({RSS_GOAL_MIB:.0f} MiB): "
+        f"{'met' if rss_settled < RSS_GOAL_MIB else 'missed'} |",
         f"| the burst to settled: the operator's peak RSS / most open sockets / open sockets once settled | "
         f"{rss_burst_peak:.0f} MiB / {sockets_burst_peak} / {sockets_settled} | report |",
         f"| operator restart with all {total} Services deleted meanwhile, to all restored | {recovery_s:.0f} s "
@@ -432,7 +434,7 @@ report.
 def append_to_log(measured: str, args, f: dict) -> None:
     if not LOG.exists():
         LOG.write_text(LOG_HEADER)
-    met = f["single_p99"] < 2 and f["writes"] < 0.1 and f["rss_settled"] < 500 * 1e6 / 2**20
+    met = f["single_p99"] < 2 and f["writes"] < 0.1 and f["rss_settled"] < RSS_GOAL_MIB
     row = (f"| {time.strftime('%Y-%m-%d %H:%M')} | {measured} | {args.count} (+{args.single} single) | "
            f"{f['burst_p50']:.1f} / {f['burst_p99']:.1f} s | {f['all_children_s']:.0f} s | {f['settled']} | "
            f"{f['single_p50']:.2f} / {f['single_p99']:.2f} s | {f['writes']:.2f} | {f['rss_settled']:.0f} MiB | "
