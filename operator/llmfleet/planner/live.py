@@ -39,9 +39,9 @@ PREFIX_DRIFT = 0.2  # absolute: a share of prompt tokens
 # window's fit cannot send the deployment straight back.
 FEWER_GPUS_SPEED_MARGIN = 0.2
 _BISECTION_STEPS = 40
-# The widest range of speed factors a p99's histogram bucket may allow for a fit to be made: a
-# learned factor moves every later plan of the model, so one that is merely "somewhere between
-# 0.4x and 2x" (a p99 of 15 ms read from a 10-25 ms bucket) must not be learned.
+# The widest range of speed factors a p99's histogram bucket may allow for its interpolated value
+# to be fitted: a learned factor moves every later plan of the model, and a p99 of 15 ms read from
+# a 10-25 ms bucket says only "somewhere between 0.4x and 3.4x", which bounds the factor instead.
 MAX_SPEED_FIT_SPREAD = 1.5
 
 
