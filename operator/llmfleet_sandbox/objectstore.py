@@ -11,6 +11,7 @@ client is the real AWS CLI v2 (Debian's awscli), which the sandbox also runs for
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -46,20 +47,28 @@ def environment_dir() -> Path:
 
 
 def ensure_environment() -> Path:
-    """The server's Python (built on first use, then reused from the cache)."""
+    """The server's Python (built on first use, then reused from the cache). Sandboxes started
+    side by side (the e2e workers on a fresh machine) share the cache: under a lock (flock, held
+    until the file closes) one builds and the others wait for it and reuse what it built."""
     venv = environment_dir()
     python = venv / "bin" / "python"
-    if (venv / ".installed").exists():
+    installed = venv / ".installed"
+    if installed.exists():
         return python
-    _progress(f"installing the S3 server ({', '.join(REQUIREMENTS)}) into {venv}")
-    shutil.rmtree(venv, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    result = subprocess.run([str(python), "-m", "pip", "install", "-q", *REQUIREMENTS],
-                            capture_output=True, text=True)
-    if result.returncode != 0:
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.with_name(venv.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if installed.exists():
+            return python
+        _progress(f"installing the S3 server ({', '.join(REQUIREMENTS)}) into {venv}")
         shutil.rmtree(venv, ignore_errors=True)
-        raise ObjectStoreError(f"installing the S3 server failed:\n{result.stderr.strip()[-2000:]}")
-    (venv / ".installed").touch()
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        result = subprocess.run([str(python), "-m", "pip", "install", "-q", *REQUIREMENTS],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            shutil.rmtree(venv, ignore_errors=True)
+            raise ObjectStoreError(f"installing the S3 server failed:\n{result.stderr.strip()[-2000:]}")
+        installed.touch()
     return python
 
 
