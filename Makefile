@@ -66,8 +66,10 @@ test: setup unit e2e
 # picks the quick tier alone. pytest exits 5 when it collects nothing; that is not a failure here.
 # Both tiers run on TEST_WORKERS pytest-xdist workers (TEST_WORKERS=0: in one process). The e2e
 # workers take whole modules, in the order e2e/conftest.py gives them (long ones first, teardown
-# last), each with a sandbox and an operator of its own.
-TEST_WORKERS ?= 2
+# last), each with a sandbox and an operator of its own. Three on two cores: the e2e tests mostly
+# wait on timers and traffic (the CPUs were half idle over a run of three), and a third worker
+# took the suite from 38 to 27 minutes with every test's duration unchanged.
+TEST_WORKERS ?= 3
 
 unit: python-env
 	$(BIN)/ruff check operator e2e benchmarks
