@@ -32,6 +32,7 @@ from llmfleet.planner.types import (
     Predicted,
     RejectedOption,
     SearchSpace,
+    Workload,
 )
 
 REJECTED_PER_REASON = 3
@@ -209,15 +210,20 @@ def _slo_failure(prediction: LoadPrediction, request: PlanRequest) -> tuple[str,
     return ("ttft-slo" if ttft_ratio >= tpot_ratio else "tpot-slo"), "; ".join(misses)
 
 
-def _search_replicas(engine: Engine, option: _Option, request: PlanRequest, best_gpus: int | None,
-                     limits: _GpuLimits | None) -> _Outcome:
-    """Fewest replicas of this configuration meeting the SLO (prediction is monotone in load)."""
+def _saturation_requests_per_sec(engine: Engine, workload: Workload) -> float:
+    """Requests/s one replica of `engine` serves fed without limit, the workload's shared prefixes reused."""
+    return saturation_throughput_tokens_per_sec(
+        engine, workload.input_tokens_mean, workload.output_tokens_mean,
+        workload.input_tokens_mean * workload.prefix_sharing_fraction) / workload.output_tokens_mean
+
+
+def _search_replicas(engine: Engine, option: _Option, request: PlanRequest, saturation_rps: float,
+                     best_gpus: int | None, limits: _GpuLimits | None) -> _Outcome:
+    """Fewest replicas of this configuration meeting the SLO (prediction is monotone in load), from
+    `saturation_rps` (`_saturation_requests_per_sec`)."""
     w, space = request.workload, request.space
     tp = option.layout.gpus  # GPUs per replica
     spans = option.nodes
-    saturation_rps = saturation_throughput_tokens_per_sec(
-        engine, w.input_tokens_mean, w.output_tokens_mean,
-        w.input_tokens_mean * w.prefix_sharing_fraction) / w.output_tokens_mean
     if saturation_rps <= 0:
         return _Outcome(option, "kv-capacity", "KV cache cannot hold one mean-length request")
     fewest = max(1, math.ceil(w.peak_requests_per_sec / saturation_rps))
@@ -455,7 +461,7 @@ def _plan_within(request: PlanRequest, catalog: Catalog, limits: _GpuLimits | No
                   f"{model.max_position_embeddings}-token context window")
         return Plan(False, None, None, None, None, 0, None, (reason,))
     rejected: list[_Outcome] = []
-    viable: list[tuple[int, _Option, Engine]] = []
+    viable: list[tuple[int, _Option, Engine, float]] = []
     for option in _options(request, catalog, rejected, limits):
         engine = engine_in_space(model, option, catalog, space)
         fit = engine.fit
@@ -470,15 +476,19 @@ def _plan_within(request: PlanRequest, catalog: Catalog, limits: _GpuLimits | No
             rejected.append(_Outcome(option, "kv-capacity", f"KV cache of {fit.kv_capacity_tokens} tokens cannot "
                                      f"hold one p99-context request ({context_p99:.0f} tokens)", engine=engine))
             continue
-        throughput = saturation_throughput_tokens_per_sec(engine, w.input_tokens_mean, w.output_tokens_mean)
-        fewest_gpus = math.ceil(w.peak_requests_per_sec * w.output_tokens_mean / throughput) * option.layout.gpus
-        viable.append((fewest_gpus, option, engine))
+        saturation_rps = _saturation_requests_per_sec(engine, w)
+        fewest_gpus = math.ceil(w.peak_requests_per_sec / saturation_rps) * option.layout.gpus
+        viable.append((fewest_gpus, option, engine, saturation_rps))
     viable.sort(key=lambda item: (item[0], item[0] * item[1].gpu.relative_cost_per_gpu_hour, item[1].label))
     met: list[_Outcome] = []
-    for _, option, engine in viable:
-        best_gpus = min((o.gpus for o in met), default=None)
-        outcome = _search_replicas(engine, option, request, best_gpus, limits)
-        (met if outcome.reason_class is None else rejected).append(outcome)
+    best_gpus: int | None = None  # the fewest GPUs of a configuration that met the SLO so far
+    for _, option, engine, saturation_rps in viable:
+        outcome = _search_replicas(engine, option, request, saturation_rps, best_gpus, limits)
+        if outcome.reason_class is None:
+            met.append(outcome)
+            best_gpus = outcome.gpus if best_gpus is None else min(best_gpus, outcome.gpus)
+        else:
+            rejected.append(outcome)
     evaluated = len(met) + len(rejected)
     if met:
         met.sort(key=lambda o: (o.gpus, round(o.cost, 6), o.option.layout_complexity, o.violation,
