@@ -67,3 +67,24 @@ def test_a_trace_is_simulated_and_reported(tmp_path, capsys):
     svg = ElementTree.parse(out / "timeline.svg").getroot()
     assert svg.tag == "{http://www.w3.org/2000/svg}svg"
     assert len(svg.findall("{http://www.w3.org/2000/svg}circle")) == 120  # one dot per request
+
+
+def test_a_replica_spanning_two_nodes_is_simulated_with_its_pipeline(tmp_path, capsys):
+    """Llama 3.1 405B in BF16 needs 16 H100s: TP8 over two nodes with a pipeline stage on each. The
+    simulated engine is that layout's (it once took the TP size alone, found no room for the KV
+    cache on 8 GPUs and stopped)."""
+    manifest = tmp_path / "405b.json"
+    manifest.write_text(json.dumps({
+        "apiVersion": "llmfleet.io/v1alpha1", "kind": "LLMDeployment", "metadata": {"name": "llama-405b"},
+        "spec": {"model": {"name": "llama-3.1-405b", "source": "hf://meta-llama/Llama-3.1-405B-Instruct"},
+                 "engine": {"maxBatchSize": 4, "maxInputLen": 1024, "maxSeqLen": 2048, "maxNumTokens": 2048},
+                 "slo": {"ttftP99Ms": 5000, "tpotP99Ms": 200, "quality": {"allowedQuantizations": ["BF16"]}},
+                 "workload": {"inputTokensMean": 128, "inputTokensP99": 256, "outputTokensMean": 32,
+                              "outputTokensP99": 64, "peakRequestsPerSecond": 0.5},
+                 "resources": {"allowedGpuTypes": ["H100-SXM-80GB"]}}}))
+    assert main(["simulate", "-f", str(manifest), "--schedule", "0.5", "--duration-s", "60", "--input-tokens",
+                 "fixed:128", "--output-tokens", "fixed:32", "--output-dir", str(tmp_path / "out"), "-o", "json",
+                 "--quiet"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["plan"] == "H100x16 BF16" and summary["requests"] > 0 and summary["failed"] == 0
+    assert summary["slo_attainment_percent"]["both"] == 100.0

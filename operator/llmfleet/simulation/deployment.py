@@ -25,7 +25,7 @@ def engine_for(spec: LLMDeploymentSpec, plan: Plan, catalog: Catalog) -> Engine:
     it at model load)."""
     model = model_arch_from_spec(spec.model, context_window_tokens=spec.engine.max_seq_len, catalog=catalog)
     profile = profile_for_build(model, catalog.gpus[plan.gpu_type], plan.quantization, plan.kv_cache_dtype,
-                                plan.tensor_parallel_size, spec.engine.max_batch_size, spec.engine.max_num_tokens,
+                                plan.layout, spec.engine.max_batch_size, spec.engine.max_num_tokens,
                                 KV_CACHE_FREE_GPU_MEM_FRACTION, prefix_reuse_enabled(spec), catalog)
     return Engine(profile, spec.engine.max_input_len, spec.engine.max_seq_len)
 
