@@ -3,6 +3,11 @@ LeaderWorkerSet record and the release record; a replica on one node renders as 
 
 from __future__ import annotations
 
+import random
+import signal
+import socket
+import subprocess
+import time
 from dataclasses import replace
 
 import pytest
@@ -14,7 +19,7 @@ from llmfleet.planner import plan
 from llmfleet.planner.spec_adapter import plan_request_from_spec
 from llmfleet.reconcile.canary import _gpus_per_replica
 from llmfleet.reconcile.context import Children
-from llmfleet.render import RenderError, RenderSettings, group, namespace_prerequisites, render, revision_hash
+from llmfleet.render import RenderError, RenderSettings, group, layout, namespace_prerequisites, render, revision_hash
 from llmfleet.render.identity import CHILD_KINDS, COMPONENT_LABEL
 from llmfleet_dev.release_checks import check_group_mpirun_command
 from render_builders import manifest
@@ -115,8 +120,8 @@ def test_workers_idle_with_the_model_and_gpus_and_serve_nothing():
     assert worker["metadata"]["labels"][COMPONENT_LABEL] == group.WORKER_COMPONENT
     assert "annotations" not in worker["metadata"]  # nothing to scrape
     (container,) = worker["spec"]["containers"]
-    assert container["command"] == ["/bin/bash", "-c", group.IDLE_SCRIPT]
-    assert not {"ports", "readinessProbe", "startupProbe", "livenessProbe"} & set(container)
+    assert container["command"] == ["/bin/bash", "-c", group.worker_script(LWS.leader_address_env)]
+    assert not {"ports", "readinessProbe", "startupProbe", "livenessProbe", "lifecycle"} & set(container)
     # Its ranks read the model repository and the engine as the leader's do.
     assert worker["spec"]["initContainers"] == leader["spec"]["initContainers"][:1]
     assert "serviceAccountName" not in worker["spec"]
@@ -183,3 +188,35 @@ def test_the_reconcile_reads_a_groups_replicas_and_gpus():
     children = Children.sorted_from(objects[:1] + [workload])
     assert children.serving[revision] is workload and children.ready(revision) == 2
     assert _gpus_per_replica(workload) == 16
+
+
+def _stopped_worker(leader_address: str) -> subprocess.Popen:
+    """The worker's main process, run by bash as in its container, then sent the kubelet's SIGTERM."""
+    worker = subprocess.Popen(["/bin/bash", "-c", group.worker_script(LWS.leader_address_env)],
+                              env={"PATH": "/usr/bin:/bin", LWS.leader_address_env: leader_address})
+    time.sleep(0.5)
+    assert worker.poll() is None, "the worker ended before it was stopped"
+    worker.send_signal(signal.SIGTERM)
+    return worker
+
+
+def _leader_address() -> str:
+    """An address of its own in 127/8 for the leader, so that nothing else serves its gRPC port."""
+    return f"127.{random.randrange(1, 255)}.{random.randrange(1, 255)}.{random.randrange(2, 255)}"
+
+
+def test_a_stopped_worker_stays_while_its_leader_serves_grpc_and_goes_when_it_stops():
+    leader_address = _leader_address()
+    leader = socket.create_server((leader_address, layout.GRPC_PORT))
+    try:
+        worker = _stopped_worker(leader_address)
+        time.sleep(group.LEADER_PROBE_TIMEOUT_SECONDS + 1.5)
+        assert worker.poll() is None, "the worker went while its leader still served (its ranks with it)"
+    finally:
+        leader.close()
+    assert worker.wait(timeout=group.LEADER_PROBE_TIMEOUT_SECONDS + 5) == 0
+
+
+def test_a_stopped_worker_whose_leader_is_gone_goes_at_once():
+    worker = _stopped_worker(_leader_address())
+    assert worker.wait(timeout=group.LEADER_PROBE_TIMEOUT_SECONDS + 3) == 0

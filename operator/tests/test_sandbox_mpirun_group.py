@@ -4,7 +4,9 @@ into them, and rank 0 started with OpenMPI's placement variables."""
 
 from __future__ import annotations
 
+import signal
 import socket
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -12,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from llmfleet.render import RenderSettings, serving
 from llmfleet_sandbox.image import group_hosts, mpirun
-from llmfleet_sandbox.image.group_hosts import GroupLaunchError, Host
+from llmfleet_sandbox.image.group_hosts import GroupLaunchError, Host, HostIdentity, lost_reason
 from llmfleet_sandbox.trtllm_image import RELEASE_VARIABLE
 from test_render_group import spanning, the
 
@@ -57,11 +59,13 @@ def test_the_single_node_launch_is_checked_against_the_release_record_too():
 
 def test_rank_zero_learns_the_world_and_its_hosts_ranks(monkeypatch):
     checked, started = [], {}
-    monkeypatch.setattr(mpirun, "check_group", lambda hosts, agent: checked.append((hosts, agent)))
+    monkeypatch.setattr(mpirun, "check_group", lambda hosts, agent: checked.append((hosts, agent)) or Watch())
     monkeypatch.setattr(mpirun.shutil, "which", lambda name: f"/opt/tritonserver/bin/{name}")
-    monkeypatch.setattr(mpirun.os, "execve", lambda binary, argv, env: started.update(binary=binary, env=env))
+    monkeypatch.setattr(mpirun, "supervise", lambda binary, argv, env, watch: started.update(binary=binary, env=env) or 0)
     monkeypatch.setattr(mpirun.os, "environ", {**EIGHT_GPUS})
-    mpirun.main(group_argv())
+    with pytest.raises(SystemExit) as exited:
+        mpirun.main(group_argv())
+    assert exited.value.code == 0
     assert checked == [([Host(LEADER, 8), Host(f"{LEADER}-1", 8)], "/opt/llmfleet/launcher/kubessh")]
     assert started["binary"] == "/opt/tritonserver/bin/tritonserver"
     assert {key: started["env"][key] for key in ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
@@ -121,3 +125,62 @@ def test_a_worker_must_be_running_and_answer_at_its_stable_address(monkeypatch):
     monkeypatch.setattr(group_hosts.socket, "gethostbyname", lambda name: "10.244.1.9")
     with pytest.raises(GroupLaunchError, match="resolves to 10.244.1.9, the pod's IP is 127.0.0.1"):
         group_hosts.check_host(Pods(), "serving", "chat-abc-0-1")
+
+
+def _pod(uid="u1", phase="Running", restarts=0, terminated=False):
+    state = SimpleNamespace(terminated=SimpleNamespace(exit_code=0) if terminated else None)
+    return SimpleNamespace(metadata=SimpleNamespace(uid=uid), status=SimpleNamespace(phase=phase, container_statuses=[
+        SimpleNamespace(name=serving.CONTAINER, restart_count=restarts, state=state)]))
+
+
+def test_a_hosts_ranks_are_lost_with_its_pod_or_its_containers_end_or_restart():
+    launched = group_hosts.host_identity(_pod())
+    assert launched == HostIdentity("u1", ((serving.CONTAINER, 0),))
+    assert lost_reason(_pod(), launched) is None
+    assert lost_reason(None, launched) == "its pod is gone"
+    assert lost_reason(_pod(uid="u2"), launched) == "its pod was replaced"
+    assert lost_reason(_pod(phase="Failed"), launched) == "its pod is Failed"
+    assert lost_reason(_pod(terminated=True), launched) == f"its container {serving.CONTAINER} ended"
+    assert lost_reason(_pod(restarts=1), launched) == f"its container {serving.CONTAINER} restarted"
+
+
+class Watch:
+    """Reports a lost host from its `after`th read on (never with None)."""
+
+    def __init__(self, after: int | None = None):
+        self.after, self.reads = after, 0
+
+    def lost(self):
+        self.reads += 1
+        return "host w: its pod is gone" if self.after is not None and self.reads >= self.after else None
+
+
+def test_rank_zero_is_killed_and_mpirun_exits_1_when_a_host_is_lost(monkeypatch, capsys):
+    monkeypatch.setattr(mpirun, "HOST_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(mpirun.signal, "signal", lambda number, handler: None)
+    watch = Watch(after=3)
+    assert mpirun.supervise(sys.executable, ["python", "-c", "import time; time.sleep(60)"], {}, watch) == 1
+    assert watch.reads == 3
+    assert "host w: its pod is gone, and with it that host's ranks; aborting the job" in capsys.readouterr().err
+
+
+def test_while_the_hosts_live_mpirun_passes_signals_on_and_exits_as_rank_zero_does(monkeypatch, tmp_path):
+    monkeypatch.setattr(mpirun, "HOST_POLL_SECONDS", 0.05)
+    assert mpirun.supervise(sys.executable, ["python", "-c", "raise SystemExit(3)"], {}, Watch()) == 3
+    handlers = {}
+    monkeypatch.setattr(mpirun.signal, "signal", lambda number, handler: handlers.__setitem__(number, handler))
+    # Rank 0 reports the signal it got by its exit status; the marker says its handler is in place.
+    marker = tmp_path / "ready"
+    script = ("import pathlib, signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit(42))\n"
+              f"pathlib.Path({str(marker)!r}).touch()\ntime.sleep(60)")
+
+    class Stopper:
+        stopped = False
+
+        def lost(self):
+            if marker.exists() and not self.stopped:
+                handlers[signal.SIGTERM](signal.SIGTERM, None)  # the kubelet's stop, to mpirun
+                self.stopped = True
+            return None
+    assert mpirun.supervise(sys.executable, ["python", "-c", script], {}, Stopper()) == 42
+    assert set(mpirun.FORWARDED_SIGNALS) <= set(handlers)

@@ -5,8 +5,9 @@ The rank group starts as upstream's LeaderWorkerSet TensorRT-LLM example starts 
 rank_group): the leader waits until every pod of its group runs, then runs mpirun in the foreground
 over the group's pods, named with their GPUs as slots, each remote rank started through an rsh agent
 that execs into the pod; rank 0 on the leader serves, the others load only `tensorrt_llm` and serve
-nothing. Workers idle until they are stopped; mpirun runs their ranks in them. A dead pod or rank
-restarts the whole group (the record's restart policy). The pinned Triton images have no kubectl,
+nothing. Workers idle; mpirun runs their ranks in them, and a stopped worker waits for its
+leader to finish its streams. A dead pod or rank restarts the whole group (the record's restart
+policy). The pinned Triton images have no kubectl,
 so an init container copies it, and the rsh agent, from the operator's image into the leader.
 """
 
@@ -42,8 +43,25 @@ pod="$1"
 shift
 exec {KUBECTL} exec "$pod" -c {serving.CONTAINER} -- /bin/sh -c "$*"
 """
-# A worker's main process: nothing of its own until it is stopped.
-IDLE_SCRIPT = "trap 'exit 0' TERM INT\nsleep infinity &\nwait\n"
+# How long a stopping worker waits for its leader's gRPC port to answer before calling it gone.
+LEADER_PROBE_TIMEOUT_SECONDS = 2
+
+
+def worker_script(leader_address_env: str) -> str:
+    """A worker's main process: nothing of its own. Stopped, it stays (and with it the ranks mpirun
+    runs in its container, whose loss would abort the whole rank group and cut the leader's streams)
+    until its leader's Triton stops answering gRPC, which Triton stops only after its in-flight
+    requests finish (triton-inference-server/server@v2.53.0:src/main.cc: StopEndpoints() after
+    TRITONSERVER_ServerStop), or until the kubelet kills it at the grace period. No `$(` in it: the
+    kubelet expands $(NAME) of the container's variables in a command."""
+    return f"""trap : TERM INT
+sleep infinity &
+wait
+kill $! 2>/dev/null
+while timeout {LEADER_PROBE_TIMEOUT_SECONDS} bash -c 'exec 3<>"/dev/tcp/$0/$1"' "${leader_address_env}" {layout.GRPC_PORT} 2>/dev/null; do
+  sleep 1
+done
+"""
 
 
 def wait_for_group_script(poll_seconds: int) -> str:
@@ -100,15 +118,16 @@ def leader_template(base: dict[str, Any], plan: Plan, settings: RenderSettings, 
     return template
 
 
-def worker_template(base: dict[str, Any]) -> dict[str, Any]:
+def worker_template(base: dict[str, Any], record: LwsRecord) -> dict[str, Any]:
     """The serving pod template (GPUs, model repository, engine cache: its ranks read them), its
-    Triton container idle and serving nothing, so neither probed nor scraped."""
+    Triton container idle and serving nothing, so neither probed nor scraped, and without the
+    leader's preStop: it stops when its leader has (`worker_script`)."""
     template = copy.deepcopy(base)
     template["metadata"] = {"labels": {**base["metadata"]["labels"], COMPONENT_LABEL: WORKER_COMPONENT}}
     (server,) = template["spec"]["containers"]
     for key in ("ports", "startupProbe", "readinessProbe", "livenessProbe", "lifecycle"):
         del server[key]
-    server["command"] = ["/bin/bash", "-c", IDLE_SCRIPT]
+    server["command"] = ["/bin/bash", "-c", worker_script(record.leader_address_env)]
     return template
 
 
@@ -126,7 +145,7 @@ def leader_worker_set(metadata: dict[str, Any], plan: Plan, base: dict[str, Any]
                 "size": plan.nodes_per_replica,
                 "restartPolicy": record.restart_policy,
                 "leaderTemplate": leader_template(base, plan, settings, record),
-                "workerTemplate": worker_template(base),
+                "workerTemplate": worker_template(base, record),
             },
         },
     }

@@ -6,7 +6,7 @@ only `tensorrt_llm` and work as its MPI ranks, never serving. The emulated engin
 nodes), so this stand-in checks the command line against the release's record and, for a group
 over several pods (`--host` and an rsh agent, upstream's LeaderWorkerSet recipe), against the
 LeaderWorkerSet record as well (`llmfleet_dev.release_checks`, the checks the render tests make).
-It then execs rank 0's program in the foreground, with OpenMPI's variables: the world's size,
+It then runs rank 0's program in the foreground, with OpenMPI's variables: the world's size,
 rank 0's number and the ranks on rank 0's host (the emulated engine places its pipeline by them).
 
 A group's other ranks would start through the rsh agent (`kubectl exec` into each pod); the
@@ -14,18 +14,23 @@ sandbox's node agent serves no kubelet API, so no exec can run there. Instead th
 what that launch relies on and fails as mpirun would when it does not hold (`group_hosts`): the
 agent exists and is executable, the first host is this pod, and every other host is a Running pod
 of this namespace, read with this pod's ServiceAccount as the agent's kubectl would, reachable
-from this pod at its stable address (`<hostname>.<subdomain>.<namespace>`).
+from this pod at its stable address (`<hostname>.<subdomain>.<namespace>`). While rank 0 runs it
+stays as mpirun does, passing signals on to rank 0, and when another host's container, where that
+host's ranks would run, ends or restarts, it kills rank 0 and exits 1, as OpenMPI aborts a job that
+lost a remote daemon: the engine cannot step without its other ranks.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
 import sys
 from dataclasses import dataclass
 
 from llmfleet_sandbox.emulator.profile import MPI_LOCAL_SIZE_VARIABLE
-from llmfleet_sandbox.image.group_hosts import GroupLaunchError, Host, check_group
+from llmfleet_sandbox.image.group_hosts import GroupLaunchError, GroupWatch, Host, check_group
 
 # Options that take no value (the ones a serving command uses, and harmless others).
 SWITCHES = ("--allow-run-as-root", "--oversubscribe", "--tag-output", "-q", "--quiet", "--report-bindings")
@@ -33,6 +38,10 @@ SWITCHES = ("--allow-run-as-root", "--oversubscribe", "--tag-output", "-q", "--q
 PROCESS_COUNT_OPTIONS = ("-n", "-np", "--n", "--np")
 HOST_OPTIONS = ("--host", "-host", "-H")
 MCA_OPTIONS = ("-mca", "--mca")
+# How often the other hosts are read while rank 0 runs (OpenMPI notices a lost daemon at once).
+HOST_POLL_SECONDS = 1.0
+# The signals mpirun passes on to its ranks (the kubelet's stop among them).
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 RSH_AGENT_PARAMETER = "plm_rsh_agent"
 
 
@@ -155,16 +164,39 @@ def main(argv: list[str] | None = None) -> None:
     if binary is None:
         print(f"mpirun: {rank_zero[0]}: executable not found in PATH", file=sys.stderr)
         sys.exit(1)
-    local_ranks = command.world_size
+    local_ranks, watch = command.world_size, None
     if command.hosts:
         try:
-            check_group(command.hosts, command.rsh_agent)
+            watch = check_group(command.hosts, command.rsh_agent)
         except GroupLaunchError as error:
             print(f"mpirun (sandbox): {error}", file=sys.stderr, flush=True)
             sys.exit(1)
         local_ranks = command.hosts[0].slots
     print(f"mpirun (sandbox): world size {command.world_size}, {local_ranks} on this host; rank 0 runs here, "
           "the emulated engine models the other ranks", file=sys.stderr, flush=True)
-    os.execve(binary, rank_zero, {**os.environ, "OMPI_COMM_WORLD_SIZE": str(command.world_size),
-                                  "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
-                                  MPI_LOCAL_SIZE_VARIABLE: str(local_ranks)})
+    environment = {**os.environ, "OMPI_COMM_WORLD_SIZE": str(command.world_size), "OMPI_COMM_WORLD_RANK": "0",
+                   "OMPI_COMM_WORLD_LOCAL_RANK": "0", MPI_LOCAL_SIZE_VARIABLE: str(local_ranks)}
+    if watch is None:
+        os.execve(binary, rank_zero, environment)
+    sys.exit(supervise(binary, rank_zero, environment, watch))
+
+
+def supervise(binary: str, argv: list[str], environment: dict[str, str], watch: GroupWatch) -> int:
+    """Rank 0 in the foreground while the other hosts' ranks live; its exit status, or 1 once a host
+    is lost (rank 0 killed)."""
+    rank_zero = subprocess.Popen(argv, executable=binary, env=environment)
+    for number in FORWARDED_SIGNALS:
+        signal.signal(number, lambda received, _frame: rank_zero.send_signal(received))
+    while True:
+        try:
+            code = rank_zero.wait(timeout=HOST_POLL_SECONDS)
+        except subprocess.TimeoutExpired:
+            lost = watch.lost()
+            if lost is None:
+                continue
+            print(f"mpirun (sandbox): {lost}, and with it that host's ranks; aborting the job, as OpenMPI "
+                  "does when it loses a remote daemon", file=sys.stderr, flush=True)
+            rank_zero.kill()
+            rank_zero.wait()
+            return 1
+        return code if code >= 0 else 128 - code
