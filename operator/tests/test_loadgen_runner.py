@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import time
 
-from llmfleet.loadgen import runner
+from tritonclient.utils import InferenceServerException
+
+from llmfleet.loadgen import runner, transport
 from llmfleet.loadgen.workload import PlannedRequest, PromptFactory
 
 MAX_STREAM_AGE_S = 0.2
@@ -50,3 +52,31 @@ def test_a_stream_that_aged_while_its_request_waited_for_its_arrival_is_replaced
     assert [record.status for record in result.records] == ["ok"] * 3
     assert len(InstantStream.sent_at_age_s) == 3
     assert max(InstantStream.sent_at_age_s) <= MAX_STREAM_AGE_S, InstantStream.sent_at_age_s
+
+
+class NoEndpointClient:
+    """A connection through a Service that has no ready endpoint at the moment: refused."""
+
+    def __init__(self, endpoint, channel_args=None):
+        self.closed = False
+
+    def get_model_config(self, model, as_json=False):
+        raise InferenceServerException("[StatusCode.UNAVAILABLE] failed to connect to all addresses")
+
+    def stop_stream(self, cancel_requests=False):
+        pass
+
+    def close(self):
+        self.closed = True
+
+
+def test_a_connection_that_cannot_be_opened_fails_its_request_not_the_run(monkeypatch):
+    """A Service whose one replica is being replaced refuses new connections for a few seconds;
+    the requests sent meanwhile are errors in the summary, and the run goes on (it stopped with
+    a traceback and no summary before)."""
+    monkeypatch.setattr(transport.grpcclient, "InferenceServerClient", NoEndpointClient)
+    plan = [PlannedRequest(index, 0.05 * index, 8, 1) for index in range(3)]
+    result = runner.run_open_loop(runner.Target(["replica:8001"], "ensemble"), plan, PromptFactory(0),
+                                  duration_s=0.3, max_in_flight=8, drain_timeout_s=1, quiet=True)
+    assert [record.status for record in result.records] == ["error"] * 3
+    assert all(record.error.startswith("connect failed: [StatusCode.UNAVAILABLE]") for record in result.records)

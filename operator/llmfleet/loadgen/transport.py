@@ -105,18 +105,29 @@ class RequestStream:
         self._lock = threading.Lock()
         self._opened_monotonic_s = time.monotonic()
         self._client = grpcclient.InferenceServerClient(endpoint, channel_args=OWN_CONNECTION)
-        # TensorRT-LLM's model repositories batch (max_batch_size > 0): every input then
-        # carries a leading batch dimension, [1, 1] for one request.
-        config = self._client.get_model_config(model, as_json=True)["config"]
+        # A connection that fails to open (a Service with no ready endpoint for a moment) fails
+        # the request sent on it, not the run.
+        self._open_error: str | None = None
+        try:
+            # TensorRT-LLM's model repositories batch (max_batch_size > 0): every input then
+            # carries a leading batch dimension, [1, 1] for one request.
+            config = self._client.get_model_config(model, as_json=True)["config"]
+            self._client.start_stream(callback=self._on_response)
+        except Exception as error:  # tritonclient raises its own type for every transport failure
+            self._open_error, self.broken, config = f"connect failed: {error}", True, {}
         self._shape = [1, 1] if int(config.get("max_batch_size", 0)) > 0 else [1]
         inputs = {tensor["name"] for tensor in config.get("input", [])}
         self._input_names = LLMAPI_INPUTS if LLMAPI_INPUTS[1] in inputs else ENSEMBLE_INPUTS
-        self._client.start_stream(callback=self._on_response)
 
     def age_s(self) -> float:
         return time.monotonic() - self._opened_monotonic_s
 
     def send(self, record: RequestRecord, prompt: str) -> None:
+        if self._open_error is not None:
+            self._record, self._token_times_s = record, []
+            record.send_s = self._clock.now_s()
+            self._finish(self._open_error, final=False, now_s=record.send_s)
+            return
         values = (("BYTES", np.array([prompt.encode()], dtype=np.object_)),
                   ("INT32", np.array([record.output_tokens_requested], dtype=np.int32)),
                   ("BOOL", np.array([True])))
