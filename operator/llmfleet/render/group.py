@@ -43,8 +43,11 @@ pod="$1"
 shift
 exec {KUBECTL} exec "$pod" -c {serving.CONTAINER} -- /bin/sh -c "$*"
 """
-# How long a stopping worker waits for its leader's gRPC port to answer before calling it gone.
-LEADER_PROBE_TIMEOUT_SECONDS = 2
+# A stopping worker probes its leader's gRPC port every second, giving each probe this long (bash,
+# name lookup and connect, on a busy node), and calls the leader gone after this many failures in a
+# row, so that one slow probe does not end the leader's streams.
+LEADER_PROBE_TIMEOUT_SECONDS = 5
+LEADER_PROBE_FAILURES = 3
 
 
 def worker_script(leader_address_env: str) -> str:
@@ -58,7 +61,13 @@ def worker_script(leader_address_env: str) -> str:
 sleep infinity &
 wait
 kill $! 2>/dev/null
-while timeout {LEADER_PROBE_TIMEOUT_SECONDS} bash -c 'exec 3<>"/dev/tcp/$0/$1"' "${leader_address_env}" {layout.GRPC_PORT} 2>/dev/null; do
+failures=0
+while [ "$failures" -lt {LEADER_PROBE_FAILURES} ]; do
+  if timeout {LEADER_PROBE_TIMEOUT_SECONDS} bash -c 'exec 3<>"/dev/tcp/$0/$1"' "${leader_address_env}" {layout.GRPC_PORT} 2>/dev/null; then
+    failures=0
+  else
+    ((failures += 1))
+  fi
   sleep 1
 done
 """

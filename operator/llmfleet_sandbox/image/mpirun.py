@@ -185,8 +185,13 @@ def supervise(binary: str, argv: list[str], environment: dict[str, str], watch: 
     """Rank 0 in the foreground while the other hosts' ranks live; its exit status, or 1 once a host
     is lost (rank 0 killed)."""
     rank_zero = subprocess.Popen(argv, executable=binary, env=environment)
+    forwarded: list[int] = []
+
+    def forward(received: int, _frame) -> None:
+        forwarded.append(received)
+        rank_zero.send_signal(received)
     for number in FORWARDED_SIGNALS:
-        signal.signal(number, lambda received, _frame: rank_zero.send_signal(received))
+        signal.signal(number, forward)
     while True:
         try:
             code = rank_zero.wait(timeout=HOST_POLL_SECONDS)
@@ -194,8 +199,10 @@ def supervise(binary: str, argv: list[str], environment: dict[str, str], watch: 
             lost = watch.lost()
             if lost is None:
                 continue
-            print(f"mpirun (sandbox): {lost}, and with it that host's ranks; aborting the job, as OpenMPI "
-                  "does when it loses a remote daemon", file=sys.stderr, flush=True)
+            # A stopping leader loses its workers last, once its streams are done: said, not hidden.
+            stopping = f" (rank 0 had signal {forwarded[-1]} and was stopping)" if forwarded else ""
+            print(f"mpirun (sandbox): {lost}, and with it that host's ranks; aborting the job{stopping}, as "
+                  "OpenMPI does when it loses a remote daemon", file=sys.stderr, flush=True)
             rank_zero.kill()
             rank_zero.wait()
             return 1
