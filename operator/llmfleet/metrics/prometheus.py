@@ -35,11 +35,13 @@ from llmfleet.planner.live import ObservedWorkload
 from llmfleet.rollout import RevisionSample, Samples
 from llmfleet.render.identity import REVISION_LABEL, selector_labels
 from llmfleet.render.layout import (
+    ACTIVE_REQUESTS,
     FAILURE_COUNTER,
     INPUT_LENGTH_HISTOGRAM,
     KV_CACHE_GAUGE,
     OUTPUT_LENGTH_HISTOGRAM,
     REQUEST_GAUGE,
+    REQUEST_TYPE_LABEL,
     SUCCESS_COUNTER,
     TENSORRT_LLM_MODEL,
     TTFT_HISTOGRAM,
@@ -128,7 +130,7 @@ def deployment_queries(namespace: str, deployment_name: str, window_seconds: int
     window = f"[{window_seconds}s]"
     step = step_seconds or window_seconds / RATE_WINDOW_SCRAPES
     first_token_rate = f"sum(rate({TTFT_HISTOGRAM}_count{{{selector}}}{window}))"
-    waiting = f'{REQUEST_GAUGE}{{{selector}, request_type="waiting"}}'
+    waiting = f'{REQUEST_GAUGE}{{{selector}, {REQUEST_TYPE_LABEL}="waiting"}}'
     # A failed scrape or a lost target ends its series at once (Prometheus' staleness markers).
     pod_series = _pod_series(selector)
     return DeploymentQueries(
@@ -143,8 +145,8 @@ def deployment_queries(namespace: str, deployment_name: str, window_seconds: int
         # In-flight batch slots in use, averaged over the window: KV use alone misses a
         # fleet whose batches are full while its cache is mostly empty.
         batch_utilization=(
-            f'sum(avg_over_time({REQUEST_GAUGE}{{{selector}, request_type="active"}}{window})) / '
-            f'sum(avg_over_time({REQUEST_GAUGE}{{{selector}, request_type="max"}}{window}))'),
+            f'sum(avg_over_time({REQUEST_GAUGE}{{{selector}, {REQUEST_TYPE_LABEL}="{ACTIVE_REQUESTS}"}}{window})) / '
+            f'sum(avg_over_time({REQUEST_GAUGE}{{{selector}, {REQUEST_TYPE_LABEL}="max"}}{window}))'),
         # Requests that got a first token: present in sandbox and real mode alike.
         requests_per_second=first_token_rate,
         requests_per_second_peak=(f"max_over_time({first_token_rate}"

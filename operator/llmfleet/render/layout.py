@@ -35,6 +35,10 @@ REQUEST_MODEL = {"engine": ENSEMBLE_MODEL, "llmapi": TENSORRT_LLM_MODEL}
 # per-model request counters.
 TTFT_HISTOGRAM = "nv_inference_first_response_histogram_ms"
 REQUEST_GAUGE = "nv_trt_llm_request_metrics"
+# The request gauge's label and its value for the requests the engine holds (the preStop drain
+# waits for none).
+REQUEST_TYPE_LABEL = "request_type"
+ACTIVE_REQUESTS = "active"
 KV_CACHE_GAUGE = "nv_trt_llm_kv_cache_block_metrics"
 INPUT_LENGTH_HISTOGRAM = "nv_llm_input_token_len"
 OUTPUT_LENGTH_HISTOGRAM = "nv_llm_output_token_len"

@@ -36,6 +36,42 @@ STARTUP_PROBE_FAILURES = 900
 PROGRESS_DEADLINE_SECONDS = 3600
 DRAIN_DELAY_SECONDS = 5
 EXIT_MARGIN_SECONDS = 5
+# Triton's exit timeout once the preStop drain has ended: unloading the models, and any request
+# already inside its last ensemble step. Nothing else can finish after SIGTERM (below).
+STOP_SECONDS = 10
+DRAIN_POLL_SECONDS = 0.5
+DRAIN_IDLE_POLLS = 2
+
+# The preStop hook drains the replica while Triton still serves, because Triton's own drain after
+# SIGTERM cannot finish an ensemble request: ServerStop stops every model's scheduler
+# (triton-inference-server/core@r24.12:src/model_repository_manager/model_lifecycle.cc
+# StopAllModels), so the postprocessing step of each token generated afterwards is refused
+# (src/dynamic_batch_scheduler.cc Enqueue, "Server is stopping"), the stream gets nothing more,
+# and r24.12's ensemble then never ends the request (src/ensemble_scheduler/ensemble_scheduler.cc
+# PrepareSteps skips the steps' final responses once its status is an error; core 5280db8, #466,
+# fixed the hang in 2026, still without finishing the stream). A decoupled model's requests are
+# not counted in flight at all once its execute() returned (src/dynamic_batch_scheduler.h
+# InflightInferenceCount). So: wait DRAIN_DELAY_SECONDS for proxies to drop the endpoint, then
+# until the engine reports no active request (the release's request gauge; a request still in
+# the ensemble's first step reaches the engine within a poll, and the gauge lags by a stats
+# period, hence DRAIN_IDLE_POLLS reads in a row), or the budget ends. Metrics that cannot be read
+# end the wait; a runtime that exports no such gauge (the LLM-API one) waits the delay only.
+DRAIN_SCRIPT = """\
+import re, sys, time, urllib.request
+delay, budget, url, poll, polls, gauge, label, value = sys.argv[1:]
+end = time.monotonic() + float(budget)
+time.sleep(float(delay))
+busy = re.compile("^" + re.escape(gauge) + r"\\{[^}]*" + re.escape(label + '="' + value + '"') + r"[^}]*\\} (\\S+)$", re.M)
+idle = 0
+while idle < int(polls) and time.monotonic() < end:
+    try:
+        text = urllib.request.urlopen(url, timeout=2).read().decode()
+    except OSError:
+        break
+    idle = idle + 1 if all(float(found) == 0 for found in busy.findall(text)) else 0
+    if idle < int(polls):
+        time.sleep(float(poll))
+"""
 
 SCRAPE_ANNOTATIONS = {
     "prometheus.io/scrape": "true",
@@ -46,9 +82,23 @@ PORTS = (("http", layout.HTTP_PORT), ("grpc", layout.GRPC_PORT), ("metrics", lay
 
 
 def exit_timeout_seconds(settings: RenderSettings) -> int:
-    """How long Triton waits for in-flight streams after SIGTERM: the grace period left
-    after the preStop delay, minus a margin so it exits before SIGKILL."""
-    return max(settings.termination_grace_period_seconds - DRAIN_DELAY_SECONDS - EXIT_MARGIN_SECONDS, 1)
+    """How long Triton waits after SIGTERM, when the preStop drain is over."""
+    return max(min(STOP_SECONDS, settings.termination_grace_period_seconds - DRAIN_DELAY_SECONDS - EXIT_MARGIN_SECONDS), 1)
+
+
+def drain_budget_seconds(settings: RenderSettings) -> int:
+    """How long the preStop hook may drain: the grace period less Triton's stop and a margin
+    so that it exits before SIGKILL."""
+    return max(settings.termination_grace_period_seconds - exit_timeout_seconds(settings) - EXIT_MARGIN_SECONDS,
+               DRAIN_DELAY_SECONDS)
+
+
+def drain_hook(settings: RenderSettings) -> dict[str, Any]:
+    """The serving container's preStop: `DRAIN_SCRIPT` with the image's python3."""
+    return {"exec": {"command": [
+        "python3", "-c", DRAIN_SCRIPT, str(DRAIN_DELAY_SECONDS), str(drain_budget_seconds(settings)),
+        f"http://127.0.0.1:{layout.METRICS_PORT}/metrics", str(DRAIN_POLL_SECONDS), str(DRAIN_IDLE_POLLS),
+        layout.REQUEST_GAUGE, layout.REQUEST_TYPE_LABEL, layout.ACTIVE_REQUESTS]}}
 
 
 def _server_flags(settings: RenderSettings) -> list[str]:
@@ -159,9 +209,9 @@ def serving_pod_template(deployment: LLMDeployment, plan: Plan, labels: dict[str
                                  failure_threshold=5, timeout_seconds=2),
         "livenessProbe": _probe("/v2/health/live", period_seconds=10, failure_threshold=6, timeout_seconds=5),
         # Draining: a terminating pod leaves the Service's endpoints at once, but proxies
-        # learn it a moment later; Triton must not stop taking requests before they do.
-        # After the delay, SIGTERM makes Triton refuse new requests and finish in-flight ones.
-        "lifecycle": {"preStop": {"sleep": {"seconds": DRAIN_DELAY_SECONDS}}},
+        # learn it a moment later; Triton must not stop taking requests before they do, and
+        # must finish its streams before SIGTERM, after which no ensemble request progresses.
+        "lifecycle": {"preStop": drain_hook(settings)},
         "volumeMounts": server_mounts,
         **pod.container_defaults(),
     }
