@@ -13,7 +13,7 @@ from llmfleet.metrics.prometheus import QUEUE_METRICS
 from llmfleet.planner.spec_adapter import model_arch_from_spec, plan_request_from_spec, serving_release
 from llmfleet.planner.types import Plan
 from llmfleet.render.identity import prefix_reuse_enabled
-from llmfleet.render.layout import REQUEST_GAUGE
+from llmfleet.render.layout import REQUEST_GAUGE, REQUEST_TYPE_LABEL
 from llmfleet.render.model_repo import KV_CACHE_FREE_GPU_MEM_FRACTION
 from llmfleet.simulation.fleet import Engine, Fleet
 from llmfleet.simulation.profile import profile_for_build
@@ -49,7 +49,7 @@ def exported_queue_series(spec: LLMDeploymentSpec) -> dict[str, bool]:
     """FleetSettings' `queue_observable` and `waiting_observable` for the spec's serving release,
     as its record says and the sandbox's emulator exports them."""
     metrics = serving_release(spec).metrics
-    request_types = (metrics[REQUEST_GAUGE].labels.get("request_type") or ()) if REQUEST_GAUGE in metrics else ()
+    request_types = (metrics[REQUEST_GAUGE].labels.get(REQUEST_TYPE_LABEL) or ()) if REQUEST_GAUGE in metrics else ()
     return {"queue_observable": all(name in metrics for name in QUEUE_METRICS),
             "waiting_observable": "waiting" in request_types}
 

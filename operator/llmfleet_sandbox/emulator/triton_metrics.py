@@ -19,10 +19,12 @@ import triton_python_backend_utils as pb_utils
 
 from llmfleet.catalog.release_record import RUNTIME_RELEASES, MetricFamily, load_release_record
 from llmfleet.render.layout import (
+    ACTIVE_REQUESTS,
     INPUT_LENGTH_HISTOGRAM,
     KV_CACHE_GAUGE,
     OUTPUT_LENGTH_HISTOGRAM,
     REQUEST_GAUGE,
+    REQUEST_TYPE_LABEL,
     TTFT_HISTOGRAM,
 )
 from llmfleet_sandbox.emulator.engine import OverheadStats
@@ -89,7 +91,7 @@ class TritonMetrics:
                 return None
             return self._families[family].Metric(labels={**labels, **extra_labels}, buckets=buckets)
 
-        self._request = gauges("request", "request_type", ["active", "max", "scheduled", "context", "waiting"])
+        self._request = gauges("request", REQUEST_TYPE_LABEL, [ACTIVE_REQUESTS, "max", "scheduled", "context", "waiting"])
         self._kv = gauges("kv", "kv_cache_block_type", ["max", "free", "used", "tokens_per", "reused", "fraction"])
         self._batcher = gauges("batcher", "inflight_batcher_specific_metric",
                                ["total_context_tokens", "generation_requests", "micro_batch_id", "paused_requests"])
@@ -110,7 +112,7 @@ class TritonMetrics:
 
     def iteration_stats(self, stats: SchedulerStats, overhead: OverheadStats) -> None:
         values = [
-            (self._request, "active", stats.active_requests),
+            (self._request, ACTIVE_REQUESTS, stats.active_requests),
             (self._request, "max", stats.max_batch_size),
             (self._request, "scheduled", stats.scheduled_requests),
             (self._request, "context", stats.context_requests),
