@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -248,6 +249,16 @@ def steady_load(sandbox: "Sandbox", name: str, namespace: str, seconds: int, out
          "--schedule", f"constant:{requests_per_second}", "--duration-s", str(seconds), "--input-tokens", "fixed:64",
          "--output-tokens", "fixed:8", "--output-dir", str(output), "--quiet"],
         env=sandbox.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def pod_gauge(metrics_url: str, name: str, label: str, value: str) -> float:
+    """One gauge a pod exports, read from its metrics port as Prometheus would scrape it."""
+    with urllib.request.urlopen(metrics_url, timeout=5) as response:
+        text = response.read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + "{") and f'{label}="{value}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{metrics_url} has no {name}{{{label}={value!r}}}")
 
 
 def served_every_request(process: subprocess.Popen, output: Path, *, stop: bool = False) -> dict:

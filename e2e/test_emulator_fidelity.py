@@ -11,12 +11,11 @@ import re
 import subprocess
 import sys
 import threading
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from conftest import llm_deployment, service_target, temporary_namespace, wait_until_ready
+from conftest import llm_deployment, pod_gauge, service_target, temporary_namespace, wait_until_ready
 from llmfleet_sandbox.emulator.profile import engine_profile
 from llmfleet.simulation.timing import expected_mean_tpot_ms, expected_ttft_ms
 
@@ -78,12 +77,7 @@ class Engine:
                               _string_parameter(config, "enable_kv_cache_reuse") == "true")
 
     def gauge(self, name: str, label: str, value: str) -> float:
-        with urllib.request.urlopen(self.metrics_url, timeout=5) as response:
-            text = response.read().decode()
-        for line in text.splitlines():
-            if line.startswith(name + "{") and f'{label}="{value}"' in line:
-                return float(line.rsplit(" ", 1)[1])
-        raise AssertionError(f"{self.metrics_url} has no {name}{{{label}={value!r}}}")
+        return pod_gauge(self.metrics_url, name, label, value)
 
 
 def sweep(engine: Engine, output_dir: Path, *flags: str) -> dict:

@@ -25,7 +25,6 @@ import json
 import subprocess
 import threading
 import time
-import urllib.request
 
 import pytest
 
@@ -34,6 +33,7 @@ from conftest import (
     SCRAPE_INTERVAL_S,
     StatusWatcher,
     fault_the_new_revision,
+    pod_gauge,
     operator_running,
     sandbox_up,
     served_every_request,
@@ -179,13 +179,9 @@ def _group_pods(sandbox) -> dict[tuple[str, str], dict]:
 
 
 def _active_requests(leader: dict) -> float:
-    """The requests a leader's engine has in flight, read from its metrics port as Prometheus would."""
-    url = f"http://{leader['status']['podIP']}:{layout.METRICS_PORT}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith(layout.REQUEST_GAUGE + "{") and 'request_type="active"' in line:
-                return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"no {layout.REQUEST_GAUGE} active series at {url}")
+    """The requests a leader's engine has in flight."""
+    return pod_gauge(f"http://{leader['status']['podIP']}:{layout.METRICS_PORT}/metrics", layout.REQUEST_GAUGE,
+                     layout.REQUEST_TYPE_LABEL, layout.ACTIVE_REQUESTS)
 
 
 def _ready_group_count(sandbox) -> int:
