@@ -117,11 +117,20 @@ def test_only_the_allowed_clients_reach_the_serving_pod(sandbox, serving_pod):
         _never_admitted(sandbox, name, namespace, port, since)
     # Once admitted, always admitted.
     assert {result for _, result in _outcomes(sandbox, "gateway", NAMESPACE, INFERENCE_PORT, since)} == {"open"}
-    # The node's own traffic is let in: the kubelet's probes keep the pod Ready, and every scrape
-    # by Prometheus (on the host) in the last 30 s succeeded.
+    # The node's own traffic is let in: the kubelet's probes keep the pod Ready, and Prometheus (on
+    # the host) scrapes the pod. Most scrapes of the last 30 s, not each: one of about six failed
+    # in CI twice on a busy machine (its scrape timeout is the 5 s interval), where a policy that
+    # dropped the host would fail them all.
     wait_until_ready(sandbox, NAME, NAMESPACE, timeout=5)
-    scrapes = prometheus.query(sandbox.env, f'min_over_time(up{{pod="{serving_pod["metadata"]["name"]}"}}[30s])')
-    assert scrapes and {sample["value"][1] for sample in scrapes} == {"1"}, scrapes
+    pod = serving_pod["metadata"]["name"]
+    scrapes = prometheus.query(sandbox.env, f'avg_over_time(up{{pod="{pod}"}}[30s])')
+    assert scrapes and all(float(sample["value"][1]) >= 0.5 for sample in scrapes), (scrapes, _scrape_errors(sandbox, pod))
+
+
+def _scrape_errors(sandbox, pod: str) -> list[str]:
+    targets = json.loads(prometheus.http_get(sandbox.env, "/api/v1/targets"))["data"]["activeTargets"]
+    return [f"{t['scrapeUrl']}: {t['lastError']} ({t['lastScrapeDuration']:.2f} s)"
+            for t in targets if t["labels"].get("pod") == pod]
 
 
 def test_a_pod_that_becomes_a_gateway_gets_in(sandbox, serving_pod):

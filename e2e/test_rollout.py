@@ -79,9 +79,9 @@ def _load(sandbox, name: str, rate: int, seconds: int, output) -> subprocess.Pop
         stderr=subprocess.PIPE, text=True)
 
 
-def _new_engine_revision(sandbox, name: str) -> None:
+def _new_engine_revision(sandbox, name: str, engine_revision: str = "v2") -> None:
     sandbox.kubectl("patch", "llmdeployment", name, "-n", NAMESPACE, "--type=merge",
-                    "-p", '{"spec": {"engine": {"revision": "v2"}}}')
+                    "-p", json.dumps({"spec": {"engine": {"revision": engine_revision}}}))
 
 
 def test_a_good_canary_walks_its_steps_and_is_promoted_without_a_failed_request(sandbox, tmp_path):
@@ -286,7 +286,9 @@ def test_an_operator_killed_in_each_phase_resumes_with_no_duplicate_pods_lost_st
     load = _load(sandbox, "restarts", 2, 240, tmp_path)
     killed: list[tuple[str, int]] = []
     try:
-        _new_engine_revision(sandbox, "restarts")
+        # An engine revision of its own: "v2" of the same model and plan may already be in the
+        # engine cache (another test built it), and then Preparing can end between two polls.
+        _new_engine_revision(sandbox, "restarts", "v2-restarts")
         deadline = time.monotonic() + 360
         while time.monotonic() < deadline:
             canary = _status(sandbox, "restarts").get("canary") or {}
