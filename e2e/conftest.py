@@ -199,26 +199,31 @@ def spanning_405b(name: str, namespace: str, **spec) -> dict:
 def temporary_namespace(sandbox: "Sandbox", name: str, wait_s: int = 0):
     """A namespace for a module's or a test's objects, deleted when it is done, also when the
     setup inside fails: in the background (a sandbox takes about a minute to end a namespace's
-    serving pods), or waited for up to `wait_s` where the next module needs what its pods held
-    (whole nodes). A module that needs whole nodes itself waits for its predecessors:
-    `no_namespace_terminating`."""
+    serving pods), or with up to `wait_s` spent waiting for its pods to end where the next module
+    needs what they held (whole nodes). A module that needs whole nodes itself waits for its
+    predecessors' pods: `no_pods_in_ending_namespaces`."""
     sandbox.kubectl("create", "namespace", name)
     try:
         yield name
     finally:
-        sandbox.kubectl("delete", "namespace", name, "--ignore-not-found",
-                        *(("--wait=true", f"--timeout={wait_s}s") if wait_s else ("--wait=false",)), check=False)
+        sandbox.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=false", check=False)
+        if wait_s:
+            no_pods_in_ending_namespaces(sandbox, wait_s)
 
 
-def no_namespace_terminating(sandbox: "Sandbox", timeout_s: float = 180) -> None:
-    """Wait until no namespace of the sandbox is still being deleted: the modules before this one
-    on its worker delete theirs in the background, and their pods hold GPUs until they end. Seen
-    once: test_operator, run right after test_rollout, got no new revision within 30 s for a plan
-    that needs a whole node, where alone it passed (the held GPUs are the likely cause, not shown)."""
-    def none_terminating():
-        namespaces = sandbox.kubectl_json("get", "namespaces")["items"]
-        return not [n for n in namespaces if (n.get("status") or {}).get("phase") == "Terminating"]
-    wait_for(none_terminating, timeout_s, "the namespaces of earlier modules to be deleted")
+def no_pods_in_ending_namespaces(sandbox: "Sandbox", timeout_s: float = 180) -> None:
+    """Wait until no namespace being deleted holds a pod: the modules before this one on its
+    worker delete theirs in the background, and their pods hold GPUs until they end. Seen once:
+    test_operator, run right after test_rollout, got no new revision within 30 s for a plan that
+    needs a whole node, where alone it passed (the held GPUs are the likely cause, not shown).
+    Not until the namespaces are gone: the namespace controller looks again only after its
+    estimate of the pods' grace periods, a minute after the serving pods ended (seen)."""
+    def none_held():
+        ending = {n["metadata"]["name"] for n in sandbox.kubectl_json("get", "namespaces")["items"]
+                  if (n.get("status") or {}).get("phase") == "Terminating"}
+        pods = sandbox.kubectl_json("get", "pods", "--all-namespaces")["items"] if ending else []
+        return not [p for p in pods if p["metadata"]["namespace"] in ending]
+    wait_for(none_held, timeout_s, "the pods of namespaces being deleted to end")
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.25):

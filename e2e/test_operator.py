@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from conftest import condition, llm_deployment, no_namespace_terminating, service_target, temporary_namespace, wait_for
+from conftest import condition, llm_deployment, no_pods_in_ending_namespaces, service_target, temporary_namespace, wait_for
 from llmfleet.render.identity import kubectl_kinds
 from operator_fixtures import REPO_ROOT
 
@@ -38,7 +38,7 @@ def chat_deployment(name: str, tpot_p99_ms: int) -> dict:
 
 @pytest.fixture(scope="module", autouse=True)
 def serving_namespace(sandbox, operator):
-    no_namespace_terminating(sandbox)  # its TP8 revision needs a whole node
+    no_pods_in_ending_namespaces(sandbox)  # its TP8 revision needs a whole node
     with temporary_namespace(sandbox, NAMESPACE):
         # Every rendered pod must pass the restricted Pod Security Standard, enforced by the apiserver.
         sandbox.kubectl("label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted")
