@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shlex
 from typing import Any, Iterable, Mapping
 
 from llmfleet.catalog.lws_record import LwsRecord
@@ -253,6 +254,91 @@ def check_image_paths(record: ReleaseRecord, paths: Iterable[str]) -> list[str]:
             problems.append(f"image path {path} is not in the record (unknown whether {record.image} has it)")
         elif not entry.present:
             problems.append(f"image path {path} does not exist in {record.image} ({entry.source})")
+    return problems
+
+
+# Shell words in command position that run no program of the image: bash's keywords and the
+# builtins the rendered scripts use.
+SHELL_BUILTINS = frozenset({
+    "!", "[", "[[", "((", ":", "break", "case", "cd", "continue", "do", "done", "echo", "elif", "else", "esac",
+    "exec", "exit", "export", "fi", "for", "if", "in", "kill", "printf", "read", "return", "set", "shift",
+    "test", "then", "trap", "true", "false", "until", "wait", "while",
+})
+# Keywords that, in command position, leave the next word in command position.
+_KEYWORDS_BEFORE_A_COMMAND = frozenset({"!", "then", "do", "else", "elif", "if", "while", "until"})
+# Programs that run the command given after their own options (and, for timeout, its duration).
+_COMMAND_WRAPPERS = frozenset({"exec", "timeout"})
+_SUBSTITUTION = re.compile(r"`([^`]*)`|\$\(([^()]*)\)")
+_SUBSTITUTED = "$substituted"  # what a substitution's text is replaced with once read
+_OPERATOR_CHARACTERS = set("();<>|&")
+
+
+def script_programs(script: str) -> set[str]:
+    """The programs a shell script runs by name (found on the image's PATH): the word in command
+    position of each simple command, of command substitutions and of `bash -c`/`sh -c` scripts
+    within; keywords and builtins left out, and programs given by path or by a variable
+    (`check_image_paths` covers paths). Enough for the scripts render writes: no here-documents,
+    no functions, no wrappers but `exec` and `timeout`."""
+    programs: set[str] = set()
+    for match in _SUBSTITUTION.finditer(script):
+        programs |= script_programs(match.group(1) or match.group(2) or "")
+    # Continued lines joined; a ';' after each newline ends a command there even after a comment
+    # (the lexer drops a comment with its newline); inside quotes it changes no program.
+    text = _SUBSTITUTION.sub(_SUBSTITUTED, script).replace("\\\n", " ").replace("\n", "\n; ")
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+    lexer.commenters = "#"
+    lexer.whitespace_split = True
+    words = list(lexer)
+    at_command, wrapped = True, False
+    for index, word in enumerate(words):
+        if at_command and word.startswith("(("):  # arithmetic, up to its "))"
+            at_command = False
+            continue
+        if set(word) <= _OPERATOR_CHARACTERS:
+            # A control operator (";", "&&", "|", a newline's ";"...): a command follows; a
+            # redirection: its target does.
+            at_command, wrapped = not set(word) & set("<>"), False
+            continue
+        if at_command and word in _KEYWORDS_BEFORE_A_COMMAND:
+            continue
+        if not at_command or re.fullmatch(r"[A-Za-z_]\w*=.*", word):
+            continue
+        if wrapped and (word.startswith("-") or re.fullmatch(r"[\d.]+[smhd]?", word)):
+            continue
+        if word not in SHELL_BUILTINS and "/" not in word and not word.startswith("$"):
+            programs.add(word)
+        if word in ("bash", "sh") and words[index + 1:index + 2] == ["-c"] and len(words) > index + 2:
+            programs |= script_programs(words[index + 2])
+        at_command = wrapped = word in _COMMAND_WRAPPERS
+    return programs
+
+
+def command_programs(command: list[str]) -> set[str]:
+    """The programs an exec-form command runs by name: its first word, the script of a shell's
+    `-c`, and each rank of an mpirun (`-n N PROGRAM`)."""
+    if not command:
+        return set()
+    first = command[0].rsplit("/", 1)[-1]
+    programs = set() if "/" in command[0] else {first}
+    if first in ("bash", "sh") and command[1:2] == ["-c"] and len(command) > 2:
+        programs |= script_programs(command[2])
+        if '"$@"' in command[2]:  # the words after the script's own name are a command it runs
+            programs |= command_programs(command[4:])
+    if first == "mpirun":
+        programs |= {command[index + 2] for index, word in enumerate(command[:-2])
+                     if word == "-n" and "/" not in command[index + 2]}
+    return programs
+
+
+def check_programs(record: ReleaseRecord, programs: Iterable[str]) -> list[str]:
+    """Programs a container of the release's image runs by name: each recorded present."""
+    problems = []
+    for name in sorted(set(programs)):
+        entry = record.executables.get(name)
+        if entry is None:
+            problems.append(f"program {name} is not in the record (unknown whether {record.image} has it)")
+        elif not entry.present:
+            problems.append(f"program {name} does not exist in {record.image} ({entry.source})")
     return problems
 
 

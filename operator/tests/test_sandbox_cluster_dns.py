@@ -103,22 +103,36 @@ def server(records):
     loop = asyncio.new_event_loop()
     resolver = clusterdns.Resolver(records, nameservers=[])
     started = threading.Event()
-    address = {}
+    serving = {}
 
     async def start():
-        transport, _ = await loop.create_datagram_endpoint(lambda: clusterdns._UdpServer(resolver),
-                                                           local_addr=("127.0.0.1", 0))
-        port = transport.get_extra_info("sockname")[1]
-        await asyncio.start_server(lambda r, w: clusterdns._serve_tcp(resolver, r, w), "127.0.0.1", port)
-        address["port"] = port
+        serving["udp"], _ = await loop.create_datagram_endpoint(lambda: clusterdns._UdpServer(resolver),
+                                                                local_addr=("127.0.0.1", 0))
+        port = serving["udp"].get_extra_info("sockname")[1]
+        serving["tcp"] = await asyncio.start_server(lambda r, w: clusterdns._serve_tcp(resolver, r, w),
+                                                    "127.0.0.1", port)
+        serving["port"] = port
         started.set()
 
     thread = threading.Thread(target=lambda: (loop.run_until_complete(start()), loop.run_forever()), daemon=True)
     thread.start()
     started.wait(5)
-    yield address["port"]
+    yield serving["port"]
     loop.call_soon_threadsafe(loop.stop)
     thread.join(5)
+    # Ended as asyncio.run ends a loop: a TCP connection's handler still waiting for its next
+    # query is cancelled while the loop can still close its transport (else it is collected after
+    # the loop closed, and pytest reports the "Event loop is closed" it raises then).
+    async def end():
+        serving["udp"].close()
+        serving["tcp"].close()
+        pending = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    loop.run_until_complete(end())
+    loop.close()
 
 
 def test_the_server_answers_over_udp_and_marks_a_miss_nxdomain(server):

@@ -70,6 +70,15 @@ class ImagePath:
     source: str = ""
 
 
+@dataclass(frozen=True)
+class Executable:
+    """A program the image runs by name, found on its PATH."""
+
+    name: str
+    present: bool
+    source: str = ""
+
+
 # Where the operator's image keeps the upstream files pods copy (Containerfile, upstream-code).
 UPSTREAM_CODE_ROOT = "/opt/llmfleet/upstream"
 
@@ -272,6 +281,7 @@ class ReleaseRecord:
     runtime: str  # llmapi | engine
     image: str
     image_paths: tuple[ImagePath, ...]
+    executables: Mapping[str, Executable]
     models: Mapping[str, ModelRecord]
     tritonserver_flags: frozenset[str]
     mpirun_flags: frozenset[str]
@@ -360,6 +370,8 @@ def parse_record(raw: Mapping[str, Any]) -> ReleaseRecord:
         image=raw["image"]["name"],
         image_paths=tuple(ImagePath(path=p["path"], present=bool(p["present"]), source=p.get("source", ""))
                           for p in raw.get("image_paths") or ()),
+        executables={e["name"]: Executable(name=e["name"], present=bool(e["present"]), source=e.get("source", ""))
+                     for e in raw.get("executables") or ()},
         models={name: _model(name, model) for name, model in (raw.get("models") or {}).items()},
         tritonserver_flags=frozenset((raw.get("tritonserver") or {}).get("flags") or ()),
         mpirun_flags=frozenset((raw.get("mpirun") or {}).get("flags") or ()),
