@@ -224,7 +224,7 @@ def test_one_swamped_replica_beside_an_idle_one_is_a_routing_condition_not_a_sca
         held_until = time.monotonic() + 30
         while time.monotonic() < held_until:
             status = _status(sandbox, "skewed")
-            assert status["replicas"] == 2, status["autoscaler"]
+            assert status["replicas"] == 2, json.dumps(status["autoscaler"])  # whole: the reason of the pass
             time.sleep(2)
         assert "more replicas would not help" in status["autoscaler"]["reason"]
     finally:
